@@ -1,0 +1,39 @@
+# The two commands the README gives: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= demo-data
+
+.PHONY: demo test install wordnet clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# WordNet 3.0 from Debian, where apt is available: tests then rebuild the shipped
+# derived file from it and compare. Without it they use the shipped file.
+wordnet:
+	@if [ ! -f /usr/share/wordnet/data.noun ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && apt-get install -y -qq wordnet-base >/dev/null) || echo "wordnet-base not installed; tests use the shipped WordNet file"; \
+	fi
+
+test: install wordnet
+	$(BIN)/python -m pytest -q
+
+demo: install
+	rm -rf $(DEMO_DIR)
+	$(BIN)/sampler-server fixtures all --output $(DEMO_DIR)/original
+	@for source in $$(ls $(DEMO_DIR)/original); do \
+		$(BIN)/sampler-server pack $$source --input $(DEMO_DIR)/original/$$source --output $(DEMO_DIR)/store || exit 1; \
+	done
+	$(BIN)/sampler-server inspect $(DEMO_DIR)/store
+
+clean:
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

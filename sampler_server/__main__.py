@@ -1,0 +1,3 @@
+from sampler_server.cli.main import main
+
+raise SystemExit(main())

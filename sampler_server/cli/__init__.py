@@ -1,0 +1,1 @@
+"""Command-line interface: one ``sampler-server`` entry point with subcommands."""

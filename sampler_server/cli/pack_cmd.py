@@ -1,0 +1,101 @@
+"""``sampler-server pack SOURCE --input DIR --output DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sampler_server.pack import sources
+from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, split_counts
+from sampler_server.pack.plan import ConverterOptions
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pack",
+        help="convert an original dataset download into a packed store",
+        description="Convert a source's original download into OUTPUT/<name> (LMDB + manifest.json). "
+        "Sources: " + ", ".join(f"{name}" for name in sources.CONVERTERS),
+    )
+    parser.add_argument("source", metavar="SOURCE", help="one of: " + ", ".join(sources.CONVERTERS))
+    parser.add_argument("--input", required=True, type=Path, help="the source's root as the download unpacks")
+    parser.add_argument("--output", required=True, type=Path, help="data directory; the store goes to OUTPUT/<name>")
+    parser.add_argument("--name", help="store directory name (default: the source name)")
+    parser.add_argument("--class-splits", type=Path, help="official class-split JSON (Meta-Dataset format)")
+    parser.add_argument(
+        "--duplicates", type=Path, action="append", default=[],
+        help="ILSVRC: a Meta-Dataset duplicates list; its files are left out (repeatable)",
+    )
+    parser.add_argument("--labels", type=Path, help="VGG Flower / Traffic Signs: class names, one per line")
+    parser.add_argument("--max-side", type=int, help="downscale so the longer side is at most N (re-encodes)")
+    parser.add_argument("--raw-size", type=int, help="store every image decoded and resized to S x S raw uint8 RGB")
+    parser.add_argument("--on-error", choices=("fail", "skip"), default="fail", help="bad image files: fail (default) or skip and count")
+    parser.add_argument("--workers", type=int, default=0, help="worker processes (default: one per CPU core)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing different store")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = PackOptions(
+        max_side=args.max_side,
+        raw_size=args.raw_size,
+        on_error=args.on_error,
+        workers=args.workers,
+        name=args.name,
+        overwrite=args.overwrite,
+        progress=not args.quiet and not args.json,
+    )
+    converter = sources.get_converter(args.source)
+    converter_options = ConverterOptions(
+        class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels
+    )
+    plan = converter.plan(args.input, converter_options)
+    summary = run_pack(plan, args.output, options)
+    if args.json:
+        print(json.dumps(summary_json(summary), indent=1))
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def summary_json(summary: PackSummary) -> dict[str, object]:
+    manifest = summary.manifest
+    counts = [c.count for c in manifest.classes]
+    return {
+        "source": summary.source,
+        "store": str(summary.store_dir),
+        "classes": len(manifest.classes),
+        "split_counts": split_counts(manifest),
+        "split_rule": manifest.split_rule,
+        "images": manifest.num_records,
+        "images_per_class": {"min": min(counts), "max": max(counts)},
+        "skipped": summary.num_skipped,
+        "empty_classes_dropped": summary.empty_classes,
+        "bytes": summary.num_bytes,
+        "seconds": round(summary.seconds, 3),
+        "images_per_second": round(summary.images_per_second, 1),
+        "peak_rss_mb": round(summary.peak_rss_mb, 1),
+        "fingerprint": manifest.fingerprint,
+        "unchanged": summary.unchanged,
+    }
+
+
+def format_summary(summary: PackSummary) -> str:
+    data = summary_json(summary)
+    counts = data["split_counts"]
+    assert isinstance(counts, dict)
+    per_class = data["images_per_class"]
+    assert isinstance(per_class, dict)
+    lines = [
+        f"packed {data['source']} -> {data['store']}" + ("  (unchanged: same content as before)" if summary.unchanged else ""),
+        f"  classes  {data['classes']}  (train {counts['train']}, valid {counts['valid']}, test {counts['test']}; rule {data['split_rule']})",
+        f"  images   {data['images']}  (per class {per_class['min']}..{per_class['max']}; skipped {data['skipped']})",
+        f"  size     {summary.num_bytes / 1e6:.1f} MB in {summary.seconds:.1f} s ({summary.images_per_second:.0f} images/s, peak RSS {summary.peak_rss_mb:.0f} MB)",
+        f"  fingerprint {data['fingerprint']}",
+    ]
+    if summary.empty_classes:
+        lines.insert(3, f"  dropped  {len(summary.empty_classes)} classes left without images: {summary.empty_classes[:5]}")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Class hierarchies the samplers walk: WordNet 3.0 nouns, the ImageNet split, Omniglot.
+
+Every function here is pure (the only I/O is reading the WordNet file shipped in the
+package) and every listing it returns is sorted by a stable key (wnid or name), so
+results never depend on set/dict order, hash seeds or input order.
+
+Modules:
+- ``wordnet``: the noun is-a graph (parser, shipped derived file, loader).
+- ``build_wordnet``: regenerates the shipped file from Debian's ``wordnet-base``.
+- ``imagenet``: the Meta-Dataset ImageNet split and its eligible internal nodes.
+- ``omniglot``: alphabet -> character hierarchy and its Meta-Dataset split.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Split(str, enum.Enum):
+    """A class split of a source; the value is the name used on the wire and in manifests."""
+
+    TRAIN = "train"
+    VALID = "valid"
+    TEST = "test"

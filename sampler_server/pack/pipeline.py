@@ -1,0 +1,295 @@
+"""The pack pipeline shared by every converter.
+
+Streaming: classes are listed one at a time, items travel to worker processes in
+small batches with a bounded number in flight, results come back in submission
+order and are appended to the store. Memory therefore depends on the batch size
+and worker count, not on the number of images. Record ids follow plan order, so
+the store is the same whatever ``--workers`` is.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as futures
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from sampler_server import __version__
+from sampler_server.errors import FailedPrecondition, InputFormatError, InvalidArgument
+from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
+from sampler_server.pack.plan import ClassPlan, SourceItem, SourcePlan
+from sampler_server.store.fingerprint import ContentFingerprint
+from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
+from sampler_server.store.writer import StoreWriter, is_servable
+
+_BATCH = 32
+_SKIPPED_LISTED = 1000
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """Options common to every converter (the CLI's ``pack`` flags)."""
+
+    max_side: int | None = None
+    raw_size: int | None = None
+    on_error: str = "fail"
+    workers: int = 0  # 0 = one per CPU core
+    name: str | None = None
+    overwrite: bool = False
+    progress: bool = True
+    jpeg_quality: int = 95
+
+    def __post_init__(self) -> None:
+        if self.max_side is not None and not 1 <= self.max_side <= 65535:
+            raise InvalidArgument(f"--max-side must be in [1, 65535], got {self.max_side}")
+        if self.raw_size is not None and not 1 <= self.raw_size <= 4096:
+            raise InvalidArgument(f"--raw-size must be in [1, 4096], got {self.raw_size}")
+        if self.max_side is not None and self.raw_size is not None:
+            raise InvalidArgument("--max-side and --raw-size exclude each other (raw records are already S x S)")
+        if self.on_error not in ("fail", "skip"):
+            raise InvalidArgument(f"--on-error must be 'fail' or 'skip', got {self.on_error!r}")
+        if self.workers < 0 or self.workers > 512:
+            raise InvalidArgument(f"--workers must be in [0, 512] (0 = one per core), got {self.workers}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise InvalidArgument(f"jpeg quality must be in [1, 100], got {self.jpeg_quality}")
+        if self.name is not None and (not self.name or self.name.startswith(".") or "/" in self.name):
+            raise InvalidArgument(f"--name must be a plain directory name, got {self.name!r}")
+
+    def effective_workers(self) -> int:
+        return self.workers or max(1, os.cpu_count() or 1)
+
+    def recorded(self) -> dict[str, Any]:
+        """What the manifest keeps (encoding choices only; none enters the fingerprint)."""
+        return {"max_side": self.max_side, "raw_size": self.raw_size, "on_error": self.on_error,
+                "jpeg_quality": self.jpeg_quality if (self.max_side or self.raw_size) else None}
+
+
+@dataclass
+class PackSummary:
+    """What a finished pack reports (printed by the CLI, returned to callers)."""
+
+    source: str
+    store_dir: Path
+    manifest: Manifest
+    num_skipped: int
+    num_bytes: int
+    seconds: float
+    peak_rss_mb: float
+    unchanged: bool = False
+    empty_classes: list[str] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.manifest.num_records / self.seconds if self.seconds > 0 else 0.0
+
+
+def _batched(plan: SourcePlan) -> Iterator[list[tuple[int, SourceItem]]]:
+    batch: list[tuple[int, SourceItem]] = []
+    for class_index, class_plan in enumerate(plan.classes):
+        for item in class_plan.items():
+            batch.append((class_index, item))
+            if len(batch) >= _BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def _results_inline(plan: SourcePlan, options: DeriveOptions) -> Iterator[tuple[int, Derived | Failed]]:
+    for batch in _batched(plan):
+        yield from derive_batch(batch, options)
+
+
+def _results_pooled(
+    plan: SourcePlan, options: DeriveOptions, pool: futures.ProcessPoolExecutor, in_flight: int
+) -> Iterator[tuple[int, Derived | Failed]]:
+    pending: collections.deque[futures.Future] = collections.deque()
+    for batch in _batched(plan):
+        pending.append(pool.submit(derive_batch, batch, options))
+        if len(pending) >= in_flight:
+            yield from pending.popleft().result()
+    while pending:
+        yield from pending.popleft().result()
+
+
+def _check_existing(final_dir: Path, plan: SourcePlan, options: PackOptions) -> Manifest | None:
+    """An existing store of another source or other options is never silently replaced."""
+    if not final_dir.exists():
+        return None
+    if not is_servable(final_dir):
+        if any(final_dir.iterdir()):
+            raise FailedPrecondition(f"{final_dir}: exists and is not a store; choose another --output or --name")
+        return None
+    existing = load_manifest(final_dir)
+    if options.overwrite:
+        return existing
+    if existing.source != plan.source:
+        raise FailedPrecondition(
+            f"{final_dir}: already holds a store of source {existing.source!r}; "
+            f"pass --overwrite to replace it or choose another --name"
+        )
+    encoding = {"max_side": options.max_side, "raw_size": options.raw_size}
+    if {key: existing.pack_options.get(key) for key in encoding} != encoding:
+        raise FailedPrecondition(
+            f"{final_dir}: already holds a {plan.source} store packed with {existing.pack_options}; "
+            f"pass --overwrite to replace it"
+        )
+    return existing
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
+    """Pack a converter's plan into ``output_root/<name>``; atomic on success, nothing on failure."""
+    name = options.name or plan.source
+    derive_options = DeriveOptions(options.max_side, options.raw_size, options.jpeg_quality)
+    output_root = Path(output_root)
+    final_dir = output_root / name
+    existing = _check_existing(final_dir, plan, options)
+    workers = options.effective_workers()
+    started = time.perf_counter()
+
+    pool: futures.ProcessPoolExecutor | None = None
+    if workers > 1:  # started before LMDB is opened: no LMDB handle crosses a fork
+        pool = futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    writer = StoreWriter(output_root, name)
+    try:
+        writer.open()
+        results = (
+            _results_pooled(plan, derive_options, pool, in_flight=2 * workers + 2)
+            if pool is not None
+            else _results_inline(plan, derive_options)
+        )
+        summary = _write_all(plan, results, writer, options, existing, started)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return summary
+
+
+def _write_all(
+    plan: SourcePlan,
+    results: Iterator[tuple[int, Derived | Failed]],
+    writer: StoreWriter,
+    options: PackOptions,
+    existing: Manifest | None,
+    started: float,
+) -> PackSummary:
+    fingerprint = ContentFingerprint(plan.source)
+    classes: list[ClassInfo] = []
+    skipped: list[dict[str, str]] = []
+    num_skipped = 0
+    class_start = [-1] * len(plan.classes)
+    class_end = [0] * len(plan.classes)
+    bar = tqdm(
+        total=len(plan.classes),
+        unit="class",
+        desc=f"pack {plan.source}",
+        disable=not options.progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    current = -1
+
+    def close_class(index: int) -> None:
+        bar.update(1)
+        bar.set_postfix(images=writer.num_records, skipped=num_skipped, refresh=False)
+
+    for class_index, result in results:
+        while current < class_index:
+            if current >= 0:
+                close_class(current)
+            current += 1
+        if isinstance(result, Failed):
+            if options.on_error == "fail":
+                raise InputFormatError(result.path, result.problem + " (pass --on-error skip to skip such files)")
+            num_skipped += 1
+            if len(skipped) < _SKIPPED_LISTED:
+                skipped.append({"origin": result.origin, "problem": result.problem})
+            continue
+        class_plan = plan.classes[class_index]
+        if class_start[class_index] < 0:
+            class_start[class_index] = writer.num_records
+            fingerprint.add_class(
+                class_plan.name, class_plan.wnid, class_plan.group, class_plan.split.value if class_plan.split else None
+            )
+        writer.append(result.record)
+        class_end[class_index] = writer.num_records
+        fingerprint.add_record(result.origin, result.derivation, result.source_digest)
+    while current < len(plan.classes) - 1:
+        if current >= 0:
+            close_class(current)
+        current += 1
+    if current >= 0:
+        close_class(current)
+    bar.close()
+
+    empty: list[str] = []
+    for class_index, class_plan in enumerate(plan.classes):
+        if class_start[class_index] < 0:
+            if options.on_error == "fail":
+                raise InputFormatError(class_plan.name, "class has no images")
+            empty.append(class_plan.name)
+            continue
+        classes.append(
+            ClassInfo(
+                id=len(classes),
+                name=class_plan.name,
+                start=class_start[class_index],
+                end=class_end[class_index],
+                split=class_plan.split,
+                wnid=class_plan.wnid,
+                group=class_plan.group,
+            )
+        )
+    if not classes:
+        raise InputFormatError(plan.source, "no images were packed")
+    manifest = Manifest(
+        source=plan.source,
+        name=writer.name,
+        classes=tuple(classes),
+        split_rule=plan.split_rule,
+        fingerprint=fingerprint.hexdigest(),
+        pack_options={**options.recorded(), **dict(plan.notes)},
+        hierarchy=plan.hierarchy,
+        num_skipped=num_skipped,
+        skipped=tuple(skipped),
+        created_by=f"sampler-server {__version__}",
+    )
+    if existing is not None and not options.overwrite and existing.fingerprint != manifest.fingerprint:
+        raise FailedPrecondition(
+            f"{writer.final_dir}: already holds a different {plan.source} store "
+            f"(fingerprint {existing.fingerprint[:19]}..., this input gives {manifest.fingerprint[:19]}...); "
+            f"pass --overwrite to replace it"
+        )
+    store_dir = writer.commit(manifest)
+    return PackSummary(
+        source=plan.source,
+        store_dir=store_dir,
+        manifest=manifest,
+        num_skipped=num_skipped,
+        num_bytes=writer.num_bytes,
+        seconds=time.perf_counter() - started,
+        peak_rss_mb=_peak_rss_mb(),
+        unchanged=existing is not None and existing.fingerprint == manifest.fingerprint,
+        empty_classes=empty,
+    )
+
+
+def split_counts(manifest: Manifest) -> dict[str, int]:
+    return {split.value: len(manifest.classes_in(split)) for split in Split}

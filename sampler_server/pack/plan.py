@@ -1,0 +1,99 @@
+"""What a converter returns: the classes of a source and how to make each record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sampler_server.errors import InvalidArgument
+from sampler_server.store.manifest import Split
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """How a record's image is derived from its original file.
+
+    Applied in this order: read (a file, or one row of a ``.npy`` bitmap array),
+    crop to ``crop`` = (left, upper, right, lower) in pixels (clipped to the image),
+    invert. The canonical ``describe()`` string enters the content fingerprint.
+    """
+
+    crop: tuple[int, int, int, int] | None = None
+    invert: bool = False
+    npy_row: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.crop is not None:
+            left, upper, right, lower = self.crop
+            if right <= left or lower <= upper:
+                raise InvalidArgument(f"crop box {self.crop} is empty; expected left < right and upper < lower")
+        if self.npy_row is not None and self.npy_row < 0:
+            raise InvalidArgument(f"npy_row must be >= 0, got {self.npy_row}")
+
+    @property
+    def changes_pixels(self) -> bool:
+        return self.crop is not None or self.invert or self.npy_row is not None
+
+    def describe(self) -> str:
+        parts = []
+        if self.npy_row is not None:
+            parts.append(f"npy_row={self.npy_row}")
+        if self.crop is not None:
+            parts.append("crop=" + ",".join(str(v) for v in self.crop))
+        if self.invert:
+            parts.append("invert")
+        return ";".join(parts)
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    """One future record.
+
+    ``origin`` is the original file's path relative to the input root, with a
+    ``#fragment`` when one file yields several records (a COCO object, a bitmap
+    row); it identifies the record in the fingerprint and in error messages.
+    """
+
+    origin: str
+    path: Path
+    derivation: Derivation = field(default_factory=Derivation)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClassPlan:
+    """A class before packing; ``items`` is called once, when the class is written."""
+
+    name: str
+    items: Callable[[], Iterable[SourceItem]]
+    split: Split | None = None
+    wnid: str | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """Classes in final id order, and how their split was decided."""
+
+    source: str
+    classes: tuple[ClassPlan, ...]
+    split_rule: str
+    hierarchy: str | None = None
+    notes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConverterOptions:
+    """Source-specific inputs a user may pass to ``pack``."""
+
+    class_splits: Path | None = None
+    duplicates: tuple[Path, ...] = ()
+    labels: Path | None = None
+
+
+def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:
+    """Canonical class order: train, valid, test, unsplit; by name within each."""
+    rank = {Split.TRAIN: 0, Split.VALID: 1, Split.TEST: 2, None: 3}
+    return tuple(sorted(classes, key=lambda c: (rank[c.split], c.name)))

@@ -1,0 +1,203 @@
+"""The manifest: a human-readable JSON description of one packed source.
+
+It is the only file the server reads at start-up (images stay in LMDB), so it holds
+everything a sampler needs: classes in id order with their contiguous record
+ranges, their split, hierarchy references, the pack options and the content
+fingerprint. Loading validates it fully; a manifest that does not describe a
+consistent store is refused rather than served.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sampler_server.errors import DataLoss, NotFound
+
+MANIFEST_NAME = "manifest.json"
+DATA_NAME = "data.mdb"
+FORMAT_NAME = "sampler-server-store"
+FORMAT_VERSION = 1
+
+
+class Split(str, enum.Enum):
+    """Class splits as Meta-Dataset names them."""
+
+    TRAIN = "train"
+    VALID = "valid"
+    TEST = "test"
+
+    @classmethod
+    def parse(cls, value: str) -> "Split":
+        aliases = {"validation": cls.VALID, "val": cls.VALID}
+        if value in aliases:
+            return aliases[value]
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(s.value for s in cls)
+            raise NotFound(f"unknown split {value!r}; allowed: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """One class: its id is its position; its records are [start, end)."""
+
+    id: int
+    name: str
+    start: int
+    end: int
+    split: Split | None = None
+    wnid: str | None = None
+    group: str | None = None
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "start": self.start,
+            "end": self.end,
+            "count": self.count,
+            "split": self.split.value if self.split else None,
+        }
+        if self.wnid is not None:
+            out["wnid"] = self.wnid
+        if self.group is not None:
+            out["group"] = self.group
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ClassInfo":
+        split = data.get("split")
+        return cls(
+            id=int(data["id"]),
+            name=str(data["name"]),
+            start=int(data["start"]),
+            end=int(data["end"]),
+            split=Split(split) if split else None,
+            wnid=data.get("wnid"),
+            group=data.get("group"),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything about a packed source except the image bytes."""
+
+    source: str
+    name: str
+    classes: tuple[ClassInfo, ...]
+    split_rule: str
+    fingerprint: str
+    pack_options: dict[str, Any] = field(default_factory=dict)
+    hierarchy: str | None = None
+    num_skipped: int = 0
+    skipped: tuple[dict[str, str], ...] = ()
+    created_by: str = ""
+
+    @property
+    def num_records(self) -> int:
+        return self.classes[-1].end if self.classes else 0
+
+    def classes_in(self, split: Split) -> tuple[ClassInfo, ...]:
+        return tuple(c for c in self.classes if c.split is split)
+
+    def to_json(self) -> dict[str, Any]:
+        split_counts = {s.value: len(self.classes_in(s)) for s in Split}
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "source": self.source,
+            "name": self.name,
+            "fingerprint": self.fingerprint,
+            "num_records": self.num_records,
+            "num_classes": len(self.classes),
+            "split_rule": self.split_rule,
+            "split_counts": split_counts,
+            "hierarchy": self.hierarchy,
+            "pack_options": self.pack_options,
+            "num_skipped": self.num_skipped,
+            "skipped": list(self.skipped),
+            "created_by": self.created_by,
+            "storage": {"lmdb": DATA_NAME, "key": "uint64 big-endian record id", "record_layout": 1},
+            "classes": [c.to_json() for c in self.classes],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "manifest") -> "Manifest":
+        if data.get("format") != FORMAT_NAME:
+            raise DataLoss(f"{where}: not a {FORMAT_NAME} manifest (format={data.get('format')!r})")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise DataLoss(
+                f"{where}: format_version {data.get('format_version')!r} is not supported "
+                f"(this build reads {FORMAT_VERSION})"
+            )
+        try:
+            classes = tuple(ClassInfo.from_json(c) for c in data["classes"])
+            manifest = cls(
+                source=str(data["source"]),
+                name=str(data["name"]),
+                classes=classes,
+                split_rule=str(data["split_rule"]),
+                fingerprint=str(data["fingerprint"]),
+                pack_options=dict(data.get("pack_options") or {}),
+                hierarchy=data.get("hierarchy"),
+                num_skipped=int(data.get("num_skipped", 0)),
+                skipped=tuple(data.get("skipped") or ()),
+                created_by=str(data.get("created_by", "")),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise DataLoss(f"{where}: malformed manifest ({error!r})") from None
+        validate_class_ranges(manifest.classes, where)
+        if data.get("num_records") not in (None, manifest.num_records):
+            raise DataLoss(f"{where}: num_records {data['num_records']} disagrees with class ranges")
+        return manifest
+
+
+def validate_class_ranges(classes: Iterable[ClassInfo], where: str = "manifest") -> None:
+    """Ids are positions; ranges are contiguous, non-empty and in id order."""
+    expected_start = 0
+    for position, info in enumerate(classes):
+        if info.id != position:
+            raise DataLoss(f"{where}: class {info.name!r} has id {info.id}, expected {position}")
+        if info.start != expected_start or info.end <= info.start:
+            raise DataLoss(
+                f"{where}: class {info.name!r} has records [{info.start}, {info.end}), "
+                f"expected a non-empty range starting at {expected_start}"
+            )
+        expected_start = info.end
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """Write atomically: a reader sees the old file, the new one, or none."""
+    path = directory / MANIFEST_NAME
+    tmp = directory / (MANIFEST_NAME + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(manifest.to_json(), handle, indent=1, ensure_ascii=False)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def load_manifest(directory: str | os.PathLike[str]) -> Manifest:
+    path = Path(directory) / MANIFEST_NAME
+    if not path.is_file():
+        raise NotFound(f"{directory}: no {MANIFEST_NAME}; not a packed store (or its pack did not finish)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataLoss(f"{path}: unreadable manifest ({error})") from None
+    manifest = Manifest.from_json(data, where=str(path))
+    if not (Path(directory) / DATA_NAME).is_file():
+        raise DataLoss(f"{directory}: manifest present but {DATA_NAME} is missing")
+    return manifest

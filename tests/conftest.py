@@ -1,0 +1,47 @@
+"""Shared test helpers: paths to ../shared/reference and packing a generated fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sampler_server import fixtures
+from sampler_server.fixtures.base import Fixture
+from sampler_server.pack import sources
+from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack
+from sampler_server.pack.plan import ConverterOptions
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
+
+
+@pytest.fixture(scope="session")
+def shared_reference() -> Path:
+    if not SHARED_REFERENCE.is_dir():
+        pytest.fail(f"{SHARED_REFERENCE} is missing: CI provides ../shared beside the repo")
+    return SHARED_REFERENCE
+
+
+def generate_fixture(source: str, root: Path, **kwargs: Any) -> Fixture:
+    return fixtures.get_generator(source).generate(root / "original" / source, **kwargs)
+
+
+def pack_fixture(
+    fixture: Fixture,
+    output: Path,
+    *,
+    use_split_file: bool = True,
+    converter_overrides: dict[str, Any] | None = None,
+    **pack_kwargs: Any,
+) -> PackSummary:
+    """Pack a fixture the way ``sampler-server pack`` would (in-process, quiet)."""
+    converter_kwargs: dict[str, Any] = dict(fixture.pack_args)
+    if use_split_file and fixture.split_file is not None:
+        converter_kwargs["class_splits"] = fixture.split_file
+    converter_kwargs.update(converter_overrides or {})
+    plan = sources.get_converter(fixture.source).plan(fixture.input_dir, ConverterOptions(**converter_kwargs))
+    pack_kwargs.setdefault("progress", False)
+    pack_kwargs.setdefault("workers", 1)
+    return run_pack(plan, output, PackOptions(**pack_kwargs))
