@@ -10,9 +10,20 @@ Invariants every part relies on:
   another ``--max-side`` or ``--raw-size`` keeps the fingerprint.
 """
 
+from typing import Any
+
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
-from sampler_server.store.reader import StoreReader, find_stores, open_store
 from sampler_server.store.record import Encoding, Record, decode_record, encode_record
+
+
+def __getattr__(name: str) -> Any:
+    # The reader pulls in LMDB; modules that only need manifests (pure layers) must
+    # be able to import this package without it.
+    if name in ("StoreReader", "find_stores", "open_store"):
+        from sampler_server.store import reader
+
+        return getattr(reader, name)
+    raise AttributeError(name)
 
 __all__ = [
     "ClassInfo",

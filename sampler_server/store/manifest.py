@@ -9,7 +9,6 @@ consistent store is refused rather than served.
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -17,31 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sampler_server.core.split import Split
 from sampler_server.errors import DataLoss, NotFound
 
 MANIFEST_NAME = "manifest.json"
 DATA_NAME = "data.mdb"
 FORMAT_NAME = "sampler-server-store"
 FORMAT_VERSION = 1
-
-
-class Split(str, enum.Enum):
-    """Class splits as Meta-Dataset names them."""
-
-    TRAIN = "train"
-    VALID = "valid"
-    TEST = "test"
-
-    @classmethod
-    def parse(cls, value: str) -> "Split":
-        aliases = {"validation": cls.VALID, "val": cls.VALID}
-        if value in aliases:
-            return aliases[value]
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(s.value for s in cls)
-            raise NotFound(f"unknown split {value!r}; allowed: {allowed}") from None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 LMDB is opened read-only and lock-free (``lock=False``): the store is immutable
 once published, so readers need no lock table, and many processes share its pages
-through the OS page cache. The environment is opened lazily and re-opened after a
-fork (LMDB handles must not cross ``fork``), so a reader can be created before a
-worker pool starts.
+through the OS page cache. Environments are opened lazily, once per store per process,
+and dropped in a forked child (LMDB handles must not cross ``fork``), so a reader can
+be created before a worker pool starts and be pickled to workers.
 """
 
 from __future__ import annotations
@@ -16,8 +16,44 @@ from pathlib import Path
 import lmdb
 
 from sampler_server.errors import DataLoss, InvalidArgument, NotFound
-from sampler_server.store.manifest import MANIFEST_NAME, Manifest, load_manifest
+from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, load_manifest
 from sampler_server.store.record import Record, decode_record, record_key
+
+
+_ENVIRONMENTS: dict[str, tuple[int, lmdb.Environment]] = {}
+
+
+def _environment_for(directory: Path) -> lmdb.Environment:
+    """One handle per store per process (py-lmdb refuses to open a path twice);
+    re-opened when the store was replaced (another data file under the same path)."""
+    path = os.path.realpath(directory)
+    try:
+        inode = os.stat(os.path.join(path, DATA_NAME)).st_ino
+    except OSError as error:
+        raise DataLoss(f"{directory}: cannot open LMDB data ({error.strerror})") from None
+    cached = _ENVIRONMENTS.get(path)
+    if cached is not None and cached[0] == inode:
+        return cached[1]
+    if cached is not None:
+        cached[1].close()
+    try:
+        env = lmdb.open(path, readonly=True, lock=False, subdir=True, readahead=False, max_readers=1024)
+    except lmdb.Error as error:
+        raise DataLoss(f"{directory}: cannot open LMDB data ({error})") from None
+    _ENVIRONMENTS[path] = (inode, env)
+    return env
+
+
+def _drop_inherited_environments() -> None:
+    """After fork the parent's handles must not be used; closing the child's copy
+    of a read-only, lock-free environment only unmaps it in the child."""
+    inherited = list(_ENVIRONMENTS.values())
+    _ENVIRONMENTS.clear()
+    for _, env in inherited:
+        env.close()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_environments)
 
 
 class StoreReader:
@@ -26,28 +62,13 @@ class StoreReader:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.manifest: Manifest = load_manifest(self.directory)
-        self._env: lmdb.Environment | None = None
-        self._pid = -1
 
     @property
     def num_records(self) -> int:
         return self.manifest.num_records
 
     def _environment(self) -> lmdb.Environment:
-        if self._env is None or self._pid != os.getpid():
-            try:
-                self._env = lmdb.open(
-                    str(self.directory),
-                    readonly=True,
-                    lock=False,
-                    subdir=True,
-                    readahead=False,
-                    max_readers=1024,
-                )
-            except lmdb.Error as error:
-                raise DataLoss(f"{self.directory}: cannot open LMDB data ({error})") from None
-            self._pid = os.getpid()
-        return self._env
+        return _environment_for(self.directory)
 
     def _check_id(self, record_id: int) -> None:
         if not 0 <= record_id < self.num_records:
@@ -87,16 +108,6 @@ class StoreReader:
             for key, value in txn.cursor():
                 yield int.from_bytes(key, "big"), decode_record(value)
 
-    def close(self) -> None:
-        if self._env is not None and self._pid == os.getpid():
-            self._env.close()
-        self._env = None
-
-    def __getstate__(self) -> dict[str, object]:
-        state = self.__dict__.copy()
-        state["_env"] = None
-        state["_pid"] = -1
-        return state
 
 
 def open_store(directory: str | os.PathLike[str]) -> StoreReader:

@@ -13,12 +13,6 @@ Modules:
 
 from __future__ import annotations
 
-import enum
+from sampler_server.core.split import Split
 
-
-class Split(str, enum.Enum):
-    """A class split of a source; the value is the name used on the wire and in manifests."""
-
-    TRAIN = "train"
-    VALID = "valid"
-    TEST = "test"
+__all__ = ["Split"]

@@ -141,7 +141,8 @@ def build_imagenet_split(
     both = sorted(set(valid) & set(test))
     if both:
         raise InvalidArgument(f"wnid {both[0]} lies under both carnivore and device; a class needs one split")
-    train = tuple(leaf for leaf in leaves if leaf not in set(valid) | set(test))
+    held_out = set(valid) | set(test)
+    train = tuple(leaf for leaf in leaves if leaf not in held_out)
     return ImageNetSplit(
         variant=variant,
         train=hierarchy(Split.TRAIN, train, None),
@@ -185,11 +186,10 @@ def _ancestor_parents(
 def _check_leaves(parents: Mapping[str, tuple[str, ...]], leaves: tuple[str, ...]) -> None:
     """Classes must be leaves of their ancestor graph, and that graph must be rooted at entity."""
     leaf_set = set(leaves)
-    for node in sorted(parents):
-        inner = [parent for parent in parents[node] if parent in leaf_set]
-        if inner:
-            raise InvalidArgument(f"wnid {inner[0]} is an ancestor of {node}; classes must not contain each other")
     for leaf in leaves:
+        inner = sorted(_ancestors(parents, leaf) & leaf_set)
+        if inner:
+            raise InvalidArgument(f"wnid {inner[0]} is an ancestor of {leaf}; classes must not contain each other")
         if not _reaches(parents, leaf, ENTITY_WNID):
             raise InvalidArgument(
                 f"wnid {leaf} has no hypernym path to entity (an instance synset?); "
@@ -197,17 +197,21 @@ def _check_leaves(parents: Mapping[str, tuple[str, ...]], leaves: tuple[str, ...
             )
 
 
-def _reaches(parents: Mapping[str, tuple[str, ...]], node: str, ancestor: str) -> bool:
-    """True when ``ancestor`` is ``node`` or one of its ancestors."""
-    pending, seen = [node], set()
+def _ancestors(parents: Mapping[str, tuple[str, ...]], node: str) -> set[str]:
+    """All proper ancestors of ``node``."""
+    seen: set[str] = set()
+    pending = list(parents[node])
     while pending:
         current = pending.pop()
-        if current == ancestor:
-            return True
         if current not in seen:
             seen.add(current)
             pending.extend(parents[current])
-    return False
+    return seen
+
+
+def _reaches(parents: Mapping[str, tuple[str, ...]], node: str, ancestor: str) -> bool:
+    """True when ``ancestor`` is ``node`` or one of its ancestors."""
+    return node == ancestor or ancestor in _ancestors(parents, node)
 
 
 def _leaves_under(parents: Mapping[str, tuple[str, ...]], leaves: tuple[str, ...], root: str) -> tuple[str, ...]:
