@@ -78,6 +78,7 @@ def summary_json(summary: PackSummary) -> dict[str, object]:
         "seconds": round(summary.seconds, 3),
         "images_per_second": round(summary.images_per_second, 1),
         "peak_rss_mb": round(summary.peak_rss_mb, 1),
+        "workers_peak_rss_mb": round(summary.workers_peak_rss_mb, 1),
         "fingerprint": manifest.fingerprint,
         "unchanged": summary.unchanged,
     }

@@ -84,6 +84,7 @@ class PackSummary:
     seconds: float
     peak_rss_mb: float
     unchanged: bool = False
+    workers_peak_rss_mb: float = 0.0
     empty_classes: list[str] = field(default_factory=list)
 
     @property
@@ -145,10 +146,12 @@ def _check_existing(final_dir: Path, plan: SourcePlan, options: PackOptions) -> 
     return existing
 
 
-def _peak_rss_mb() -> float:
+def _peak_rss_mb(children: bool = False) -> float:
+    """Peak resident set size of this process (or of its largest finished child)."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    return resource.getrusage(who).ru_maxrss / 1024.0
 
 
 def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
@@ -179,6 +182,7 @@ def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackS
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+    summary.workers_peak_rss_mb = _peak_rss_mb(children=True)
     return summary
 
 
