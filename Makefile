@@ -28,12 +28,7 @@ test: install wordnet
 	$(BIN)/python -m pytest -q
 
 demo: install
-	rm -rf $(DEMO_DIR)
-	$(BIN)/sampler-server fixtures all --output $(DEMO_DIR)/original
-	@for source in $$(ls $(DEMO_DIR)/original); do \
-		$(BIN)/sampler-server pack $$source --input $(DEMO_DIR)/original/$$source --output $(DEMO_DIR)/store || exit 1; \
-	done
-	$(BIN)/sampler-server inspect $(DEMO_DIR)/store
+	$(BIN)/sampler-server demo --workdir $(DEMO_DIR)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
