@@ -1,0 +1,93 @@
+"""Assembled pixels are a pure function of (record, size, method), whatever the path."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+
+import lmdb
+import numpy as np
+import pytest
+from conftest import generate_fixture, pack_fixture
+from PIL import Image
+
+from sampler_server.assembly.assembler import Assembler, decode_records
+from sampler_server.assembly.decode import record_pixels
+from sampler_server.errors import DataLoss
+from sampler_server.imaging import ResizeMethod, resize_square, to_rgb_array
+from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import encode_record, decode_record, record_key
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assembly")
+    fixture = generate_fixture("image_folder", root, num_classes=4, images_per_class=12)
+    encoded = pack_fixture(fixture, root / "data", name="folder")
+    raw = pack_fixture(fixture, root / "data", name="folder_raw32", raw_size=32)
+    return StoreReader(encoded.store_dir), StoreReader(raw.store_dir)
+
+
+def test_decode_matches_a_direct_computation(stores):
+    reader, _ = stores
+    for record_id in range(reader.num_records):
+        record = reader.read(record_id)
+        image = Image.open(io.BytesIO(record.payload))
+        if image.format == "PNG":  # no reduced-scale path: exactly decode + bilinear resize
+            expected = resize_square(to_rgb_array(image), 40, ResizeMethod.BILINEAR)
+            assert np.array_equal(record_pixels(reader.read_value(record_id), 40), expected)
+        full = record_pixels(reader.read_value(record_id), 40, reduced_scale=False)
+        expected_full = resize_square(to_rgb_array(image), 40, ResizeMethod.BILINEAR)
+        assert np.abs(full.astype(int) - expected_full).mean() < 3  # libjpeg-turbo vs Pillow's IDCT
+
+
+@pytest.mark.parametrize("method", list(ResizeMethod))
+def test_pool_and_single_process_agree(stores, method):
+    reader, _ = stores
+    ids = list(range(reader.num_records))[::-1]
+    single = decode_records(reader, ids, 36, method)
+    assembler = Assembler({"folder": reader}, workers=2)
+    try:
+        assembler.warm_up()
+        pooled = assembler.images("folder", ids, 36, method)
+    finally:
+        assembler.close()
+    assert pooled.shape == (len(ids), 36, 36, 3) and pooled.dtype == np.uint8
+    assert np.array_equal(pooled, single)
+
+
+def test_raw_store_is_copied_and_equals_decoding_at_pack_size(stores):
+    reader, raw = stores
+    assembler = Assembler({"raw": raw}, workers=1)
+    ids = [3, 1, 2]
+    out = assembler.images("raw", ids, 32)
+    for position, record_id in enumerate(ids):
+        payload = raw.read(record_id).payload
+        assert out[position].tobytes() == payload
+        original = to_rgb_array(Image.open(io.BytesIO(reader.read(record_id).payload)))
+        assert np.array_equal(out[position], resize_square(original, 32))
+    assert assembler.images("raw", ids, 20).shape == (3, 20, 20, 3)  # other size: resized
+
+
+def test_corrupt_record_is_data_loss_naming_the_record(stores, tmp_path):
+    reader, _ = stores
+    import shutil
+
+    copy = tmp_path / "corrupt"
+    shutil.copytree(reader.directory, copy)
+    env = lmdb.open(str(copy), subdir=True, lock=False)
+    with env.begin(write=True) as txn:
+        record = decode_record(txn.get(record_key(5)))
+        truncated = record.payload[: len(record.payload) // 3]
+        txn.put(record_key(5), encode_record(replace(record, payload=truncated)))
+    env.close()
+    damaged = StoreReader(copy)
+    with pytest.raises(DataLoss, match=r"store 'folder', record 5: cannot decode stored image"):
+        decode_records(damaged, [4, 5], 32, ResizeMethod.BILINEAR)
+    assembler = Assembler({"folder": damaged}, workers=2)
+    try:
+        with pytest.raises(DataLoss, match="record 5"):
+            assembler.images("folder", list(range(20)), 32)
+        assert assembler.images("folder", list(range(6, 26)), 32).shape[0] == 20  # pool survives
+    finally:
+        assembler.close()
