@@ -45,3 +45,41 @@ def pack_fixture(
     pack_kwargs.setdefault("progress", False)
     pack_kwargs.setdefault("workers", 1)
     return run_pack(plan, output, PackOptions(**pack_kwargs))
+
+
+# ---- a real server on 127.0.0.1 with stores packed from fixtures -----------------------
+
+
+class ServedData:
+    """Stores packed from a learnable image_folder fixture, and a server over them."""
+
+    def __init__(self, root: Path, *, max_message_bytes: int = 32 << 20, max_streams: int = 8) -> None:
+        from sampler_server.service.server import RunningServer, ServerConfig
+        from sampler_server.service.servicer import ServiceLimits
+
+        self.root = root
+        self.fixture = generate_fixture("image_folder", root, num_classes=24, images_per_class=12)
+        self.data = root / "data"
+        self.encoded = pack_fixture(self.fixture, self.data, name="folder")
+        self.raw = pack_fixture(self.fixture, self.data, name="folder_raw32", raw_size=32)
+        self.server = RunningServer(
+            ServerConfig(
+                data_dir=self.data,
+                port=0,
+                workers=2,
+                threads=16,
+                limits=ServiceLimits(max_message_bytes=max_message_bytes, max_streams=max_streams),
+                grace_seconds=1.0,
+            )
+        ).start()
+        self.address = self.server.address
+
+    def stop(self) -> None:
+        self.server.stop(grace=0.5)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> ServedData:
+    served = ServedData(tmp_path_factory.mktemp("served"))
+    yield served
+    served.stop()

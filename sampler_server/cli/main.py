@@ -18,8 +18,10 @@ _SUBCOMMAND_MODULES = (
     "sampler_server.cli.pack_cmd",
     "sampler_server.cli.inspect_cmd",
     "sampler_server.cli.fixtures_cmd",
+    "sampler_server.cli.episode_cmd",
     "sampler_server.cli.demo_cmd",
     "sampler_server.cli.hierarchy_cmd",
+    "sampler_server.cli.serve_cmd",
 )
 
 

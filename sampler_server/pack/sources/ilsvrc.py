@@ -78,8 +78,8 @@ def _class_dirs(root: Path) -> list[Path]:
     for directory in dirs:
         if _WNID.fullmatch(directory.name) is None:
             raise InputFormatError(directory, "folder name is not a WordNet id (expected 'n' followed by 8 digits)")
-    tars = sorted(p.name for p in root.iterdir() if p.is_file() and _WNID.fullmatch(p.name.removesuffix(".tar")))
-    unextracted = [name for name in tars if not (root / name.removesuffix(".tar")).is_dir()]
+    tars = sorted(p for p in root.iterdir() if p.is_file() and p.suffix == ".tar" and _WNID.fullmatch(p.stem))
+    unextracted = [p.name for p in tars if not (root / p.stem).is_dir()]
     if unextracted:
         shown = ", ".join(unextracted[:5]) + (f" and {len(unextracted) - 5} more" if len(unextracted) > 5 else "")
         raise InputFormatError(

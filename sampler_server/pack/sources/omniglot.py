@@ -40,17 +40,16 @@ ACCEPTS: tuple[str, ...] = ()
 BACKGROUND_DIR = "images_background"
 EVALUATION_DIR = "images_evaluation"
 NUM_VALID_ALPHABETS = 5
-SPLIT_RULE = "omniglot: images_evaluation=test; images_background=train except the 5 smallest alphabets=valid"
+SPLIT_RULE = "omniglot: images_evaluation=test, images_background=train but its 5 smallest alphabets=valid"
 HIERARCHY = "omniglot-alphabets"
 _INVERT = Derivation(invert=True)
 
 
 @dataclass(frozen=True)
 class Alphabet:
-    """An alphabet folder and its character folders (sorted by name)."""
+    """An alphabet and its character folders (sorted by name)."""
 
     name: str
-    path: Path
     characters: tuple[Path, ...]
 
 
@@ -73,7 +72,7 @@ def _read_alphabets(folder: Path) -> list[Alphabet]:
         characters = tuple(_visible_dirs(alphabet_dir))
         if not characters:
             raise InputFormatError(alphabet_dir, "alphabet folder holds no character folders")
-        alphabets.append(Alphabet(alphabet_dir.name, alphabet_dir, characters))
+        alphabets.append(Alphabet(alphabet_dir.name, characters))
     if not alphabets:
         raise InputFormatError(folder, "holds no alphabet folders")
     return alphabets

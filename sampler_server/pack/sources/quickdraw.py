@@ -13,9 +13,10 @@ What the converter applies, and why:
 - One record per row (``Derivation(npy_row=i)``, origin ``<file>#<i>``), in row
   order; the pipeline turns the row into a 28x28 greyscale PNG on a worker. Pixels
   are NOT inverted: the reference keeps the bitmaps' polarity.
-- Only each file's header is read when planning (through a read-only memory map),
-  so listing a class never loads its array; a file that is not a 2-D uint8 (or
-  bool) array of square bitmaps is an input error.
+- Only each file's .npy header is read when planning, so listing a class never
+  loads its array; a file whose header is not a 2-D uint8 (or bool) array of
+  square bitmaps is an input error. A truncated data section fails row by row when
+  packing (``--on-error`` decides), as a corrupt image file does elsewhere.
 - Splits: ``--class-splits`` (Meta-Dataset's file) or the default 70/15/15 rule.
 """
 
@@ -41,19 +42,29 @@ def class_name(file_name: str) -> str:
 
 
 def row_count(path: Path) -> int:
-    """Rows of a bitmap file, read from its header through a memory map (no data is loaded)."""
+    """Rows of a bitmap file, from its .npy header alone (no data is read or mapped).
+
+    A file whose header is not a 2-D uint8 (or bool) array of square bitmaps is an
+    input error now; a data section cut short (an interrupted download) is found
+    row by row when packing, so ``--on-error skip`` can leave such a class out.
+    """
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with path.open("rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            if version == (1, 0):
+                shape, _fortran_order, dtype = np.lib.format.read_array_header_1_0(handle)
+            elif version == (2, 0):
+                shape, _fortran_order, dtype = np.lib.format.read_array_header_2_0(handle)
+            else:
+                raise InputFormatError(path, f".npy format version {version} is not supported (expected 1.0 or 2.0)")
     except (OSError, ValueError, EOFError) as error:
         raise InputFormatError(path, f"not a readable .npy array ({error})") from None
-    if not isinstance(array, np.ndarray):
-        raise InputFormatError(path, "expected one array, found an .npz archive")
-    if array.ndim != 2 or array.dtype not in (np.uint8, np.bool_):
-        raise InputFormatError(path, f"expected a 2-D uint8 bitmap array, got shape {array.shape} dtype {array.dtype}")
-    side = int(round(array.shape[1] ** 0.5))
-    if side * side != array.shape[1]:
-        raise InputFormatError(path, f"rows of {array.shape[1]} values are not square bitmaps")
-    return int(array.shape[0])
+    if len(shape) != 2 or dtype not in (np.uint8, np.bool_):
+        raise InputFormatError(path, f"expected a 2-D uint8 bitmap array, got shape {shape} dtype {dtype}")
+    side = int(round(shape[1] ** 0.5))
+    if side * side != shape[1]:
+        raise InputFormatError(path, f"rows of {shape[1]} values are not square bitmaps")
+    return int(shape[0])
 
 
 def _row_items(path: Path, rows: int) -> Iterator[SourceItem]:

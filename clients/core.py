@@ -1,0 +1,353 @@
+"""Framework-free client: connect, stream with prefetch, retry with backoff, resume.
+
+A stream is a cursor over one canonical index space: (request, next index, step,
+remaining count). When the connection breaks (server killed, restarted, draining),
+the client reconnects with exponential backoff and asks for the stream again from
+the next index it has not yet delivered, so the caller sees exactly the sequence an
+unbroken stream would have produced: no gap, no repeat. Errors that retrying cannot
+fix (a bad request, an unknown source, corrupt data) are raised at once with the
+server's message.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
+_DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
+_SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
+_RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS}
+
+
+class _Unreachable(grpc.RpcError):
+    """Connecting timed out; treated like UNAVAILABLE (retried, then reported)."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
+class SamplerClientError(RuntimeError):
+    """A request the server refused, or a server that stayed unreachable; names both."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def to_array(tensor: pb.Tensor) -> np.ndarray:
+    """Zero-copy view of a wire tensor (read-only; copy it to modify)."""
+    return np.frombuffer(tensor.data, dtype=_DTYPES[tensor.dtype]).reshape(tuple(tensor.shape))
+
+
+@dataclass(frozen=True)
+class EpisodeArrays:
+    """One episode as NumPy arrays; labels index ``class_ids`` / ``class_names``."""
+
+    source: str
+    split: str
+    seed: int
+    index: int
+    fingerprint: str
+    class_ids: tuple[int, ...]
+    class_names: tuple[str, ...]
+    support_images: np.ndarray  # uint8 [Ns, S, S, 3]
+    support_labels: np.ndarray  # int64 [Ns]
+    query_images: np.ndarray
+    query_labels: np.ndarray
+    support_record_ids: tuple[int, ...]
+    query_record_ids: tuple[int, ...]
+    image_size: int
+    resize: str
+
+    @property
+    def ways(self) -> int:
+        return len(self.class_ids)
+
+    @classmethod
+    def from_message(cls, message: pb.Episode) -> "EpisodeArrays":
+        return cls(
+            source=message.source,
+            split=pb.Split.Name(message.split).removeprefix("SPLIT_").lower(),
+            seed=message.seed,
+            index=message.index,
+            fingerprint=message.fingerprint,
+            class_ids=tuple(c.class_id for c in message.classes),
+            class_names=tuple(c.name for c in message.classes),
+            support_images=to_array(message.support_images),
+            support_labels=to_array(message.support_labels),
+            query_images=to_array(message.query_images),
+            query_labels=to_array(message.query_labels),
+            support_record_ids=tuple(message.support_record_ids),
+            query_record_ids=tuple(message.query_record_ids),
+            image_size=message.image_size,
+            resize=pb.ResizeMethod.Name(message.resize).removeprefix("RESIZE_METHOD_").lower(),
+        )
+
+
+@dataclass(frozen=True)
+class BatchArrays:
+    source: str
+    index: int
+    epoch: int
+    fingerprint: str
+    images: np.ndarray
+    labels: np.ndarray
+    record_ids: tuple[int, ...]
+    num_classes: int
+
+    @classmethod
+    def from_message(cls, message: pb.Batch) -> "BatchArrays":
+        return cls(message.source, message.index, message.epoch, message.fingerprint, to_array(message.images),
+                   to_array(message.labels), tuple(message.record_ids), message.num_classes)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What to ask for (everything but the indices); a value, so it can cross processes."""
+
+    sources: tuple[str, ...] = ()
+    preset: str = ""
+    split: str = "train"
+    seed: int = 0
+    image_size: int = 84
+    resize: str = "bilinear"
+    ways: int | None = None
+    shots: int | None = None
+    query: int | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_request(self) -> pb.EpisodeRequest:
+        if self.split not in _SPLITS:
+            raise ValueError(f"split: got {self.split!r}, expected one of {', '.join(_SPLITS)}")
+        if self.resize not in _RESIZE:
+            raise ValueError(f"resize: got {self.resize!r}, expected one of {', '.join(_RESIZE)}")
+        config = pb.EpisodeConfig(**dict(self.config))
+        for name, value in (("num_ways", self.ways), ("num_support", self.shots), ("num_query", self.query)):
+            if value is not None:
+                setattr(config, name, value)
+        return pb.EpisodeRequest(
+            sources=list(self.sources), preset=self.preset, split=_SPLITS[self.split], config=config, seed=self.seed,
+            images=pb.ImageOptions(image_size=self.image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[self.resize]),
+        )
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 8          # consecutive failed attempts before giving up
+    initial_backoff: float = 0.2   # seconds
+    max_backoff: float = 5.0
+    multiplier: float = 2.0
+
+
+class SamplerClient:
+    """One channel to a server; safe to use from one thread per stream."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        prefetch: int = 2,
+        max_message_mb: int = 1024,
+        connect_timeout: float = 10.0,
+        call_timeout: float = 120.0,
+    ) -> None:
+        self.address = address
+        self.call_timeout = call_timeout
+        self.retry = retry
+        self.prefetch = max(1, prefetch)
+        self.connect_timeout = connect_timeout
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_mb << 20),
+            ("grpc.max_send_message_length", 64 << 20),
+        ]
+        self._channel: grpc.Channel | None = None
+        self._stub: pb_grpc.SamplerStub | None = None
+
+    def _connect(self) -> pb_grpc.SamplerStub:
+        """A stub on a channel that is connected now (never waits past connect_timeout)."""
+        if self._stub is None:
+            channel = grpc.insecure_channel(self.address, options=self._options)
+            try:
+                grpc.channel_ready_future(channel).result(timeout=self.connect_timeout)
+            except grpc.FutureTimeoutError:
+                channel.close()
+                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:.0f} s") from None
+            self._channel = channel
+            self._stub = pb_grpc.SamplerStub(channel)
+        return self._stub
+
+    def _reset(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    def close(self) -> None:
+        self._reset()
+
+    def __enter__(self) -> "SamplerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_channel"] = None
+        state["_stub"] = None
+        return state
+
+    # ---- unary calls, retried --------------------------------------------------------
+
+    def _call(self, method: str, request: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return getattr(self._connect(), method)(request, timeout=self.call_timeout)
+            except grpc.RpcError as error:
+                attempt = self._after_failure(error, attempt, method)
+
+    def _after_failure(self, error: grpc.RpcError, attempt: int, what: str) -> int:
+        code = error.code()
+        if code not in RETRYABLE:
+            raise SamplerClientError(f"{what} on {self.address}: {code.name}: {error.details()}", code) from None
+        attempt += 1
+        if attempt >= self.retry.max_attempts:
+            raise SamplerClientError(
+                f"{what}: server {self.address} unreachable after {attempt} attempts ({code.name}: {error.details()})",
+                code,
+            ) from None
+        self._reset()
+        delay = min(self.retry.max_backoff, self.retry.initial_backoff * self.retry.multiplier ** (attempt - 1))
+        time.sleep(delay)
+        return attempt
+
+    def list_sources(self) -> list[pb.SourceSummary]:
+        return list(self._call("ListSources", pb.ListSourcesRequest()).sources)
+
+    def describe_source(self, name: str) -> pb.SourceDescription:
+        return self._call("DescribeSource", pb.DescribeSourceRequest(name=name))
+
+    def episode(self, spec: EpisodeSpec, index: int) -> EpisodeArrays:
+        return EpisodeArrays.from_message(self._call("GetEpisode", pb.GetEpisodeRequest(request=spec.to_request(), index=index)))
+
+    def report(self, reports: Sequence[pb.MetricReport], run_config_json: str = "") -> pb.ReportMetricsResponse:
+        """Idempotent on the server, so retrying after a lost reply is safe."""
+        return self._call("ReportMetrics", pb.ReportMetricsRequest(reports=list(reports), run_config_json=run_config_json))
+
+    def get_report(self, run_ids: Sequence[str], fmt: str = "table") -> str:
+        return self._call("GetReport", pb.GetReportRequest(run_ids=list(run_ids), format=fmt)).text
+
+    # ---- streams, resumable ------------------------------------------------------------
+
+    def episodes(self, spec: EpisodeSpec, start: int = 0, count: int = 0, step: int = 1) -> Iterator[EpisodeArrays]:
+        """Episodes start, start + step, ... (count of them; 0 = unbounded), resumed across failures."""
+        request = spec.to_request()
+
+        def open_stream(next_index: int, remaining: int) -> Iterator[pb.Episode]:
+            return self._connect().StreamEpisodes(
+                pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining, index_step=step)
+            )
+
+        for message in self._resumable(open_stream, start, count, step, "StreamEpisodes"):
+            yield EpisodeArrays.from_message(message)
+
+    def batches(
+        self, source: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0, step: int = 1,
+        image_size: int = 84, resize: str = "bilinear",
+    ) -> Iterator[BatchArrays]:
+        """Plain labelled batches of a split, resumed across failures like ``episodes``."""
+        images = pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize])
+
+        def open_stream(next_index: int, remaining: int) -> Iterator[pb.Batch]:
+            return self._connect().StreamBatches(
+                pb.StreamBatchesRequest(source=source, split=_SPLITS[split], seed=seed, batch_size=batch_size,
+                                        start_index=next_index, count=remaining, index_step=step, images=images)
+            )
+
+        for message in self._resumable(open_stream, start, count, step, "StreamBatches"):
+            yield BatchArrays.from_message(message)
+
+    def _resumable(self, open_stream: Any, start: int, count: int, step: int, what: str) -> Iterator[Any]:
+        """Yield messages in index order with prefetch; reopen after retryable failures."""
+        buffer: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+        done = object()
+
+        def pump() -> None:
+            next_index, delivered, attempt = start, 0, 0
+            try:
+                while not stop.is_set() and (not count or delivered < count):
+                    try:
+                        stream = open_stream(next_index, count - delivered if count else 0)
+                        for message in stream:
+                            if message.index != next_index:
+                                raise SamplerClientError(
+                                    f"{what}: server sent index {message.index}, expected {next_index}"
+                                )
+                            attempt = 0
+                            while not stop.is_set():
+                                try:
+                                    buffer.put(message, timeout=0.1)
+                                    break
+                                except queue.Full:
+                                    continue
+                            if stop.is_set():
+                                stream.cancel()
+                                return
+                            delivered += 1
+                            next_index += step
+                        if count and delivered < count:
+                            raise SamplerClientError(f"{what}: stream ended after {delivered} of {count} items")
+                        if not count:
+                            continue  # an unbounded stream never ends normally; reopen
+                    except grpc.RpcError as error:
+                        attempt = self._after_failure(error, attempt, what)
+                buffer.put(done)
+            except BaseException as error:  # delivered to the consumer, raised there
+                buffer.put(error)
+
+        worker = threading.Thread(target=pump, name="sampler-prefetch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = buffer.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            worker.join(timeout=5)
+
+
+def shard_window(start: int, count: int, shard: int, num_shards: int) -> tuple[int, int, int]:
+    """(start, count, step) of shard ``shard`` of indices [start, start + count): every
+    index i with (i - start) % num_shards == shard, in order. ``count`` 0 = unbounded;
+    a bounded window with no index for this shard returns count -1 (nothing to do)."""
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard: got {shard}, expected 0 to {num_shards - 1}")
+    if count == 0:
+        return start + shard, 0, num_shards
+    mine = max(0, -(-(count - shard) // num_shards))
+    return start + shard, (mine if mine else -1), num_shards

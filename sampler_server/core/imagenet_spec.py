@@ -1,0 +1,85 @@
+"""Glue: a DatasetSpec for WordNet-split sources (ILSVRC-2012) from a manifest with wnids.
+
+An ILSVRC store's manifest lists classes with wnids and no split (the converter
+leaves splits to the hierarchy). ``imagenet_spec`` computes them with
+``hierarchy.imagenet.build_imagenet_split`` from the shipped WordNet 3.0 graph:
+MD: valid = leaves under carnivore, test = leaves under device, train = the rest
+(712 / 158 / 130 with the ILSVRC-2012 classes); MD_V2: every class in train. Each
+split's eligible nodes (5 to 392 leaves) become ``NodeSpec``s sorted by wnid, their
+leaves sorted class ids. Splits already present in a manifest are ignored: the
+hierarchy is the only authority for these sources. The result is a pure function
+of the manifest, the variant and the graph.
+
+``spec_for_manifest`` picks the right builder for any manifest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from sampler_server.core.hierarchy.imagenet import ImageNetVariant, build_imagenet_split
+from sampler_server.core.spec import ClassSpec, DatasetSpec, HierarchySpec, NodeSpec
+from sampler_server.errors import FailedPrecondition, InvalidArgument
+from sampler_server.store.manifest import Split
+
+
+def parse_variant(variant: ImageNetVariant | str) -> ImageNetVariant:
+    try:
+        return ImageNetVariant(variant)
+    except ValueError:
+        allowed = ", ".join(v.value for v in ImageNetVariant)
+        raise InvalidArgument(f"imagenet split: got {variant!r}, expected one of {allowed}") from None
+
+
+def imagenet_spec(
+    manifest: Any, *, variant: ImageNetVariant | str = ImageNetVariant.MD, graph: nx.DiGraph | None = None
+) -> DatasetSpec:
+    """The spec of a WordNet-split store: per-class splits and per-split eligible nodes."""
+    variant = parse_variant(variant)
+    infos = tuple(manifest.classes)
+    missing = [info.name for info in infos if not info.wnid]
+    if not infos or missing:
+        raise FailedPrecondition(
+            f"source {manifest.source!r}: a WordNet split needs a wnid on every class"
+            + (f"; class {missing[0]!r} has none" if missing else "; the store has no classes")
+        )
+    id_of = {str(info.wnid): int(info.id) for info in infos}
+    split_hierarchy = build_imagenet_split(list(id_of), graph=graph, variant=variant)
+    split_of: dict[int, Split] = {}
+    hierarchy: dict[Split, HierarchySpec] = {}
+    for split in Split:
+        part = split_hierarchy.for_split(split.value)
+        for wnid in part.leaves:
+            split_of[id_of[wnid]] = split
+        nodes = (NodeSpec(node.wnid, tuple(sorted(id_of[leaf] for leaf in node.leaves))) for node in part.eligible)
+        hierarchy[split] = tuple(sorted(nodes, key=lambda node: node.id))
+    classes = tuple(
+        ClassSpec(
+            id=int(info.id),
+            name=str(info.name),
+            start=int(info.start),
+            count=int(info.end) - int(info.start),
+            split=split_of[int(info.id)],
+            wnid=str(info.wnid),
+            group=None,
+        )
+        for info in infos
+    )
+    return DatasetSpec(
+        source=str(manifest.source), fingerprint=str(manifest.fingerprint), classes=classes, hierarchy=hierarchy
+    )
+
+
+def needs_wordnet_split(manifest: Any) -> bool:
+    """True for a store whose classes all carry wnids and none a split (ILSVRC as packed)."""
+    infos = tuple(manifest.classes)
+    return bool(infos) and all(info.wnid and info.split is None for info in infos)
+
+
+def spec_for_manifest(manifest: Any, *, imagenet_variant: ImageNetVariant | str = ImageNetVariant.MD) -> DatasetSpec:
+    """``imagenet_spec`` for WordNet-split stores, ``DatasetSpec.from_manifest`` for the others."""
+    if needs_wordnet_split(manifest):
+        return imagenet_spec(manifest, variant=imagenet_variant)
+    return DatasetSpec.from_manifest(manifest)

@@ -1,0 +1,164 @@
+"""Conversions between wire messages and core values (no I/O, no gRPC calls).
+
+Validation of wire-level fields happens here and raises the project's errors with
+the field's wire name; the status mapping turns them into gRPC codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.sampling.episode import Episode
+from sampler_server.core.split import Split
+from sampler_server.errors import InvalidArgument
+from sampler_server.imaging import ResizeMethod
+from sampler_server.store.record import Encoding
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+DEFAULT_IMAGE_SIZE = 84
+MAX_IMAGE_SIZE = 1024
+MAX_INDEX = 2**63 - 1
+
+_SPLITS = {pb.SPLIT_TRAIN: Split.TRAIN, pb.SPLIT_VALID: Split.VALID, pb.SPLIT_TEST: Split.TEST}
+_SPLITS_BACK = {value: key for key, value in _SPLITS.items()}
+_RESIZE = {
+    pb.RESIZE_METHOD_UNSPECIFIED: ResizeMethod.BILINEAR,
+    pb.RESIZE_METHOD_BILINEAR: ResizeMethod.BILINEAR,
+    pb.RESIZE_METHOD_ANTIALIAS: ResizeMethod.ANTIALIAS,
+}
+_RESIZE_BACK = {ResizeMethod.BILINEAR: pb.RESIZE_METHOD_BILINEAR, ResizeMethod.ANTIALIAS: pb.RESIZE_METHOD_ANTIALIAS}
+_ENCODINGS = {
+    Encoding.RAW: pb.ENCODING_RAW,
+    Encoding.JPEG: pb.ENCODING_JPEG,
+    Encoding.PNG: pb.ENCODING_PNG,
+    Encoding.PPM: pb.ENCODING_PPM,
+}
+_DTYPES = {np.dtype(np.uint8): pb.DTYPE_UINT8, np.dtype(np.int32): pb.DTYPE_INT32,
+           np.dtype(np.int64): pb.DTYPE_INT64, np.dtype(np.float32): pb.DTYPE_FLOAT32}
+_CONFIG_FIELDS = (
+    "num_ways", "num_support", "num_query", "min_ways", "max_ways_upper_bound", "max_num_query",
+    "max_support_set_size", "max_support_size_contrib_per_class", "min_log_weight", "max_log_weight",
+    "min_examples_in_class", "ignore_hierarchy_probability",
+)
+
+
+def split_from_wire(value: int, field: str = "split") -> Split:
+    if value not in _SPLITS:
+        raise InvalidArgument(f"{field}: got {pb.Split.Name(value) if value in pb.Split.values() else value}, "
+                              "expected SPLIT_TRAIN, SPLIT_VALID or SPLIT_TEST")
+    return _SPLITS[value]
+
+
+def split_to_wire(split: Split | None) -> int:
+    return _SPLITS_BACK[split] if split is not None else pb.SPLIT_UNSPECIFIED
+
+
+def config_from_wire(message: pb.EpisodeConfig) -> EpisodeConfig:
+    kwargs = {name: getattr(message, name) for name in _CONFIG_FIELDS if message.HasField(name)}
+    return EpisodeConfig(all_classes=message.all_classes, **kwargs)
+
+
+def config_to_wire(config: EpisodeConfig) -> pb.EpisodeConfig:
+    message = pb.EpisodeConfig(all_classes=config.all_classes)
+    defaults = EpisodeConfig()
+    for name in _CONFIG_FIELDS:
+        value = getattr(config, name)
+        if value is not None and value != getattr(defaults, name):
+            setattr(message, name, value)
+    return message
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    size: int
+    encoded: bool
+    resize: ResizeMethod
+
+
+def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
+    size = message.image_size or DEFAULT_IMAGE_SIZE
+    if not 1 <= size <= MAX_IMAGE_SIZE:
+        raise InvalidArgument(f"images.image_size: got {size}, expected 1 to {MAX_IMAGE_SIZE} (0 = {DEFAULT_IMAGE_SIZE})")
+    if message.mode not in (pb.IMAGE_MODE_UNSPECIFIED, pb.IMAGE_MODE_DECODED, pb.IMAGE_MODE_ENCODED):
+        raise InvalidArgument(f"images.mode: got {message.mode}, expected IMAGE_MODE_DECODED or IMAGE_MODE_ENCODED")
+    if message.resize not in _RESIZE:
+        raise InvalidArgument(f"images.resize: got {message.resize}, expected RESIZE_METHOD_BILINEAR or RESIZE_METHOD_ANTIALIAS")
+    return ImageRequest(size, message.mode == pb.IMAGE_MODE_ENCODED, _RESIZE[message.resize])
+
+
+def tensor(array: np.ndarray) -> pb.Tensor:
+    message = pb.Tensor()
+    fill_tensor(message, array)
+    return message
+
+
+def fill_tensor(target: pb.Tensor, array: np.ndarray) -> None:
+    """Write in place: no intermediate message, so the pixels are copied once less."""
+    array = np.ascontiguousarray(array)
+    target.dtype = _DTYPES[array.dtype]
+    target.shape[:] = list(array.shape)
+    target.data = array.tobytes()
+
+
+def encoded_images(items: list[tuple[bytes, Encoding, int, int, int]]) -> pb.EncodedImages:
+    return pb.EncodedImages(
+        data=[bytes(payload) for payload, *_ in items],
+        encoding=[_ENCODINGS.get(encoding, pb.ENCODING_OTHER) for _, encoding, *_ in items],
+        width=[width for _, _, width, _, _ in items],
+        height=[height for *_, height, _ in items],
+        channels=[channels for *_, channels in items],
+    )
+
+
+def episode_labels(episode: Episode) -> tuple[np.ndarray, np.ndarray]:
+    support = np.repeat(np.arange(episode.ways, dtype=np.int64), episode.shots)
+    query = np.repeat(np.arange(episode.ways, dtype=np.int64), [len(q) for q in episode.query])
+    return support, query
+
+
+def episode_message(
+    episode: Episode,
+    class_names: list[str],
+    class_wnids: list[str | None],
+    images: ImageRequest,
+    support_pixels: np.ndarray | None,
+    query_pixels: np.ndarray | None,
+    support_encoded: list | None = None,
+    query_encoded: list | None = None,
+) -> pb.Episode:
+    support_labels, query_labels = episode_labels(episode)
+    message = pb.Episode(
+        source=episode.source,
+        split=split_to_wire(episode.split),
+        seed=episode.seed,
+        index=episode.index,
+        fingerprint=episode.fingerprint,
+        store_fingerprint=episode.store_fingerprint,
+        config_hash=episode.config_hash,
+        classes=[
+            pb.EpisodeClass(
+                class_id=class_id,
+                name=class_names[class_id],
+                wnid=class_wnids[class_id] or "",
+                num_support=len(episode.support[label]),
+                num_query=len(episode.query[label]),
+            )
+            for label, class_id in enumerate(episode.class_ids)
+        ],
+        support_record_ids=[r for ids in episode.support for r in ids],
+        query_record_ids=[r for ids in episode.query for r in ids],
+        image_size=images.size,
+        resize=_RESIZE_BACK[images.resize],
+    )
+    fill_tensor(message.support_labels, support_labels)
+    fill_tensor(message.query_labels, query_labels)
+    if support_pixels is not None and query_pixels is not None:
+        fill_tensor(message.support_images, support_pixels)
+        fill_tensor(message.query_images, query_pixels)
+    if support_encoded is not None:
+        message.support_encoded.CopyFrom(encoded_images(support_encoded))
+        message.query_encoded.CopyFrom(encoded_images(query_encoded))
+    return message

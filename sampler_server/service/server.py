@@ -1,0 +1,101 @@
+"""Building, starting and draining the gRPC server.
+
+Start-up reads manifests only and starts the decode workers before gRPC's threads
+exist. SIGTERM (or SIGINT) drains: health turns NOT_SERVING, open streams end with
+UNAVAILABLE naming the index to resume at, then the server stops.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sampler_server.assembly.assembler import Assembler
+from sampler_server.metrics.store import MetricsStore
+from sampler_server.service.registry import StoreRegistry
+from sampler_server.service.servicer import SamplerServicer, ServiceLimits
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sampler_server.service")
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sampler"].full_name
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 50051
+    workers: int | None = None
+    threads: int = 32
+    metrics_path: Path | None = None
+    limits: ServiceLimits = ServiceLimits()
+    grace_seconds: float = 5.0
+
+
+class RunningServer:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.registry = StoreRegistry.from_data_dir(config.data_dir)
+        self.assembler = Assembler({name: s.reader for name, s in self.registry.stores.items()}, config.workers)
+        self.assembler.warm_up()
+        metrics_path = config.metrics_path or (Path(config.data_dir) / "metrics.sqlite")
+        self.metrics = MetricsStore(metrics_path)
+        self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
+        message_limit = config.limits.max_message_bytes + (1 << 20)
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="rpc"),
+            options=[
+                ("grpc.max_send_message_length", message_limit),
+                ("grpc.max_receive_message_length", 64 << 20),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        pb_grpc.add_SamplerServicer_to_server(self.servicer, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {config.host}:{config.port}")
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    def start(self) -> "RunningServer":
+        self.server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        if self._stopped.is_set():
+            return
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.servicer.draining.set()
+        self.server.stop(self.config.grace_seconds if grace is None else grace).wait()
+        self.assembler.close()
+        self.metrics.close()
+        self._stopped.set()
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: object) -> None:
+            log.info("signal %d: draining", signum)
+            threading.Thread(target=self.stop, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)

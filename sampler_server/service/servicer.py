@@ -1,0 +1,319 @@
+"""The Sampler servicer: unpack, call the core and the assembler, pack.
+
+Episodes of a stream are assembled one ahead of the one being sent (a per-stream
+look-ahead thread), so decoding overlaps serialisation and transport. Stream count
+and message size are bounded by the server's limits; a request beyond them gets
+RESOURCE_EXHAUSTED while every other stream carries on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from sampler_server.assembly.assembler import Assembler
+from sampler_server.core.batches import BatchSampler
+from sampler_server.core.sampling.episode import Episode
+from sampler_server.core.sampling.multisource import MultiSourceSampler
+from sampler_server.errors import InvalidArgument, ResourceExhausted
+from sampler_server.metrics.store import MetricsStore, StoredReport
+from sampler_server.service import messages, status
+from sampler_server.service.registry import StoreRegistry
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sampler_server.service")
+
+PROTOCOL_MD_EPISODE = "md-episode"
+MAX_STREAM_COUNT = 10_000_000
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    max_message_bytes: int = 512 << 20
+    max_streams: int = 64
+    max_reports_per_request: int = 10_000
+
+
+class SamplerServicer(pb_grpc.SamplerServicer):
+    def __init__(
+        self,
+        registry: StoreRegistry,
+        assembler: Assembler,
+        metrics: MetricsStore,
+        limits: ServiceLimits = ServiceLimits(),
+    ) -> None:
+        self.registry = registry
+        self.assembler = assembler
+        self.metrics = metrics
+        self.limits = limits
+        self.draining = threading.Event()
+        self._streams = threading.BoundedSemaphore(limits.max_streams)
+
+    # ---- sources -------------------------------------------------------------------
+
+    def _summary(self, name: str) -> pb.SourceSummary:
+        store = self.registry.get(name)
+        manifest = store.manifest
+        counts = {split: len(manifest.classes_in(split)) for split in messages.Split}
+        return pb.SourceSummary(
+            name=name,
+            source=manifest.source,
+            fingerprint=manifest.fingerprint,
+            num_records=manifest.num_records,
+            train_classes=counts[messages.Split.TRAIN],
+            valid_classes=counts[messages.Split.VALID],
+            test_classes=counts[messages.Split.TEST],
+            hierarchy=manifest.hierarchy or "",
+            raw_size=store.raw_size or 0,
+        )
+
+    @status.unary
+    def ListSources(self, request: pb.ListSourcesRequest, context: grpc.ServicerContext) -> pb.ListSourcesResponse:
+        return pb.ListSourcesResponse(sources=[self._summary(name) for name in sorted(self.registry.stores)])
+
+    @status.unary
+    def DescribeSource(self, request: pb.DescribeSourceRequest, context: grpc.ServicerContext) -> pb.SourceDescription:
+        spec = self.registry.spec(request.name)
+        return pb.SourceDescription(
+            summary=self._summary(request.name),
+            classes=[
+                pb.ClassDescription(class_id=c.id, name=c.name, split=messages.split_to_wire(c.split),
+                                    num_records=c.count, wnid=c.wnid or "", group=c.group or "")
+                for c in spec.classes
+            ],
+        )
+
+    # ---- episodes ------------------------------------------------------------------
+
+    def _episode_source(self, request: pb.EpisodeRequest) -> tuple[Callable[[int], pb.Episode], str]:
+        """A function index -> Episode message for this request (validated up front)."""
+        split = messages.split_from_wire(request.split, "request.split")
+        images = messages.images_from_wire(request.images)
+        config = messages.config_from_wire(request.config)
+        specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size)
+        sampler = MultiSourceSampler(specs, list(specs), split, config)
+        seed = request.seed
+        names = {kind: [c.name for c in spec.classes] for kind, spec in specs.items()}
+        wnids = {kind: [c.wnid for c in spec.classes] for kind, spec in specs.items()}
+        limit = self.limits.max_message_bytes
+
+        def build(index: int) -> pb.Episode:
+            episode = sampler.sample(seed, index)
+            store = stores[episode.source]
+            support_ids = [r for ids in episode.support for r in ids]
+            query_ids = [r for ids in episode.query for r in ids]
+            if images.encoded:
+                return messages.episode_message(
+                    episode, names[episode.source], wnids[episode.source], images, None, None,
+                    self.assembler.encoded(store.name, support_ids), self.assembler.encoded(store.name, query_ids),
+                )
+            pixel_bytes = (len(support_ids) + len(query_ids)) * images.size * images.size * 3
+            if pixel_bytes > limit:
+                raise ResourceExhausted(
+                    f"episode {index} would carry {pixel_bytes} bytes of pixels at image_size {images.size}; "
+                    f"the server's message limit is {limit} bytes (request a smaller image_size or fewer shots)"
+                )
+            support = self.assembler.images(store.name, support_ids, images.size, images.resize)
+            query = self.assembler.images(store.name, query_ids, images.size, images.resize)
+            return messages.episode_message(episode, names[episode.source], wnids[episode.source], images, support, query)
+
+        label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
+        return build, label
+
+    def _stream(
+        self,
+        context: grpc.ServicerContext,
+        build: Callable[[int], Any],
+        start: int,
+        count: int,
+        step: int,
+        label: str,
+        kind: str,
+    ) -> Iterator[Any]:
+        if not self._streams.acquire(blocking=False):
+            raise ResourceExhausted(f"the server already serves {self.limits.max_streams} streams (its --max-streams)")
+        # The slot is released and the stream logged when the RPC ends for any reason: a
+        # cancelled stream's generator may never be resumed, so ``finally`` is not enough.
+        end = _StreamEnd(self._streams, f"stream {kind} {label} start={start} step={step} "
+                         f"count={count or 'unbounded'}", context.peer())
+        context.add_callback(end)
+        lookahead = futures.ThreadPoolExecutor(1, thread_name_prefix="assemble")
+        try:
+            indices = _indices(start, count, step)
+            pending = None
+            current = next(indices, None)
+            if current is not None:
+                pending = lookahead.submit(build, current)
+            while pending is not None:
+                if self.draining.is_set():
+                    raise status.Unavailable(f"server is shutting down; resume at index {current}")
+                message = pending.result()
+                following = next(indices, None)
+                pending = lookahead.submit(build, following) if following is not None else None
+                if following is None and count:
+                    message.last = True
+                yield message
+                end.sent += 1
+                current = following
+            end.outcome = "ok"
+        except BaseException as error:
+            end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
+            raise
+        finally:
+            lookahead.shutdown(wait=False, cancel_futures=True)
+            end()
+
+    @status.streaming
+    def StreamEpisodes(self, request: pb.StreamEpisodesRequest, context: grpc.ServicerContext) -> Iterator[pb.Episode]:
+        start, count, step = _stream_window(request.start_index, request.count, request.index_step)
+        build, label = self._episode_source(request.request)
+        yield from self._stream(context, build, start, count, step, label, "episodes")
+
+    @status.unary
+    def GetEpisode(self, request: pb.GetEpisodeRequest, context: grpc.ServicerContext) -> pb.Episode:
+        _stream_window(request.index, 1, 1)
+        build, _ = self._episode_source(request.request)
+        return build(request.index)
+
+    # ---- plain batches ---------------------------------------------------------------
+
+    @status.streaming
+    def StreamBatches(self, request: pb.StreamBatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Batch]:
+        start, count, step = _stream_window(request.start_index, request.count, request.index_step)
+        split = messages.split_from_wire(request.split, "split")
+        images = messages.images_from_wire(request.images)
+        store = self.registry.get(request.source)
+        sampler = BatchSampler(self.registry.spec(request.source), split, request.batch_size)
+        seed = request.seed
+        pixel_bytes = request.batch_size * images.size * images.size * 3
+        if not images.encoded and pixel_bytes > self.limits.max_message_bytes:
+            raise ResourceExhausted(
+                f"batch_size {request.batch_size} at image_size {images.size} needs {pixel_bytes} bytes; "
+                f"the server's message limit is {self.limits.max_message_bytes}"
+            )
+
+        def build(index: int) -> pb.Batch:
+            batch = sampler.sample(seed, index)
+            message = pb.Batch(
+                source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
+                fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
+            )
+            messages.fill_tensor(message.labels, messages.np.asarray(batch.labels, dtype=messages.np.int64))
+            if images.encoded:
+                message.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
+            else:
+                pixels = self.assembler.images(store.name, batch.record_ids, images.size, images.resize)
+                messages.fill_tensor(message.images, pixels)
+            return message
+
+        label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
+        yield from self._stream(context, build, start, count, step, label, "batches")
+
+    # ---- metrics -------------------------------------------------------------------
+
+    @status.unary
+    def ReportMetrics(self, request: pb.ReportMetricsRequest, context: grpc.ServicerContext) -> pb.ReportMetricsResponse:
+        if len(request.reports) > self.limits.max_reports_per_request:
+            raise ResourceExhausted(
+                f"reports: got {len(request.reports)}, the server accepts at most "
+                f"{self.limits.max_reports_per_request} per request"
+            )
+        if request.run_config_json:
+            try:
+                json.loads(request.run_config_json)
+            except json.JSONDecodeError as error:
+                raise InvalidArgument(f"run_config_json: not valid JSON ({error})") from None
+        checked = [self._checked_report(report) for report in request.reports]
+        stored, duplicates = self.metrics.add(checked, request.run_config_json)
+        return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
+
+    def _checked_report(self, report: pb.MetricReport) -> StoredReport:
+        if report.protocol != PROTOCOL_MD_EPISODE:
+            raise InvalidArgument(f"reports.protocol: got {report.protocol!r}, expected {PROTOCOL_MD_EPISODE!r}")
+        split = messages.split_from_wire(report.split, "reports.split")
+        if report.request.split != report.split:
+            raise InvalidArgument("reports.request.split must equal reports.split")
+        episode = self._episode_for(report.request, report.seed, report.index)
+        if episode.fingerprint != report.fingerprint:
+            raise InvalidArgument(
+                f"reports.fingerprint: {report.fingerprint[:16]}... does not match episode {report.index} of that "
+                f"request (expected {episode.fingerprint[:16]}...); was it computed on another store or config?"
+            )
+        if report.source != episode.source:
+            raise InvalidArgument(f"reports.source: got {report.source!r}, the episode is from {episode.source!r}")
+        if not report.metrics:
+            raise InvalidArgument("reports.metrics: empty; expected at least one metric (e.g. accuracy)")
+        request_json = json_format.MessageToDict(report.request, preserving_proto_field_name=True)
+        return StoredReport(
+            run_id=report.run_id, protocol=report.protocol, source=episode.source, split=split.value,
+            index=report.index, seed=report.seed, fingerprint=report.fingerprint, metrics=dict(report.metrics),
+            request=request_json, predicted=tuple(report.predicted_labels),
+        )
+
+    def _episode_for(self, request: pb.EpisodeRequest, seed: int, index: int) -> Episode:
+        split = messages.split_from_wire(request.split, "request.split")
+        images = messages.images_from_wire(request.images)
+        config = messages.config_from_wire(request.config)
+        specs, _ = self.registry.resolve(list(request.sources), request.preset, split, images.size)
+        return MultiSourceSampler(specs, list(specs), split, config).sample(seed, index)
+
+    @status.unary
+    def GetReport(self, request: pb.GetReportRequest, context: grpc.ServicerContext) -> pb.GetReportResponse:
+        from sampler_server.metrics.report import render_report
+
+        return pb.GetReportResponse(text=render_report(self.metrics, list(request.run_ids), request.format or "table"))
+
+
+class _StreamEnd:
+    """Runs once per stream: frees its slot and writes its one log line."""
+
+    def __init__(self, semaphore: threading.BoundedSemaphore, label: str, peer: str) -> None:
+        self._semaphore = semaphore
+        self._label = label
+        self._peer = peer
+        self._lock = threading.Lock()
+        self._done = False
+        self._started = time.perf_counter()
+        self.sent = 0
+        self.outcome = "cancelled"
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._semaphore.release()
+        log.info("%s sent=%d %.2fs %s peer=%s", self._label, self.sent, time.perf_counter() - self._started,
+                 self.outcome, self._peer)
+
+
+def _stream_window(start: int, count: int, step: int) -> tuple[int, int, int]:
+    if start > messages.MAX_INDEX:
+        raise InvalidArgument(f"start_index: got {start}, expected 0 to {messages.MAX_INDEX}")
+    if count > MAX_STREAM_COUNT:
+        raise InvalidArgument(f"count: got {count}, expected 0 (unbounded) to {MAX_STREAM_COUNT}")
+    step = step or 1
+    if count and start + (count - 1) * step > messages.MAX_INDEX:
+        raise InvalidArgument(f"start_index + (count - 1) * index_step exceeds {messages.MAX_INDEX}")
+    return start, count, step
+
+
+def _indices(start: int, count: int, step: int) -> Iterator[int]:
+    index = start
+    produced = 0
+    while not count or produced < count:
+        if index > messages.MAX_INDEX:
+            return
+        yield index
+        index += step
+        produced += 1

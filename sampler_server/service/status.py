@@ -1,0 +1,79 @@
+"""The one place that maps project errors to gRPC status codes.
+
+Handlers raise ``SamplerError`` subclasses; the decorators here abort the RPC with
+the matching code and the error's message (which names the field and the allowed
+range). Anything else is a bug: logged with its traceback and reported as INTERNAL,
+and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from sampler_server.errors import (
+    DataLoss,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    SamplerError,
+)
+
+log = logging.getLogger("sampler_server.service")
+
+_CODES: tuple[tuple[type[SamplerError], grpc.StatusCode], ...] = (
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DataLoss, grpc.StatusCode.DATA_LOSS),
+)
+
+
+class Unavailable(SamplerError):
+    """The server is draining (SIGTERM): clients retry elsewhere or later."""
+
+
+def status_code(error: SamplerError) -> grpc.StatusCode:
+    if isinstance(error, Unavailable):
+        return grpc.StatusCode.UNAVAILABLE
+    for kind, code in _CODES:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def unary(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except SamplerError as error:
+            context.abort(status_code(error), str(error))
+        except Exception:
+            log.exception("internal error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}; see the server log")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def streaming(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from method(self, request, context)
+        except SamplerError as error:
+            context.abort(status_code(error), str(error))
+        except Exception:
+            log.exception("internal error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}; see the server log")
+
+    return wrapper  # type: ignore[return-value]

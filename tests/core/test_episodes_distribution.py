@@ -1,0 +1,216 @@
+"""Distribution tests: 10,000 episodes on fixed class counts against the paper's definitions.
+
+Statistical tolerance: every goodness-of-fit test uses significance level
+alpha = 0.001 (Pearson chi-square against ``scipy.stats.chi2.ppf(0.999, df)``;
+Kolmogorov-Smirnov against the asymptotic alpha = 0.001 bound 1.95 / sqrt(n), which is
+conservative for discrete laws; means within 4.5 standard errors, about the same
+level). Seeds are fixed, so each test is deterministic: it passed once for these
+seeds and will keep passing unless the sampler changes. A correct sampler would
+fail a given test for about 1 seed in 1000; the biases these tests exist to catch
+(an off-by-one in the ways range, beta drawn from the wrong interval, a missing
+cap, non-uniform record choice) move the statistics far beyond these bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from itertools import combinations
+
+import numpy as np
+from episode_checks import spec_with_split
+from scipy import stats
+
+from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler
+from sampler_server.core.spec import DatasetSpec
+from sampler_server.store.manifest import Split
+
+N = 10_000
+LEVEL = 0.001
+KS_BOUND = 1.95 / math.sqrt(N)
+
+
+def _chi_square_ok(observed: Counter, expected: dict) -> tuple[float, float]:
+    """(statistic, critical value) of Pearson's test; every expected count is >= 5 here."""
+    assert set(observed) <= set(expected), set(observed) - set(expected)
+    statistic = sum((observed.get(k, 0) - e) ** 2 / e for k, e in expected.items())
+    critical = float(stats.chi2.ppf(1 - LEVEL, len(expected) - 1))
+    return statistic, critical
+
+
+def _uniform(values: range, total: int) -> dict[int, float]:
+    return {v: total / len(values) for v in values}
+
+
+def test_flat_ways_uniform_query_exact_and_classes_uniform() -> None:
+    counts = [6 + 9 * i for i in range(40)]  # 6 .. 357 images; q = min(10, 3) = 3 whenever class 0 is in
+    spec = spec_with_split("flat", counts, others=[50, 60])
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig())
+    ways, first = Counter(), Counter()
+    for index in range(N):
+        episode = sampler.sample(2024, index)
+        ways[episode.ways] += 1
+        first[episode.class_ids[0]] += 1
+        assert episode.query_per_class == min(10, min(counts[c] // 2 for c in episode.class_ids))
+    statistic, critical = _chi_square_ok(ways, _uniform(range(5, 41), N))
+    assert statistic < critical, f"ways not uniform on [5, 40]: chi2={statistic:.1f} >= {critical:.1f}"
+    statistic, critical = _chi_square_ok(first, _uniform(range(40), N))
+    assert statistic < critical, f"label-0 class not uniform: chi2={statistic:.1f} >= {critical:.1f}"
+
+
+def _exact_support_law(m: list[int], cap: int) -> dict[int, float]:
+    """P(S = s) for S = min(cap, sum_c ceil(beta * m_c)), beta uniform on (0, 1].
+
+    The sum is a step function of beta, constant on each interval between consecutive
+    breakpoints k / m_c, so the law follows from the interval lengths exactly.
+    """
+    points = sorted({k / mc for mc in m for k in range(0, mc + 1)})
+    law: dict[int, float] = {}
+    for low, high in zip(points, points[1:]):
+        beta = (low + high) / 2
+        size = min(cap, sum(math.ceil(beta * mc) for mc in m))
+        law[size] = law.get(size, 0.0) + (high - low)
+    return law
+
+
+def test_support_size_follows_the_formula_exactly() -> None:
+    counts = [7, 15, 22, 40, 61, 90, 111, 150, 260, 500, 1000, 3000]
+    spec = spec_with_split("flat", counts)
+    config = EpisodeConfig.all_of_split()
+    sampler = EpisodeSampler(spec, Split.TEST, config)
+    q = min(10, min(n // 2 for n in counts))
+    m = [min(100, n - q) for n in counts]  # sum 817 > 500: the cap is reached for large beta
+    law = _exact_support_law(m, 500)
+    sizes, shots = [], []
+    for index in range(N):
+        episode = sampler.sample(99, index)
+        assert episode.query_per_class == q == 3
+        sizes.append(episode.support_size)
+        shots.append(episode.shots)
+    # S itself: the shots sum to at most S; recover S from beta's law by comparing the CDF of
+    # the realised total against the CDF of S shifted by the rounding loss, bounded below.
+    shots_array = np.array(shots, dtype=np.float64)
+    totals = np.array(sizes)
+    assert totals.max() <= 500 and totals.min() >= len(counts)
+    support_values = sorted(law)
+    cdf_exact = np.cumsum([law[s] for s in support_values])
+    # The realised total is S minus the floors' loss (< ways); it is stochastically between S - ways and S.
+    emp_upper = np.searchsorted(np.sort(totals), support_values, side="right") / N
+    emp_lower = np.searchsorted(np.sort(totals + len(counts)), support_values, side="right") / N
+    assert np.all(emp_upper >= cdf_exact - KS_BOUND), "support total larger than S allows"
+    assert np.all(emp_lower <= cdf_exact + KS_BOUND), "support total smaller than S - ways allows"
+    # Shots per class: the empirical means agree with an independent Monte Carlo of the formulas.
+    simulated = _simulate_shots(counts, q, 500, 100, N, seed=12345)
+    for c in range(len(counts)):
+        a, b = shots_array[:, c], simulated[:, c]
+        tolerance = 4.5 * math.sqrt(a.var() / N + b.var() / N) + 1e-9
+        assert abs(a.mean() - b.mean()) <= tolerance, (c, a.mean(), b.mean(), tolerance)
+    fraction_capped = float(np.mean(totals >= 500 - len(counts)))
+    assert fraction_capped > 0.05, "the 500 cap never mattered: the test spec is too small"
+
+
+def _simulate_shots(counts: list[int], q: int, cap: int, per_class: int, n: int, seed: int) -> np.ndarray:
+    """The paper's formulas, reimplemented here with a separate RNG (Appendix .2)."""
+    rng = np.random.RandomState(seed)
+    out = np.empty((n, len(counts)))
+    counts_array = np.array(counts, dtype=np.float64)
+    for row in range(n):
+        beta = 1.0 - rng.random_sample()
+        size = min(cap, int(sum(math.ceil(beta * min(per_class, c - q)) for c in counts)))
+        alpha = rng.uniform(math.log(0.5), math.log(2.0), size=len(counts))
+        ratio = counts_array * np.exp(alpha)
+        ratio /= ratio.sum()
+        out[row] = np.minimum(np.floor(ratio * (size - len(counts))) + 1, counts_array - q)
+    return out
+
+
+def test_support_size_uniform_steps_for_equal_classes() -> None:
+    # 10 classes of 60: q = 10, each class contributes ceil(50 beta): S / 10 uniform on 1..50.
+    spec = spec_with_split("flat", [60] * 25)
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig(num_ways=10))
+    steps = Counter()
+    for index in range(N):
+        episode = sampler.sample(5, index)
+        # the realised total is S minus the floor loss: recover S from shots exactly is not possible,
+        # but with equal counts sum(k_c) lies in (S - 10, S]: ceil(total / 10) == S / 10.
+        steps[math.ceil(episode.support_size / 10)] += 1
+        assert episode.query_per_class == 10
+    statistic, critical = _chi_square_ok(steps, _uniform(range(1, 51), N))
+    assert statistic < critical, f"ceil(50 beta) not uniform on 1..50: chi2={statistic:.1f} >= {critical:.1f}"
+
+
+def test_alphabets_uniform_and_ways_uniform_within_each() -> None:
+    sizes = {"a": 3, "b": 8, "c": 20, "d": 55}  # 'a' has fewer than min_ways characters: never drawn
+    groups = [name for name, size in sizes.items() for _ in range(size)]
+    spec = spec_with_split("omniglot_like", [4] * len(groups), groups=groups)
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig())
+    alphabets: Counter = Counter()
+    ways: dict[str, Counter] = {name: Counter() for name in sizes}
+    for index in range(N):
+        episode = sampler.sample(77, index)
+        alphabets[episode.group] += 1
+        ways[episode.group][episode.ways] += 1
+    statistic, critical = _chi_square_ok(alphabets, {"b": N / 3, "c": N / 3, "d": N / 3})
+    assert statistic < critical, f"alphabets not uniform: {alphabets}"
+    for name in ("b", "c", "d"):
+        allowed = range(5, min(50, sizes[name]) + 1)
+        statistic, critical = _chi_square_ok(ways[name], _uniform(allowed, alphabets[name]))
+        assert statistic < critical, f"ways of alphabet {name} not uniform on {allowed}: {ways[name]}"
+
+
+def test_nodes_uniform_and_hierarchy_ignored_with_its_probability() -> None:
+    nodes = [(f"n{i:08d}", range(i * 3, i * 3 + 5 + i)) for i in range(6)]
+    spec = spec_with_split("imagenet_like", [4] * 30, nodes=nodes)
+    probability = 0.3
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig(ignore_hierarchy_probability=probability))
+    chosen: Counter = Counter()
+    for index in range(N):
+        chosen[sampler.sample(31, index).group] += 1
+    flat = chosen.pop(None)
+    sigma = math.sqrt(N * probability * (1 - probability))
+    assert abs(flat - N * probability) <= 4.5 * sigma, (flat, N * probability)
+    statistic, critical = _chi_square_ok(chosen, {name: (N - flat) / 6 for name, _ in nodes})
+    assert statistic < critical, f"eligible nodes not uniform: {chosen}"
+
+
+def test_records_uniform_within_a_class() -> None:
+    # One class of 10 images, 1-way 3-shot 2-query: the query pair is uniform over the 45 pairs
+    # and every image is in the support with probability 3/10.
+    spec = spec_with_split("one", [10], others=[5])
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig.fixed(1, 3, 2, min_ways=1))
+    pairs: Counter = Counter()
+    support: Counter = Counter()
+    for index in range(N):
+        episode = sampler.sample(4, index)
+        pairs[episode.query[0]] += 1
+        support.update(episode.support[0])
+    statistic, critical = _chi_square_ok(pairs, {pair: N / 45 for pair in combinations(range(10), 2)})
+    assert statistic < critical, "query pairs not uniform"
+    statistic, critical = _chi_square_ok(support, {r: 3 * N / 10 for r in range(10)})
+    assert statistic < critical, "support membership not uniform"
+
+
+def test_records_uniform_in_a_large_class() -> None:
+    # Floyd's sampling over 300,000 ids: deciles of the drawn offsets are uniform.
+    spec = spec_with_split("large", [300_000])
+    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig.fixed(1, 5, 5, min_ways=1))
+    deciles: Counter = Counter()
+    for index in range(N // 5):
+        episode = sampler.sample(8, index)
+        for record in episode.support[0] + episode.query[0]:
+            deciles[record * 10 // 300_000] += 1
+    total = sum(deciles.values())
+    statistic, critical = _chi_square_ok(deciles, _uniform(range(10), total))
+    assert statistic < critical, f"record offsets not uniform: {deciles}"
+
+
+def test_multisource_uniform_over_sources() -> None:
+    specs = {
+        name: DatasetSpec.from_counts(name, [4] * size, [Split.TEST] * size, fingerprint=name)
+        for name, size in (("a", 5), ("b", 6), ("c", 9))
+    }
+    sampler = MultiSourceSampler(specs, ["c", "a", "b"], Split.TEST, EpisodeConfig())
+    sources = Counter(sampler.sample(6, index).source for index in range(N))
+    statistic, critical = _chi_square_ok(sources, {"a": N / 3, "b": N / 3, "c": N / 3})
+    assert statistic < critical, f"sources not uniform: {sources}"

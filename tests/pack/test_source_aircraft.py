@@ -1,0 +1,253 @@
+"""aircraft: the FGVC-Aircraft 2013b converter and fixture, packed with the real pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import generate_fixture, pack_fixture
+from sampler_server.errors import InputFormatError
+from sampler_server.fixtures.base import Fixture
+from sampler_server.pack.plan import ConverterOptions, SourcePlan
+from sampler_server.pack.sources import aircraft
+from sampler_server.pack.pipeline import PackSummary
+from sampler_server.store.manifest import Split
+from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import Encoding, Record
+
+SOURCE = "aircraft"
+
+
+@pytest.fixture(scope="module")
+def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    return generate_fixture(SOURCE, tmp_path_factory.mktemp("aircraft"))
+
+
+@pytest.fixture(scope="module")
+def packed(fixture: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return pack_fixture(fixture, tmp_path_factory.mktemp("store"))
+
+
+def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
+    """A private copy of the fixture's input, for tests that damage it."""
+    target = tmp_path / "original" / fixture.input_dir.name
+    shutil.copytree(fixture.input_dir, target)
+    return dataclasses.replace(fixture, input_dir=target)
+
+
+def _records(store_dir: Path) -> list[tuple[str, Record]]:
+    """(class name, record) in record-id order."""
+    reader = StoreReader(store_dir)
+    owner = {}
+    for info in reader.manifest.classes:
+        for record_id in range(info.start, info.end):
+            owner[record_id] = info.name
+    return [(owner[record_id], record) for record_id, record in reader.iter_records()]
+
+
+def _pixels(record: Record) -> np.ndarray:
+    if record.encoding is Encoding.RAW:
+        return np.frombuffer(record.payload, np.uint8).reshape(record.height, record.width, record.channels)
+    return np.asarray(Image.open(io.BytesIO(record.payload)).convert("RGB"), dtype=np.int16)
+
+
+def _crop_difference(got: np.ndarray, original: Image.Image, box: tuple[int, ...]) -> float:
+    """Mean absolute difference to ``original.crop(box)`` (JPEG q95 re-encoding leaves a
+    few levels on noisy content); a box one pixel off must be clearly worse."""
+    expected = np.asarray(original.crop(box), dtype=np.int16)
+    assert got.shape == expected.shape
+    difference = float(np.abs(got - expected).mean())
+    step = 1 if box[2] < original.width and box[3] < original.height else -1
+    shifted = tuple(value + step for value in box)
+    off_by_one = float(np.abs(got - np.asarray(original.crop(shifted), dtype=np.int16)).mean())
+    assert difference < 0.5 * off_by_one
+    return difference
+
+
+def _plan(input_dir: Path, **options: object) -> SourcePlan:
+    return aircraft.plan(input_dir, ConverterOptions(**options))
+
+
+def test_classes_counts_and_splits_as_the_fixture_defines(fixture: Fixture, packed: PackSummary) -> None:
+    manifest = StoreReader(packed.store_dir).manifest
+    assert {c.name: c.count for c in manifest.classes} == dict(fixture.class_images)
+    assert {c.name: c.split for c in manifest.classes} == dict(fixture.class_splits or {})
+    assert manifest.split_rule.startswith(f"file:{SOURCE}_splits.json:sha256=")
+    rank = {Split.TRAIN: 0, Split.VALID: 1, Split.TEST: 2}
+    keys = [(rank[c.split], c.name) for c in manifest.classes]
+    assert keys == sorted(keys)
+    assert "F/A-18" in fixture.class_images  # a class name, not a path
+    assert manifest.num_skipped == 0
+
+
+def test_records_are_the_md_crops_of_their_boxes(fixture: Fixture, packed: PackSummary) -> None:
+    crops = fixture.expected["crops"]
+    records = _records(packed.store_dir)
+    assert len(records) == fixture.num_images == len(crops)
+    for class_name, record in records:
+        box = tuple(crops[record.origin])
+        assert record.metadata["bbox"] == list(box)
+        assert record.metadata["crop"] == list(box)
+        assert record.encoding is Encoding.JPEG
+        assert (record.width, record.height) == (box[2] - box[0], box[3] - box[1])
+        original = Image.open(fixture.input_dir / record.origin).convert("RGB")
+        assert _crop_difference(_pixels(record), original, box) < 6.0, record.origin
+    origins = {}
+    for class_name, record in records:
+        origins.setdefault(class_name, []).append(record.origin)
+    assert all(items == sorted(items) for items in origins.values())
+
+
+def test_crop_keeps_the_references_reading_of_the_box(tmp_path: Path) -> None:
+    """images_box.txt is 1-based inclusive; MD hands the numbers to PIL unchanged."""
+    path = tmp_path / "images_box.txt"
+    image_id, box = aircraft.parse_box_line(path, 1, "1234567 1 1 10 20")
+    assert (image_id, box) == ("1234567", (1, 1, 10, 20))
+    # The PIL box (1, 1, 10, 20) is 9 x 19 pixels: the annotation's first column and row go.
+    image = Image.new("L", (30, 30))
+    assert image.crop(box).size == (9, 19)
+
+
+def test_fingerprint_is_stable_and_independent_of_encoding(
+    fixture: Fixture, packed: PackSummary, tmp_path: Path
+) -> None:
+    again = pack_fixture(fixture, tmp_path / "again")
+    assert again.manifest.fingerprint == packed.manifest.fingerprint
+    small = pack_fixture(fixture, tmp_path / "small", max_side=24)
+    assert small.manifest.fingerprint == packed.manifest.fingerprint
+    sizes = [(r.width, r.height) for _, r in _records(small.store_dir)]
+    assert max(max(size) for size in sizes) == 24
+    assert all(max(size) <= 24 for size in sizes)
+    raw = pack_fixture(fixture, tmp_path / "raw", raw_size=16)
+    assert raw.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(raw.store_dir):
+        assert (record.encoding, record.width, record.height, record.channels) == (Encoding.RAW, 16, 16, 3)
+
+
+def test_default_split_rule_without_a_split_file(fixture: Fixture, tmp_path: Path) -> None:
+    summary = pack_fixture(fixture, tmp_path, use_split_file=False)
+    manifest = summary.manifest
+    assert manifest.split_rule == "default-70-15-15"
+    n = len(fixture.class_images)
+    counts = [len(manifest.classes_in(split)) for split in (Split.TRAIN, Split.VALID, Split.TEST)]
+    assert counts == [int(0.7 * n), int(0.85 * n) - int(0.7 * n), n - int(0.85 * n)]
+
+
+def test_official_split_file_is_honoured(tmp_path: Path, shared_reference: Path) -> None:
+    official_path = shared_reference / "md_splits" / "aircraft_splits.json"
+    official = json.loads(official_path.read_text())
+    names = [name for key in ("train", "valid", "test") for name in official[key]]
+    assert len(names) == 100
+    fixture = generate_fixture(SOURCE, tmp_path, class_names=names, images_per_class=1)
+    summary = pack_fixture(fixture, tmp_path / "store", converter_overrides={"class_splits": official_path})
+    got = {c.name: c.split.value for c in summary.manifest.classes}
+    assert got == {name: key for key in ("train", "valid", "test") for name in official[key]}
+    assert [len(summary.manifest.classes_in(s)) for s in (Split.TRAIN, Split.VALID, Split.TEST)] == [70, 15, 15]
+
+
+def test_official_split_file_needs_every_class(fixture: Fixture, shared_reference: Path) -> None:
+    official_path = shared_reference / "md_splits" / "aircraft_splits.json"
+    with pytest.raises(InputFormatError) as error:
+        _plan(fixture.input_dir, class_splits=official_path)
+    assert error.value.path == str(official_path)
+    assert "unknown class" in error.value.problem
+
+
+def test_unknown_class_in_a_split_file(fixture: Fixture, tmp_path: Path) -> None:
+    data = json.loads(fixture.split_file.read_text())
+    data["test"].append("Concorde")
+    split_path = tmp_path / "splits.json"
+    split_path.write_text(json.dumps(data))
+    with pytest.raises(InputFormatError) as error:
+        _plan(fixture.input_dir, class_splits=split_path)
+    assert error.value.path == str(split_path)
+    assert "'Concorde'" in error.value.problem
+
+
+@pytest.mark.parametrize(
+    "file_name",
+    ["images_box.txt", "variants.txt", "images_variant_train.txt", "images_variant_val.txt", "images_variant_test.txt"],
+)
+def test_missing_annotation_file(fixture: Fixture, tmp_path: Path, file_name: str) -> None:
+    broken = _copy(fixture, tmp_path)
+    (broken.input_dir / "data" / file_name).unlink()
+    with pytest.raises(InputFormatError) as error:
+        _plan(broken.input_dir)
+    assert error.value.path == str(broken.input_dir / "data" / file_name)
+    assert "missing" in error.value.problem
+
+
+def _first_line(path: Path) -> str:
+    return path.read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("file_name", "make_bad", "problem"),
+    [
+        ("images_box.txt", lambda line: line.rsplit(" ", 1)[0] + " 12.5", "must be integers"),
+        ("images_box.txt", lambda line: line.rsplit(" ", 1)[0], "expected '<image id> <xmin>"),
+        ("images_box.txt", lambda line: " ".join(line.split()[:3] + line.split()[1:3]), "empty"),
+        ("images_variant_val.txt", lambda line: line.split()[0], "expected '<image id> <variant name>'"),
+        ("images_variant_test.txt", lambda line: line.split()[0] + " Concorde", "unknown variant 'Concorde'"),
+    ],
+)
+def test_malformed_annotation_line(
+    fixture: Fixture, tmp_path: Path, file_name: str, make_bad: Callable[[str], str], problem: str
+) -> None:
+    broken = _copy(fixture, tmp_path)
+    path = broken.input_dir / "data" / file_name
+    lines = path.read_text().splitlines()
+    lines[0] = make_bad(lines[0])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputFormatError) as error:
+        _plan(broken.input_dir)
+    assert error.value.path == str(path)
+    assert error.value.problem.startswith("line 1: ")
+    assert problem in error.value.problem
+
+
+def test_image_without_a_box(fixture: Fixture, tmp_path: Path) -> None:
+    broken = _copy(fixture, tmp_path)
+    path = broken.input_dir / "data" / "images_box.txt"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[1:]) + "\n")
+    with pytest.raises(InputFormatError) as error:
+        _plan(broken.input_dir)
+    assert error.value.path == str(path)
+    assert lines[0].split()[0] in error.value.problem
+
+
+def test_corrupt_image_fails_or_is_skipped(fixture: Fixture, tmp_path: Path) -> None:
+    broken = _copy(fixture, tmp_path)
+    victim = sorted(fixture.expected["crops"])[0]
+    path = broken.input_dir / victim
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(broken, tmp_path / "fail")
+    assert error.value.path == str(path)
+    assert "corrupt or truncated" in error.value.problem
+    summary = pack_fixture(broken, tmp_path / "skip", on_error="skip")
+    assert summary.manifest.num_skipped == 1
+    assert summary.manifest.skipped[0]["origin"] == victim
+    assert summary.manifest.num_records == fixture.num_images - 1
+
+
+def test_fixture_is_deterministic_and_scales(tmp_path: Path) -> None:
+    first = generate_fixture(SOURCE, tmp_path / "a", seed=3, num_classes=7, images_per_class=6)
+    second = generate_fixture(SOURCE, tmp_path / "b", seed=3, num_classes=7, images_per_class=6)
+    files = sorted(p.relative_to(first.input_dir) for p in first.input_dir.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second.input_dir) for p in second.input_dir.rglob("*") if p.is_file())
+    assert all((first.input_dir / f).read_bytes() == (second.input_dir / f).read_bytes() for f in files)
+    assert first.split_file.read_bytes() == second.split_file.read_bytes()
+    assert first.class_images == {name: 6 for name in first.class_images} and len(first.class_images) == 7
+    other = generate_fixture(SOURCE, tmp_path / "c", seed=4, num_classes=7, images_per_class=6)
+    box_file = Path("data") / "images_box.txt"
+    assert (first.input_dir / box_file).read_bytes() != (other.input_dir / box_file).read_bytes()

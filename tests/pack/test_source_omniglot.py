@@ -1,0 +1,154 @@
+"""Omniglot converter: structural splits, alphabet groups, inverted records."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import generate_fixture, pack_fixture
+from PIL import Image
+
+from sampler_server.errors import InputFormatError, InvalidArgument
+from sampler_server.fixtures import omniglot as omniglot_fixture
+from sampler_server.fixtures.base import Fixture
+from sampler_server.pack import sources
+from sampler_server.pack.pipeline import PackSummary
+from sampler_server.pack.plan import ConverterOptions
+from sampler_server.store.manifest import Split
+from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import Encoding, Record
+
+SOURCE = "omniglot"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    return generate_fixture(SOURCE, tmp_path_factory.mktemp("omniglot"))
+
+
+@pytest.fixture(scope="module")
+def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
+
+
+def _records(store_dir: Path) -> list[tuple[str, Record]]:
+    reader = StoreReader(store_dir)
+    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
+
+
+def _pixels(record: Record) -> np.ndarray:
+    if record.encoding is Encoding.RAW:
+        return np.frombuffer(record.payload, np.uint8).reshape(record.height, record.width, record.channels)
+    return np.asarray(Image.open(io.BytesIO(record.payload)))
+
+
+def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
+    target = tmp_path / "input" / fixture.input_dir.name
+    shutil.copytree(fixture.input_dir, target)
+    return dataclasses.replace(fixture, input_dir=target)
+
+
+def _file_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_classes_splits_and_groups(generated: Fixture, packed: PackSummary) -> None:
+    manifest = packed.manifest
+    assert {c.name: c.count for c in manifest.classes} == dict(generated.class_images)
+    assert {c.name: c.split for c in manifest.classes} == dict(generated.class_splits or {})
+    assert {c.name: c.group for c in manifest.classes} == generated.expected["groups"]
+    assert manifest.hierarchy == "omniglot-alphabets"
+    assert manifest.split_rule.startswith("omniglot")
+    rank = {Split.TRAIN: 0, Split.VALID: 1, Split.TEST: 2}
+    keys = [(rank[c.split], c.name) for c in manifest.classes]
+    assert keys == sorted(keys)
+
+
+def test_five_smallest_background_alphabets_are_valid(packed: PackSummary) -> None:
+    valid = sorted({c.group for c in packed.manifest.classes if c.split is Split.VALID})
+    assert valid == list(omniglot_fixture.EXPECTED_VALID)  # Bengali wins the 2-character tie with Greek by name
+    assert packed.manifest.pack_options["valid_alphabets"] == list(omniglot_fixture.EXPECTED_VALID)
+    assert {c.group for c in packed.manifest.classes if c.split is Split.TEST} == {"Angelic", "Kannada"}
+    assert {c.group for c in packed.manifest.classes if c.split is Split.TRAIN} == {"Latin", "Greek"}
+
+
+def test_records_are_the_inverted_originals(generated: Fixture, packed: PackSummary) -> None:
+    records = _records(packed.store_dir)
+    assert len(records) == generated.num_images
+    for class_name, record in records:
+        original = generated.input_dir / record.origin
+        alphabet, character = record.origin.split("/")[1:3]
+        assert class_name == f"{alphabet}-{character}"
+        with Image.open(original) as image:
+            assert image.mode == "1" and image.size == (105, 105)
+            expected = 255 - np.asarray(image.convert("L"), dtype=np.uint8)
+        assert record.encoding is Encoding.PNG and record.channels == 1
+        assert np.array_equal(_pixels(record), expected)
+
+
+def test_items_in_file_order(packed: PackSummary) -> None:
+    origins = [record.origin for _, record in _records(packed.store_dir)]
+    for info in packed.manifest.classes:
+        names = origins[info.start : info.end]
+        assert names == sorted(names)
+
+
+def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
+    again = pack_fixture(generated, tmp_path / "again", workers=2)
+    smaller = pack_fixture(generated, tmp_path / "small", max_side=50)
+    raw = pack_fixture(generated, tmp_path / "raw", raw_size=32)
+    assert again.manifest.fingerprint == smaller.manifest.fingerprint == raw.manifest.fingerprint
+    assert again.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(smaller.store_dir):
+        assert (record.width, record.height) == (50, 50)
+    for _, record in _records(raw.store_dir):
+        assert record.encoding is Encoding.RAW and _pixels(record).shape == (32, 32, 3)
+
+
+def test_generation_is_deterministic_and_scales(tmp_path: Path) -> None:
+    first = omniglot_fixture.generate(tmp_path / "a" / SOURCE, seed=3)
+    second = omniglot_fixture.generate(tmp_path / "b" / SOURCE, seed=3)
+    assert _file_bytes(first.input_dir) == _file_bytes(second.input_dir)
+    big = omniglot_fixture.generate(tmp_path / "big" / SOURCE, num_classes=20, images_per_class=2)
+    plan = sources.get_converter(SOURCE).plan(big.input_dir, ConverterOptions())
+    assert len(plan.classes) == 20
+    assert {c.name: c.split for c in plan.classes} == dict(big.class_splits or {})
+    assert len({c.group for c in plan.classes if c.split is Split.VALID}) == 5
+
+
+def test_split_file_is_rejected(generated: Fixture, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="--class-splits"):
+        sources.get_converter(SOURCE).plan(generated.input_dir, ConverterOptions(class_splits=tmp_path / "x.json"))
+
+
+def test_missing_evaluation_folder(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    shutil.rmtree(fixture.input_dir / "images_evaluation")
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "stores")
+    assert error.value.path == str(fixture.input_dir / "images_evaluation")
+
+
+def test_alphabet_in_both_folders(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    latin = fixture.input_dir / "images_background" / "Latin"
+    shutil.copytree(latin, fixture.input_dir / "images_evaluation" / "Latin")
+    with pytest.raises(InputFormatError, match="Latin"):
+        pack_fixture(fixture, tmp_path / "stores")
+
+
+def test_corrupt_image_fails_or_is_skipped(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = sorted((fixture.input_dir / "images_background" / "Greek").rglob("*.png"))[0]
+    victim.write_bytes(victim.read_bytes()[:60])
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "fail")
+    assert error.value.path == str(victim)
+    summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
+    assert summary.manifest.num_skipped == 1
+    assert summary.manifest.num_records == generated.num_images - 1
+    assert summary.manifest.skipped[0]["origin"] == victim.relative_to(fixture.input_dir).as_posix()

@@ -1,0 +1,196 @@
+"""Quick, Draw! converter: one class per .npy file, one PNG record per bitmap row."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
+from PIL import Image
+
+from sampler_server.errors import InputFormatError, InvalidArgument
+from sampler_server.fixtures import quickdraw as quickdraw_fixture
+from sampler_server.fixtures.base import Fixture
+from sampler_server.pack import sources
+from sampler_server.pack.pipeline import PackSummary
+from sampler_server.pack.plan import ConverterOptions
+from sampler_server.pack.splits import DEFAULT_RULE
+from sampler_server.store.manifest import Split
+from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import Encoding, Record
+
+SOURCE = "quickdraw"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    return generate_fixture(SOURCE, tmp_path_factory.mktemp("quickdraw"))
+
+
+@pytest.fixture(scope="module")
+def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
+
+
+def _records(store_dir: Path) -> list[tuple[str, Record]]:
+    reader = StoreReader(store_dir)
+    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
+
+
+def _pixels(record: Record) -> np.ndarray:
+    if record.encoding is Encoding.RAW:
+        return np.frombuffer(record.payload, np.uint8).reshape(record.height, record.width, record.channels)
+    return np.asarray(Image.open(io.BytesIO(record.payload)))
+
+
+def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
+    target = tmp_path / "input" / fixture.input_dir.name
+    shutil.copytree(fixture.input_dir, target)
+    return dataclasses.replace(fixture, input_dir=target)
+
+
+def test_classes_and_splits_from_the_split_file(generated: Fixture, packed: PackSummary) -> None:
+    manifest = packed.manifest
+    assert {c.name: c.count for c in manifest.classes} == dict(generated.class_images)
+    assert {c.name: c.split for c in manifest.classes} == dict(generated.class_splits or {})
+    assert "police car" in generated.class_images and "The Eiffel Tower" in generated.class_images
+    assert manifest.split_rule.startswith("file:quickdraw_splits.json:sha256=")
+
+
+def test_default_rule_without_split_file(generated: Fixture, tmp_path: Path) -> None:
+    summary = pack_fixture(generated, tmp_path, use_split_file=False)
+    assert summary.manifest.split_rule == DEFAULT_RULE
+    assert [c.count for c in summary.manifest.classes] == [8] * len(generated.class_images)
+
+
+def test_records_are_the_bitmap_rows_not_inverted(generated: Fixture, packed: PackSummary) -> None:
+    arrays = {p.name: np.load(p) for p in generated.input_dir.glob("*.npy")}
+    records = _records(packed.store_dir)
+    assert len(records) == generated.num_images
+    seen: dict[str, list[int]] = {}
+    for class_name, record in records:
+        file_name, row = record.origin.split("#")
+        assert file_name == f"{class_name}.npy"
+        assert record.encoding is Encoding.PNG and (record.width, record.height, record.channels) == (28, 28, 1)
+        assert np.array_equal(_pixels(record), arrays[file_name][int(row)].reshape(28, 28))
+        seen.setdefault(class_name, []).append(int(row))
+    assert all(rows == list(range(8)) for rows in seen.values())
+
+
+def test_items_are_streamed(generated: Fixture) -> None:
+    plan = sources.get_converter(SOURCE).plan(generated.input_dir, ConverterOptions())
+    assert all(inspect.isgenerator(c.items()) for c in plan.classes)
+
+
+def test_boolean_bitmaps(tmp_path: Path) -> None:
+    root = tmp_path / SOURCE
+    root.mkdir()
+    rows = np.zeros((2, 784), dtype=bool)
+    rows[1, 100:200] = True
+    np.save(root / "line.npy", rows)
+    summary = pack_fixture(Fixture(source=SOURCE, input_dir=root, class_images={"line": 2}), tmp_path / "s")
+    stored = [_pixels(record) for _, record in _records(summary.store_dir)]
+    assert np.array_equal(stored[1].reshape(-1), rows[1].astype(np.uint8) * 255)
+
+
+def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
+    again = pack_fixture(generated, tmp_path / "again", workers=2)
+    smaller = pack_fixture(generated, tmp_path / "small", max_side=20)
+    raw = pack_fixture(generated, tmp_path / "raw", raw_size=16)
+    assert again.manifest.fingerprint == smaller.manifest.fingerprint == raw.manifest.fingerprint
+    assert again.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(smaller.store_dir):
+        assert (record.width, record.height) == (20, 20)
+    for _, record in _records(raw.store_dir):
+        assert (record.encoding, record.width, record.height, record.channels) == (Encoding.RAW, 16, 16, 3)
+
+
+def test_generation_is_deterministic_and_scales(tmp_path: Path) -> None:
+    first = quickdraw_fixture.generate(tmp_path / "a" / SOURCE, seed=2)
+    second = quickdraw_fixture.generate(tmp_path / "b" / SOURCE, seed=2)
+    for path in sorted(first.input_dir.iterdir()):
+        assert path.read_bytes() == (second.input_dir / path.name).read_bytes()
+    assert first.split_file is not None and second.split_file is not None
+    assert first.split_file.read_bytes() == second.split_file.read_bytes()
+    big = quickdraw_fixture.generate(tmp_path / "big" / SOURCE, num_classes=20, images_per_class=30)
+    plan = sources.get_converter(SOURCE).plan(big.input_dir, ConverterOptions(class_splits=big.split_file))
+    assert {c.name: sum(1 for _ in c.items()) for c in plan.classes} == dict(big.class_images)
+
+
+def test_official_split_file_names_classes_the_input_lacks(generated: Fixture, tmp_path: Path) -> None:
+    official = SHARED_REFERENCE / "md_splits" / "quickdraw_splits.json"
+    with pytest.raises(InputFormatError, match="unknown class") as error:
+        pack_fixture(generated, tmp_path, converter_overrides={"class_splits": official})
+    assert error.value.path == str(official)
+
+
+def test_fixture_categories_carry_their_official_split() -> None:
+    official = json.loads((SHARED_REFERENCE / "md_splits" / "quickdraw_splits.json").read_text())
+    splits = {name: Split(key) for key, names in official.items() for name in names}
+    assert all(splits[name] is split for name, split in quickdraw_fixture.CATEGORIES)
+    assert len(dict(quickdraw_fixture.CATEGORIES)) == len(quickdraw_fixture.CATEGORIES)
+
+
+def test_unknown_class_in_split_file(generated: Fixture, tmp_path: Path) -> None:
+    assert generated.split_file is not None
+    bad = tmp_path / "splits.json"
+    bad.write_text(generated.split_file.read_text().replace('"airplane"', '"airplane", "zebra"'))
+    with pytest.raises(InputFormatError, match="zebra") as error:
+        pack_fixture(generated, tmp_path, converter_overrides={"class_splits": bad})
+    assert error.value.path == str(bad)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"not an npy file at all",
+        "shape-3d",
+        "not-square",
+        "header-cut",
+    ],
+)
+def test_malformed_npy_file(generated: Fixture, tmp_path: Path, content: bytes | str) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = fixture.input_dir / "ant.npy"
+    if content == "shape-3d":
+        np.save(victim, np.zeros((2, 28, 28), dtype=np.uint8))
+    elif content == "not-square":
+        np.save(victim, np.zeros((2, 50), dtype=np.uint8))
+    elif content == "header-cut":
+        victim.write_bytes(victim.read_bytes()[:40])
+    else:
+        assert isinstance(content, bytes)
+        victim.write_bytes(content)
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "stores")
+    assert error.value.path == str(victim)
+
+
+def test_truncated_bitmaps_fail_or_are_skipped(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = fixture.input_dir / "ant.npy"
+    victim.write_bytes(victim.read_bytes()[:500])  # header intact, rows cut short
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "fail")
+    assert error.value.path == str(victim)
+    summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
+    assert summary.manifest.num_skipped == generated.class_images["ant"]
+    assert summary.empty_classes == ["ant"]
+    assert "ant" not in {c.name for c in summary.manifest.classes}
+
+
+def test_flags_it_does_not_take(generated: Fixture, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="--labels"):
+        pack_fixture(generated, tmp_path, converter_overrides={"labels": tmp_path / "labels.txt"})
+
+
+def test_empty_input(tmp_path: Path) -> None:
+    with pytest.raises(InputFormatError, match=r"\.npy") as error:
+        sources.get_converter(SOURCE).plan(tmp_path, ConverterOptions())
+    assert error.value.path == str(tmp_path)

@@ -1,0 +1,187 @@
+"""VGG Flower converter: classes from imagelabels.mat, names from labels or split file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
+
+from sampler_server.errors import InputFormatError, InvalidArgument
+from sampler_server.fixtures import vgg_flower as vgg_fixture
+from sampler_server.fixtures.base import Fixture
+from sampler_server.pack.pipeline import PackSummary
+from sampler_server.pack.splits import DEFAULT_RULE
+from sampler_server.store.manifest import Split
+from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import Encoding, Record
+
+SOURCE = "vgg_flower"
+OFFICIAL_SPLITS = SHARED_REFERENCE / "md_splits" / "vgg_flower_splits.json"
+OFFICIAL_LABELS = SHARED_REFERENCE / "md_splits" / "VggFlower_labels.txt"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    return generate_fixture(SOURCE, tmp_path_factory.mktemp("vgg_flower"))
+
+
+@pytest.fixture(scope="module")
+def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
+
+
+def _records(store_dir: Path) -> list[tuple[str, Record]]:
+    reader = StoreReader(store_dir)
+    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
+
+
+def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
+    target = tmp_path / "input" / fixture.input_dir.name
+    shutil.copytree(fixture.input_dir, target)
+    return dataclasses.replace(fixture, input_dir=target)
+
+
+def _file_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_classes_and_splits(generated: Fixture, packed: PackSummary) -> None:
+    manifest = packed.manifest
+    assert {c.name: c.count for c in manifest.classes} == dict(generated.class_images)
+    assert {c.name: c.split for c in manifest.classes} == dict(generated.class_splits or {})
+    assert manifest.split_rule.startswith("file:vgg_flower_splits.json")
+    assert "001.synthetic flower 1" in generated.class_images
+
+
+def test_records_follow_imagelabels_and_keep_their_bytes(generated: Fixture, packed: PackSummary) -> None:
+    labels = generated.expected["image_labels"]
+    expected: dict[int, list[str]] = {}
+    for number, label in enumerate(labels, start=1):
+        expected.setdefault(label, []).append(f"jpg/image_{number:05d}.jpg")
+    found: dict[int, list[str]] = {}
+    for class_name, record in _records(packed.store_dir):
+        assert record.encoding is Encoding.JPEG
+        assert record.payload == (generated.input_dir / record.origin).read_bytes()
+        found.setdefault(int(class_name[:3]), []).append(record.origin)
+    assert found == expected
+
+
+def test_default_rule_and_plain_names(generated: Fixture, tmp_path: Path) -> None:
+    summary = pack_fixture(generated, tmp_path, use_split_file=False, converter_overrides={"labels": None})
+    assert summary.manifest.split_rule == DEFAULT_RULE
+    assert sorted(c.name for c in summary.manifest.classes) == ["001", "002", "003", "004", "005"]
+
+
+def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
+    again = pack_fixture(generated, tmp_path / "again", workers=2)
+    smaller = pack_fixture(generated, tmp_path / "small", max_side=48)
+    raw = pack_fixture(generated, tmp_path / "raw", raw_size=20)
+    assert again.manifest.fingerprint == smaller.manifest.fingerprint == raw.manifest.fingerprint
+    assert again.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(smaller.store_dir):
+        assert max(record.width, record.height) == 48
+    for _, record in _records(raw.store_dir):
+        assert (record.encoding, record.width, record.height, record.channels) == (Encoding.RAW, 20, 20, 3)
+
+
+def test_official_split_and_labels_files_are_honoured(tmp_path: Path) -> None:
+    fixture = generate_fixture(SOURCE, tmp_path, num_classes=102, images_per_class=1)
+    official = json.loads(OFFICIAL_SPLITS.read_text())
+    expected = {name: Split(key) for key, names in official.items() for name in names}
+    with_labels = pack_fixture(
+        fixture, tmp_path / "labels", converter_overrides={"class_splits": OFFICIAL_SPLITS, "labels": OFFICIAL_LABELS}
+    )
+    assert {c.name: c.split for c in with_labels.manifest.classes} == expected
+    counts = {split: len(with_labels.manifest.classes_in(split)) for split in Split}
+    assert counts == {Split.TRAIN: 71, Split.VALID: 15, Split.TEST: 16}
+    split_only = pack_fixture(
+        fixture, tmp_path / "split", converter_overrides={"class_splits": OFFICIAL_SPLITS, "labels": None}
+    )
+    assert split_only.manifest.fingerprint == with_labels.manifest.fingerprint
+
+
+def test_official_split_file_with_missing_classes(generated: Fixture, tmp_path: Path) -> None:
+    with pytest.raises(InputFormatError, match="unknown class") as error:
+        pack_fixture(generated, tmp_path, converter_overrides={"class_splits": OFFICIAL_SPLITS, "labels": None})
+    assert error.value.path == str(OFFICIAL_SPLITS)
+
+
+def test_unknown_class_in_split_file(generated: Fixture, tmp_path: Path) -> None:
+    assert generated.split_file is not None
+    data = json.loads(generated.split_file.read_text())
+    data["test"].append("077.passion flower")
+    bad = tmp_path / "splits.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(InputFormatError, match="passion flower") as error:
+        pack_fixture(generated, tmp_path, converter_overrides={"class_splits": bad})
+    assert error.value.path == str(bad)
+
+
+def test_generation_is_deterministic(tmp_path: Path) -> None:
+    first = vgg_fixture.generate(tmp_path / "a" / SOURCE, seed=6)
+    second = vgg_fixture.generate(tmp_path / "b" / SOURCE, seed=6)
+    assert _file_bytes(first.input_dir) == _file_bytes(second.input_dir)
+
+
+def test_missing_labels_mat(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = fixture.input_dir / "imagelabels.mat"
+    victim.unlink()
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "stores")
+    assert error.value.path == str(victim)
+
+
+@pytest.mark.parametrize(
+    ("variables", "problem"),
+    [
+        (None, "MATLAB"),
+        ({"lables": np.ones((1, 20), dtype=np.uint8)}, "no 'labels'"),
+        ({"labels": np.full((1, 20), 1.5)}, "integers"),
+        ({"labels": np.zeros((1, 20), dtype=np.uint8)}, "integers"),
+        ({"labels": np.ones((1, 19), dtype=np.uint8)}, "19 labels"),
+        ({"labels": np.ones((4, 5), dtype=np.uint8)}, "vector"),
+    ],
+)
+def test_malformed_labels_mat(
+    generated: Fixture, tmp_path: Path, variables: dict[str, np.ndarray] | None, problem: str
+) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = fixture.input_dir / "imagelabels.mat"
+    if variables is None:
+        victim.write_bytes(b"MATLAB? no, just some bytes" * 10)
+    else:
+        vgg_fixture.write_mat(victim, variables)
+    with pytest.raises(InputFormatError, match=problem) as error:
+        pack_fixture(fixture, tmp_path / "stores")
+    assert error.value.path == str(victim)
+
+
+def test_missing_image_disagrees_with_labels(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    (fixture.input_dir / "jpg" / "image_00007.jpg").unlink()
+    with pytest.raises(InputFormatError, match="20 labels") as error:
+        pack_fixture(fixture, tmp_path / "stores")
+    assert error.value.path == str(fixture.input_dir / "imagelabels.mat")
+
+
+def test_flags_it_does_not_take(generated: Fixture, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="--duplicates"):
+        pack_fixture(generated, tmp_path, converter_overrides={"duplicates": (tmp_path / "d.txt",)})
+
+
+def test_corrupt_image_fails_or_is_skipped(generated: Fixture, tmp_path: Path) -> None:
+    fixture = _copy(generated, tmp_path)
+    victim = fixture.input_dir / "jpg" / "image_00003.jpg"
+    victim.write_bytes(victim.read_bytes()[:150])
+    with pytest.raises(InputFormatError) as error:
+        pack_fixture(fixture, tmp_path / "fail")
+    assert error.value.path == str(victim)
+    summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
+    assert summary.manifest.num_skipped == 1
+    assert summary.manifest.num_records == generated.num_images - 1
