@@ -18,7 +18,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from clients.core import BatchArrays, EpisodeArrays, EpisodeSpec, SamplerClient, shard_window
+from clients.core import (
+    BatchArrays,
+    EpisodeArrays,
+    EpisodeSpec,
+    SamplerClient,
+    shard_window,
+)
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

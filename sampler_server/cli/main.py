@@ -47,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SamplerError as error:
         print(f"sampler-server {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # output piped into e.g. `head`, which stopped reading: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"sampler-server {args.command}: interrupted", file=sys.stderr)
         return 130

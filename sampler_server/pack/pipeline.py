@@ -25,7 +25,7 @@ from tqdm import tqdm
 from sampler_server import __version__
 from sampler_server.errors import FailedPrecondition, InputFormatError, InvalidArgument
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
-from sampler_server.pack.plan import ClassPlan, SourceItem, SourcePlan
+from sampler_server.pack.plan import SourceItem, SourcePlan
 from sampler_server.store.fingerprint import ContentFingerprint
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
 from sampler_server.store.writer import StoreWriter, is_servable

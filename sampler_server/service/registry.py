@@ -16,7 +16,11 @@ from pathlib import Path
 
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant
 from sampler_server.core.imagenet_spec import imagenet_spec, needs_wordnet_split
-from sampler_server.core.sampling.presets import IMAGENET_SPLIT, Benchmark, benchmark_sources
+from sampler_server.core.sampling.presets import (
+    IMAGENET_SPLIT,
+    Benchmark,
+    benchmark_sources,
+)
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, NotFound

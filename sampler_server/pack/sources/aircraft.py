@@ -30,8 +30,19 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sampler_server.errors import InputFormatError
-from sampler_server.pack.plan import ConverterOptions, Derivation, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, reject_unused, require_dir, require_file
+from sampler_server.pack.plan import (
+    ConverterOptions,
+    Derivation,
+    SourceItem,
+    SourcePlan,
+)
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    reject_unused,
+    require_dir,
+    require_file,
+)
 
 SOURCE = "aircraft"
 DESCRIPTION = "FGVC-Aircraft 2013b (fgvc-aircraft-2013b/): 100 variants, images cropped to their boxes"

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.errors import InputFormatError, InvalidArgument
-from sampler_server.pack.plan import ClassPlan, ConverterOptions, SourceItem, SourcePlan, order_classes
+from sampler_server.pack.plan import (
+    ClassPlan,
+    ConverterOptions,
+    SourceItem,
+    SourcePlan,
+    order_classes,
+)
 from sampler_server.pack.splits import DEFAULT_RULE, assign_splits
 from sampler_server.store.manifest import Split
 

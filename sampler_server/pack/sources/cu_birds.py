@@ -27,7 +27,13 @@ from pathlib import Path
 
 from sampler_server.errors import InputFormatError
 from sampler_server.pack.plan import ConverterOptions, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, reject_unused, require_dir, require_file
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    reject_unused,
+    require_dir,
+    require_file,
+)
 
 SOURCE = "cu_birds"
 DESCRIPTION = "CUB-200-2011 birds (CUB_200_2011/): 200 species, full images"

@@ -29,7 +29,13 @@ from typing import Any
 
 from sampler_server.errors import InputFormatError
 from sampler_server.pack.plan import ConverterOptions, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, reject_unused, require_dir, require_file
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    reject_unused,
+    require_dir,
+    require_file,
+)
 
 SOURCE = "fungi"
 DESCRIPTION = "FGVCx Fungi 2018 (fungi/ with images/, train.json, val.json): 1394 species, full images"

@@ -43,8 +43,18 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.errors import InputFormatError
-from sampler_server.pack.plan import ConverterOptions, Derivation, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, reject_unused, require_dir
+from sampler_server.pack.plan import (
+    ConverterOptions,
+    Derivation,
+    SourceItem,
+    SourcePlan,
+)
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    reject_unused,
+    require_dir,
+)
 
 SOURCE = "mscoco"
 DESCRIPTION = "MS-COCO 2017 train (mscoco/ with train2017/, annotations/): one crop per object, 80 classes"

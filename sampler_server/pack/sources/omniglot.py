@@ -29,8 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sampler_server.errors import InputFormatError
-from sampler_server.pack.plan import ConverterOptions, Derivation, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, list_images, reject_unused, require_dir
+from sampler_server.pack.plan import (
+    ConverterOptions,
+    Derivation,
+    SourceItem,
+    SourcePlan,
+)
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    list_images,
+    reject_unused,
+    require_dir,
+)
 from sampler_server.store.manifest import Split
 
 SOURCE = "omniglot"

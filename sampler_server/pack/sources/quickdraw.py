@@ -28,8 +28,18 @@ from pathlib import Path
 import numpy as np
 
 from sampler_server.errors import InputFormatError
-from sampler_server.pack.plan import ConverterOptions, Derivation, SourceItem, SourcePlan
-from sampler_server.pack.sources.common import ClassEntry, PlanBuilder, reject_unused, require_dir
+from sampler_server.pack.plan import (
+    ConverterOptions,
+    Derivation,
+    SourceItem,
+    SourcePlan,
+)
+from sampler_server.pack.sources.common import (
+    ClassEntry,
+    PlanBuilder,
+    reject_unused,
+    require_dir,
+)
 
 SOURCE = "quickdraw"
 DESCRIPTION = "Quick, Draw! numpy_bitmap: ROOT/<category>.npy, (N, 784) uint8 per file"

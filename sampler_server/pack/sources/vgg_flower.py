@@ -41,7 +41,7 @@ from sampler_server.pack.sources.common import (
     require_dir,
     require_file,
 )
-from sampler_server.pack.sources.traffic_sign import class_namer
+from sampler_server.pack.sources.labels import class_namer
 
 SOURCE = "vgg_flower"
 DESCRIPTION = "Oxford 102 Flowers: ROOT/jpg/image_NNNNN.jpg + ROOT/imagelabels.mat"
