@@ -1,11 +1,14 @@
 """Record ids -> packed uint8 NHWC tensors, with decoding spread over processes.
 
-The server process only reads LMDB values it must copy anyway; JPEG/PNG decoding
-and resizing run in a pool of worker processes (decoding is CPU-bound and the GIL
-would serialise threads). Workers start from a ``forkserver`` (never forked from a
-process already running gRPC threads) and open the stores themselves, read-only.
-Stores packed with ``--raw-size`` equal to the requested size skip the pool: their
-records are copied straight into the output.
+The server process only samples and packs replies; JPEG/PNG decoding and resizing
+run in a pool of worker processes (CPU-bound work the GIL would serialise in
+threads). Workers start from a ``forkserver`` (never forked from a process already
+running gRPC threads), open the stores themselves read-only, and write pixels
+straight into shared-memory buffers the server reuses, so no pixel crosses a pipe.
+Work is submitted without blocking (``submit``), so a stream can keep several
+episodes in flight and the workers never wait for the sender. Stores packed with
+``--raw-size`` equal to the requested size skip the pool: their records are copied
+straight into the output.
 
 The pixels of an image depend only on its record and (size, resize method): never
 on which worker decoded it or how ids were chunked.
@@ -14,9 +17,13 @@ on which worker decoded it or how ids were chunked.
 from __future__ import annotations
 
 import concurrent.futures as futures
+from collections import OrderedDict
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +34,11 @@ from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, read_header
 
-_MIN_CHUNK = 8
+_MIN_CHUNK = 16
 _WORKER_READERS: dict[str, StoreReader] = {}
 _WORKER_STORES: dict[str, str] = {}
+_WORKER_BUFFERS: "OrderedDict[str, shared_memory.SharedMemory]" = OrderedDict()
+_WORKER_BUFFERS_KEPT = 64
 
 
 def _init_worker(stores: Mapping[str, str]) -> None:
@@ -47,11 +56,31 @@ def _worker_reader(store: str) -> StoreReader:
     return reader
 
 
+def _worker_buffer(name: str) -> shared_memory.SharedMemory:
+    buffer = _WORKER_BUFFERS.get(name)
+    if buffer is not None:
+        _WORKER_BUFFERS.move_to_end(name)
+    else:
+        # Attach only: the server owns and unlinks every buffer. Workers share the
+        # server's resource tracker (forkserver passes it on), whose registry is a set,
+        # so attaching registers nothing new and nothing is unlinked behind our back.
+        buffer = shared_memory.SharedMemory(name=name)
+        _WORKER_BUFFERS[name] = buffer
+        if len(_WORKER_BUFFERS) > _WORKER_BUFFERS_KEPT:  # the server retires buffers now and then
+            _WORKER_BUFFERS.popitem(last=False)[1].close()
+    return buffer
+
+
 def decode_records(
-    reader: StoreReader, record_ids: Sequence[int], size: int, method: ResizeMethod
+    reader: StoreReader,
+    record_ids: Sequence[int],
+    size: int,
+    method: ResizeMethod,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Decode in this process (the pool's unit of work, and the single-process path)."""
-    out = np.empty((len(record_ids), size, size, 3), dtype=np.uint8)
+    if out is None:
+        out = np.empty((len(record_ids), size, size, 3), dtype=np.uint8)
     values = reader.read_values(list(record_ids))
     for position, (record_id, value) in enumerate(zip(record_ids, values)):
         try:
@@ -61,8 +90,94 @@ def decode_records(
     return out
 
 
-def _decode_chunk(store: str, record_ids: list[int], size: int, method: str) -> bytes:
-    return decode_records(_worker_reader(store), record_ids, size, ResizeMethod(method)).tobytes()
+def _decode_chunk(store: str, record_ids: list[int], size: int, method: str, buffer: str, offset: int) -> None:
+    shm = _worker_buffer(buffer)
+    out = np.ndarray((len(record_ids), size, size, 3), dtype=np.uint8, buffer=shm.buf, offset=offset)
+    decode_records(_worker_reader(store), record_ids, size, ResizeMethod(method), out)
+
+
+def _sleep_and_pid(_: int) -> int:
+    time.sleep(0.05)  # long enough that each warm-up task lands on a different worker
+    return os.getpid()
+
+
+class _BufferPool:
+    """Reusable shared-memory blocks (fresh ones would page-fault on every episode)."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self._free: list[shared_memory.SharedMemory] = []
+        self._lock = threading.Lock()
+        self._keep = keep
+
+    def take(self, nbytes: int) -> shared_memory.SharedMemory:
+        with self._lock:
+            fitting = [b for b in self._free if b.size >= nbytes]
+            if fitting:
+                best = min(fitting, key=lambda b: b.size)
+                self._free.remove(best)
+                return best
+        return shared_memory.SharedMemory(create=True, size=max(nbytes, 1 << 20))
+
+    def give(self, buffer: shared_memory.SharedMemory) -> None:
+        with self._lock:
+            self._free.append(buffer)
+            if len(self._free) > self._keep:
+                smallest = min(self._free, key=lambda b: b.size)
+                self._free.remove(smallest)
+                _release(smallest)
+
+    def close(self) -> None:
+        with self._lock:
+            for buffer in self._free:
+                _release(buffer)
+            self._free.clear()
+
+
+def _release(buffer: shared_memory.SharedMemory) -> None:
+    buffer.close()
+    try:
+        buffer.unlink()
+    except FileNotFoundError:
+        pass
+
+
+class PendingImages:
+    """Pixels being decoded; ``result()`` waits and returns the N x S x S x 3 array."""
+
+    def __init__(self, shape: tuple[int, ...], array: np.ndarray | None = None,
+                 chunks: list[futures.Future] | None = None, buffer: shared_memory.SharedMemory | None = None,
+                 pool: _BufferPool | None = None) -> None:
+        self.shape = shape
+        self._array = array
+        self._chunks = chunks or []
+        self._buffer = buffer
+        self._pool = pool
+
+    def result(self) -> np.ndarray:
+        if self._array is None:
+            assert self._buffer is not None and self._pool is not None
+            try:
+                for chunk in self._chunks:
+                    chunk.result()
+                count = int(np.prod(self.shape))
+                self._array = np.frombuffer(self._buffer.buf, dtype=np.uint8, count=count).reshape(self.shape).copy()
+            finally:
+                for chunk in self._chunks:
+                    chunk.cancel()
+                futures.wait(self._chunks)
+                self._pool.give(self._buffer)
+                self._buffer = None
+        return self._array
+
+
+    def discard(self) -> None:
+        """Give the buffer back without reading it (a cancelled stream's episodes)."""
+        if self._buffer is not None and self._pool is not None:
+            for chunk in self._chunks:
+                chunk.cancel()
+            futures.wait(self._chunks)
+            self._pool.give(self._buffer)
+            self._buffer = None
 
 
 class Assembler:
@@ -72,6 +187,7 @@ class Assembler:
         self.readers = dict(stores)
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
         self._pool: futures.ProcessPoolExecutor | None = None
+        self._buffers = _BufferPool(keep=4 * self.workers + 4)
         if self.workers > 1:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(["sampler_server.assembly.assembler"])
@@ -85,37 +201,46 @@ class Assembler:
     def warm_up(self) -> None:
         """Start every worker now, so the first request does not pay for it."""
         if self._pool is not None:
-            list(self._pool.map(_noop_wait, range(self.workers)))
+            list(self._pool.map(_sleep_and_pid, range(self.workers)))
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._buffers.close()
 
     def raw_size(self, store: str) -> int | None:
-        return self.readers[store].manifest.pack_options.get("raw_size")
+        value = self.readers[store].manifest.pack_options.get("raw_size")
+        return int(value) if value else None
+
+    def submit(
+        self, store: str, record_ids: Sequence[int], size: int, method: ResizeMethod = ResizeMethod.BILINEAR
+    ) -> PendingImages:
+        """Start decoding; returns at once. Small or raw requests are done right here."""
+        reader = self.readers[store]
+        ids = [int(i) for i in record_ids]
+        shape = (len(ids), size, size, 3)
+        if not ids:
+            return PendingImages(shape, np.empty(shape, dtype=np.uint8))
+        if self.raw_size(store) == size:
+            return PendingImages(shape, _copy_raw(reader, ids, size))
+        if self._pool is None or len(ids) < _MIN_CHUNK:
+            return PendingImages(shape, decode_records(reader, ids, size, method))
+        buffer = self._buffers.take(int(np.prod(shape)))
+        per_image = size * size * 3
+        pieces = max(1, min(self.workers, len(ids) // _MIN_CHUNK))
+        step = -(-len(ids) // pieces)
+        chunks = [
+            self._pool.submit(_decode_chunk, store, ids[i : i + step], size, method.value, buffer.name, i * per_image)
+            for i in range(0, len(ids), step)
+        ]
+        return PendingImages(shape, chunks=chunks, buffer=buffer, pool=self._buffers)
 
     def images(
         self, store: str, record_ids: Sequence[int], size: int, method: ResizeMethod = ResizeMethod.BILINEAR
     ) -> np.ndarray:
         """len(record_ids) x size x size x 3 uint8, in the order given."""
-        reader = self.readers[store]
-        ids = [int(i) for i in record_ids]
-        if not ids:
-            return np.empty((0, size, size, 3), dtype=np.uint8)
-        if self.raw_size(store) == size:
-            return _copy_raw(reader, ids, size)
-        if self._pool is None or len(ids) < 2 * _MIN_CHUNK:
-            return decode_records(reader, ids, size, method)
-        chunks = _chunks(ids, self.workers)
-        pending = [self._pool.submit(_decode_chunk, store, chunk, size, method.value) for chunk in chunks]
-        out = np.empty((len(ids), size, size, 3), dtype=np.uint8)
-        position = 0
-        for chunk, future in zip(chunks, pending):
-            block = np.frombuffer(future.result(), dtype=np.uint8).reshape(len(chunk), size, size, 3)
-            out[position : position + len(chunk)] = block
-            position += len(chunk)
-        return out
+        return self.submit(store, record_ids, size, method).result()
 
     def encoded(self, store: str, record_ids: Sequence[int]) -> list[tuple[bytes, Encoding, int, int, int]]:
         """The stored payloads (no decode): (bytes, encoding, width, height, channels)."""
@@ -128,19 +253,6 @@ class Assembler:
                 raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: {error}") from None
             out.append((value[offset:], encoding, width, height, channels))
         return out
-
-
-def _noop_wait(_: int) -> int:
-    import time
-
-    time.sleep(0.05)  # long enough that each task lands on a different worker
-    return os.getpid()
-
-
-def _chunks(ids: list[int], workers: int) -> list[list[int]]:
-    pieces = max(1, min(2 * workers, len(ids) // _MIN_CHUNK))
-    step = -(-len(ids) // pieces)
-    return [ids[i : i + step] for i in range(0, len(ids), step)]
 
 
 def _copy_raw(reader: StoreReader, ids: list[int], size: int) -> np.ndarray:

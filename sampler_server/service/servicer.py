@@ -1,14 +1,16 @@
 """The Sampler servicer: unpack, call the core and the assembler, pack.
 
-Episodes of a stream are assembled one ahead of the one being sent (a per-stream
-look-ahead thread), so decoding overlaps serialisation and transport. Stream count
+Each stream keeps a few episodes in flight: sampled, and their pixels being decoded
+by the worker pool while the current one is packed and sent, so decoding overlaps
+serialisation and transport and the workers never wait for the network. Stream count
 and message size are bounded by the server's limits; a request beyond them gets
 RESOURCE_EXHAUSTED while every other stream carries on.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as futures
+import collections
+import itertools
 import json
 import logging
 import threading
@@ -18,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import numpy as np
 from google.protobuf import json_format
 
-from sampler_server.assembly.assembler import Assembler
+from sampler_server.assembly.assembler import Assembler, PendingImages
 from sampler_server.core.batches import BatchSampler
 from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
@@ -42,6 +45,7 @@ class ServiceLimits:
     max_message_bytes: int = 512 << 20
     max_streams: int = 64
     max_reports_per_request: int = 10_000
+    lookahead: int = 3  # episodes of a stream being decoded while one is sent
 
 
 class SamplerServicer(pb_grpc.SamplerServicer):
@@ -95,8 +99,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     # ---- episodes ------------------------------------------------------------------
 
-    def _episode_source(self, request: pb.EpisodeRequest) -> tuple[Callable[[int], pb.Episode], str]:
-        """A function index -> Episode message for this request (validated up front)."""
+    def _episode_source(self, request: pb.EpisodeRequest) -> tuple[Callable[[int], "Prepared"], str]:
+        """For this request (validated up front): index -> a function that packs that episode."""
         split = messages.split_from_wire(request.split, "request.split")
         images = messages.images_from_wire(request.images)
         config = messages.config_from_wire(request.config)
@@ -107,33 +111,43 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         wnids = {kind: [c.wnid for c in spec.classes] for kind, spec in specs.items()}
         limit = self.limits.max_message_bytes
 
-        def build(index: int) -> pb.Episode:
+        def prepare(index: int) -> Prepared:
+            """Sample now and start decoding; the returned function waits and packs."""
             episode = sampler.sample(seed, index)
             store = stores[episode.source]
             support_ids = [r for ids in episode.support for r in ids]
             query_ids = [r for ids in episode.query for r in ids]
             if images.encoded:
-                return messages.episode_message(
+                support_encoded = self.assembler.encoded(store.name, support_ids)
+                query_encoded = self.assembler.encoded(store.name, query_ids)
+                return Prepared(lambda: messages.episode_message(
                     episode, names[episode.source], wnids[episode.source], images, None, None,
-                    self.assembler.encoded(store.name, support_ids), self.assembler.encoded(store.name, query_ids),
-                )
+                    support_encoded, query_encoded,
+                ))
             pixel_bytes = (len(support_ids) + len(query_ids)) * images.size * images.size * 3
             if pixel_bytes > limit:
                 raise ResourceExhausted(
                     f"episode {index} would carry {pixel_bytes} bytes of pixels at image_size {images.size}; "
                     f"the server's message limit is {limit} bytes (request a smaller image_size or fewer shots)"
                 )
-            support = self.assembler.images(store.name, support_ids, images.size, images.resize)
-            query = self.assembler.images(store.name, query_ids, images.size, images.resize)
-            return messages.episode_message(episode, names[episode.source], wnids[episode.source], images, support, query)
+            pending = self.assembler.submit(store.name, support_ids + query_ids, images.size, images.resize)
+
+            def finish() -> pb.Episode:
+                pixels = pending.result()
+                return messages.episode_message(
+                    episode, names[episode.source], wnids[episode.source], images,
+                    pixels[: len(support_ids)], pixels[len(support_ids):],
+                )
+
+            return Prepared(finish, pending)
 
         label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
-        return build, label
+        return prepare, label
 
     def _stream(
         self,
         context: grpc.ServicerContext,
-        build: Callable[[int], Any],
+        prepare: Callable[[int], "Prepared"],
         start: int,
         count: int,
         step: int,
@@ -147,43 +161,43 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         end = _StreamEnd(self._streams, f"stream {kind} {label} start={start} step={step} "
                          f"count={count or 'unbounded'}", context.peer())
         context.add_callback(end)
-        lookahead = futures.ThreadPoolExecutor(1, thread_name_prefix="assemble")
+        in_flight: collections.deque[tuple[int, Prepared]] = collections.deque()
         try:
             indices = _indices(start, count, step)
-            pending = None
-            current = next(indices, None)
-            if current is not None:
-                pending = lookahead.submit(build, current)
-            while pending is not None:
+            for index in itertools.islice(indices, self.limits.lookahead):
+                in_flight.append((index, prepare(index)))
+            while in_flight:
                 if self.draining.is_set():
-                    raise status.Unavailable(f"server is shutting down; resume at index {current}")
-                message = pending.result()
+                    raise status.Unavailable(f"server is shutting down; resume at index {in_flight[0][0]}")
+                index, prepared = in_flight.popleft()
                 following = next(indices, None)
-                pending = lookahead.submit(build, following) if following is not None else None
-                if following is None and count:
+                if following is not None:
+                    in_flight.append((following, prepare(following)))
+                message = prepared.finish()
+                if count and not in_flight:
                     message.last = True
                 yield message
                 end.sent += 1
-                current = following
             end.outcome = "ok"
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
             raise
         finally:
-            lookahead.shutdown(wait=False, cancel_futures=True)
+            for _, prepared in in_flight:
+                prepared.discard()
             end()
 
     @status.streaming
     def StreamEpisodes(self, request: pb.StreamEpisodesRequest, context: grpc.ServicerContext) -> Iterator[pb.Episode]:
         start, count, step = _stream_window(request.start_index, request.count, request.index_step)
-        build, label = self._episode_source(request.request)
-        yield from self._stream(context, build, start, count, step, label, "episodes")
+        prepare, label = self._episode_source(request.request)
+        yield from self._stream(context, prepare, start, count, step, label, "episodes")
 
     @status.unary
     def GetEpisode(self, request: pb.GetEpisodeRequest, context: grpc.ServicerContext) -> pb.Episode:
         _stream_window(request.index, 1, 1)
-        build, _ = self._episode_source(request.request)
-        return build(request.index)
+        prepare, _ = self._episode_source(request.request)
+        return prepare(request.index).finish()
 
     # ---- plain batches ---------------------------------------------------------------
 
@@ -202,22 +216,28 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 f"the server's message limit is {self.limits.max_message_bytes}"
             )
 
-        def build(index: int) -> pb.Batch:
+        def prepare(index: int) -> Prepared:
             batch = sampler.sample(seed, index)
-            message = pb.Batch(
-                source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
-                fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
+            pending = None if images.encoded else self.assembler.submit(
+                store.name, batch.record_ids, images.size, images.resize
             )
-            messages.fill_tensor(message.labels, messages.np.asarray(batch.labels, dtype=messages.np.int64))
-            if images.encoded:
-                message.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
-            else:
-                pixels = self.assembler.images(store.name, batch.record_ids, images.size, images.resize)
-                messages.fill_tensor(message.images, pixels)
-            return message
+
+            def finish() -> pb.Batch:
+                message = pb.Batch(
+                    source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
+                    fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
+                )
+                messages.fill_tensor(message.labels, np.asarray(batch.labels, dtype=np.int64))
+                if pending is None:
+                    message.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
+                else:
+                    messages.fill_tensor(message.images, pending.result())
+                return message
+
+            return Prepared(finish, pending)
 
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
-        yield from self._stream(context, build, start, count, step, label, "batches")
+        yield from self._stream(context, prepare, start, count, step, label, "batches")
 
     # ---- metrics -------------------------------------------------------------------
 
@@ -272,6 +292,19 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         from sampler_server.metrics.report import render_report
 
         return pb.GetReportResponse(text=render_report(self.metrics, list(request.run_ids), request.format or "table"))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An episode or batch sampled and being decoded: ``finish`` packs it, ``discard``
+    frees its buffers when the stream ends before it is sent."""
+
+    finish: Callable[[], Any]
+    pending: PendingImages | None = None
+
+    def discard(self) -> None:
+        if self.pending is not None:
+            self.pending.discard()
 
 
 class _StreamEnd:

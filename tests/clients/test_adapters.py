@@ -1,0 +1,62 @@
+"""The PyTorch and TensorFlow adapters: sharding without gaps or overlaps, and the
+same episodes, pixel for pixel, from both frameworks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clients.core import EpisodeSpec
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("tensorflow")
+
+from clients.tf import episode_dataset  # noqa: E402
+from clients.torch import EpisodeDataset  # noqa: E402
+
+SPEC = EpisodeSpec(sources=("folder",), split="train", seed=11, image_size=24)
+
+
+@pytest.mark.slow
+def test_two_workers_times_two_ranks_cover_every_index_once(served):
+    seen = []
+    for rank in range(2):
+        dataset = EpisodeDataset(served.address, SPEC, start=5, count=23, rank=rank, world_size=2)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+        )
+        seen.extend(int(item["index"]) for item in loader)
+    assert sorted(seen) == list(range(5, 28))
+
+
+def test_torch_and_tf_yield_identical_episodes(served):
+    torch_items = list(EpisodeDataset(served.address, SPEC, start=3, count=4))
+    tf_items = list(episode_dataset(served.address, SPEC, start=3, count=4).as_numpy_iterator())
+    assert [item["index"] for item in torch_items] == [3, 4, 5, 6] == [int(item["index"]) for item in tf_items]
+    for from_torch, from_tf in zip(torch_items, tf_items):
+        assert from_torch["fingerprint"] == from_tf["fingerprint"].decode()
+        for key in ("support_images", "support_labels", "query_images", "query_labels"):
+            assert np.array_equal(from_torch[key].numpy(), from_tf[key]), key
+        assert from_torch["support_images"].dtype == torch.uint8
+        assert from_tf["support_images"].shape[1:] == (24, 24, 3)
+
+
+def test_tf_signature_is_complete(served):
+    dataset = episode_dataset(served.address, SPEC, count=1)
+    signature = dataset.element_spec
+    assert signature["support_images"].shape.as_list() == [None, 24, 24, 3]
+    assert signature["query_labels"].dtype == tf.int64
+    assert set(signature) == {"support_images", "support_labels", "query_images", "query_labels", "index",
+                              "fingerprint", "source", "ways"}
+
+
+def test_each_adapter_imports_only_its_framework():
+    import subprocess
+    import sys
+
+    code = "import sys, clients.torch; assert 'tensorflow' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    code = "import sys, clients.tf; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    code = "import sys, clients.core; assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
