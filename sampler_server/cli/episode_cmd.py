@@ -1,9 +1,10 @@
 """``sampler-server episode``: print episodes' compositions and fingerprints, reading no images.
 
 ``--data DIR`` is a data directory of packed stores (or one store); only manifests
-are read. ``--source`` is a source name, a comma-separated list of sources
-(multi-source: the source of each episode is drawn uniformly) or a benchmark preset
-(``md-v1``, ``md-v2``: its sources for the split). Stores whose classes carry wnids
+are read. ``--source`` is a store (by name) or source, a comma-separated list of
+them (multi-source: the source of each episode is drawn uniformly) or a benchmark
+preset (``md-v1``, ``md-v2``: its sources for the split). Stores of one source
+packed with other encodings give the same episodes and fingerprints. Stores whose classes carry wnids
 and no split (ILSVRC-2012) are split by the WordNet hierarchy: ``--imagenet-split
 md`` (carnivore/device, the default; ``md-v1`` implies it) or ``md_v2`` (all
 classes train; ``md-v2`` implies it). Without ``--ways/--shots/--query`` episodes
@@ -20,13 +21,19 @@ from typing import Any
 
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.imagenet_spec import parse_variant, spec_for_manifest
-from sampler_server.core.sampling import Benchmark, Episode, MultiSourceSampler, benchmark_sources
+from sampler_server.core.sampling import (
+    Benchmark,
+    Episode,
+    MultiSourceSampler,
+    benchmark_sources,
+)
 from sampler_server.core.sampling.plan import parse_split
 from sampler_server.core.sampling.presets import IMAGENET_SPLIT
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, NotFound
-from sampler_server.store.manifest import Manifest, Split, load_manifest
+from sampler_server.store.manifest import Manifest, load_manifest
 
 MAX_COUNT = 100_000
 """Most episodes one command prints (a larger request is a typo, not a use)."""
@@ -108,26 +115,32 @@ def _requested_sources(source: str, split: Split) -> tuple[tuple[str, ...], str 
 
 
 def _manifests(data: Path, wanted: tuple[str, ...]) -> dict[str, Manifest]:
-    from sampler_server.store.reader import find_stores  # the reader pulls in LMDB; keep it at the edge
+    """The manifests selected by ``wanted`` (store names first, else source names), keyed by source."""
+    # The reader pulls in LMDB: import it here, at the edge, and only to list stores.
+    from sampler_server.store.reader import find_stores
 
-    found: dict[str, list[tuple[Path, Manifest]]] = {}
-    for store in find_stores(data):
-        manifest = load_manifest(store)
-        found.setdefault(manifest.source, []).append((store, manifest))
-    missing = [name for name in wanted if name not in found]
-    if missing:
-        available = ", ".join(sorted(found)) or "none"
-        raise NotFound(
-            f"--source: no packed store of source{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(missing)} under {data}; available: {available}"
-        )
+    stores = [(path, load_manifest(path)) for path in find_stores(data)]
     out: dict[str, Manifest] = {}
+    missing = []
     for name in wanted:
-        stores = found[name]
-        if len(stores) > 1:
-            where = ", ".join(str(path) for path, _ in stores)
-            raise InvalidArgument(f"--data: source {name!r} has {len(stores)} stores ({where}); expected one")
-        out[name] = stores[0][1]
+        matches = [(p, m) for p, m in stores if name in (m.name, p.name)]
+        matches = matches or [(p, m) for p, m in stores if m.source == name]
+        if not matches:
+            missing.append(name)
+            continue
+        if len(matches) > 1:
+            where = ", ".join(p.name for p, _ in matches)
+            raise InvalidArgument(f"--source: {name!r} matches {len(matches)} stores ({where}); expected one: name a store")
+        manifest = matches[0][1]
+        if manifest.source in out:
+            raise InvalidArgument(f"--source: source {manifest.source!r} is selected more than once")
+        out[manifest.source] = manifest
+    if missing:
+        available = ", ".join(sorted({m.name for _, m in stores} | {m.source for _, m in stores})) or "none"
+        raise NotFound(
+            f"--source: no packed store named or of source {', '.join(repr(m) for m in missing)} under {data}; "
+            f"available: {available}"
+        )
     return out
 
 
@@ -139,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
     variant = parse_variant(args.imagenet_split or (IMAGENET_SPLIT[Benchmark(preset)] if preset else "md"))
     manifests = _manifests(args.data, names)
     specs: dict[str, DatasetSpec] = {
-        name: spec_for_manifest(manifest, imagenet_variant=variant) for name, manifest in manifests.items()
+        source: spec_for_manifest(manifest, imagenet_variant=variant) for source, manifest in manifests.items()
     }
-    sampler = MultiSourceSampler(specs, names, split, config)
+    sampler = MultiSourceSampler(specs, list(specs), split, config)
     class_names = {name: [c.name for c in spec.classes] for name, spec in specs.items()}
     for index in range(args.index, args.index + args.count):
         episode = sampler.sample(args.seed, index)

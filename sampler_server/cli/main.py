@@ -22,6 +22,7 @@ _SUBCOMMAND_MODULES = (
     "sampler_server.cli.demo_cmd",
     "sampler_server.cli.hierarchy_cmd",
     "sampler_server.cli.serve_cmd",
+    "sampler_server.cli.report_cmd",
 )
 
 

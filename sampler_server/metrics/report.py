@@ -1,6 +1,13 @@
-"""Tables from stored reports: per source, mean query accuracy, its 95% confidence
-interval over episodes (1.96 x sample standard deviation / sqrt(n), as Meta-Dataset
-reports it) and the episode count."""
+"""The Meta-Dataset table and the robustness data, from stored reports.
+
+Per run and source: mean query accuracy, its 95% confidence interval over episodes
+(1.96 x sample standard deviation / sqrt(n), as MD reports it) and the episode
+count; with several runs, each run's rank per source and its average rank
+(``ranks``: ties by the paper's 95% test). Given an ``EpisodeReplayer``, each
+reported episode's composition is recomputed from its request, seed and index: its
+fingerprint is checked against the stored one, and ways / shots / query labels feed
+the robustness analyses (accuracy against ways, per-class precision against shots).
+"""
 
 from __future__ import annotations
 
@@ -8,64 +15,163 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sampler_server.errors import InvalidArgument
+from sampler_server.metrics.ranks import Estimate, average_ranks, estimate, ranks_for_source
 from sampler_server.metrics.store import MetricsStore
 
 FORMATS = ("table", "markdown", "json")
 
 
 @dataclass(frozen=True)
-class SourceResult:
+class EpisodePoint:
+    run: str
     source: str
-    split: str
-    mean: float
-    ci95: float
-    episodes: int
+    ways: int
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class ClassPoint:
+    run: str
+    source: str
+    shots: int
+    precision: float
+
+
+@dataclass
+class Report:
+    runs: list[str]
+    configs: dict[str, dict[str, Any]]
+    accuracy: dict[str, dict[str, Estimate]]  # source key -> run -> estimate
+    loss: dict[str, dict[str, float]]
+    source_ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    average_rank: dict[str, float] = field(default_factory=dict)
+    ranked_sources: list[str] = field(default_factory=list)
+    episodes: list[EpisodePoint] = field(default_factory=list)
+    classes: list[ClassPoint] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    checked: bool = False
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, float("nan")
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, 1.96 * math.sqrt(variance) / math.sqrt(n)
+    """(mean, half-width of the 95% interval); the half-width is nan for one value."""
+    e = estimate(values)
+    return e.mean, (1.96 * e.std_error if e.episodes > 1 else float("nan"))
 
 
-def run_results(store: MetricsStore, run_id: str, metric: str = "accuracy") -> list[SourceResult]:
-    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for report in store.reports(run_id):
-        if metric in report.metrics:
-            groups[(report.source, report.split)].append(float(report.metrics[metric]))
-    results = []
-    for (source, split), values in sorted(groups.items()):
-        mean, ci = mean_ci95(values)
-        results.append(SourceResult(source, split, mean, ci, len(values)))
-    return results
+def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | None = None) -> Report:
+    if not run_ids:
+        raise InvalidArgument("run: none given; expected at least one run id")
+    if len(set(run_ids)) != len(run_ids):
+        raise InvalidArgument(f"run: {sorted(r for r in run_ids if list(run_ids).count(r) > 1)[0]!r} given twice")
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    losses: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    report = Report(runs=list(run_ids), configs={}, accuracy={}, loss={}, checked=replayer is not None)
+    for run in run_ids:
+        report.configs[run] = store.run_config(run)  # NotFound names an unknown run
+        for stored in store.reports(run):
+            key = f"{stored.source}/{stored.split}"
+            if "accuracy" in stored.metrics:
+                values[key][run].append(float(stored.metrics["accuracy"]))
+            if "loss" in stored.metrics:
+                losses[key][run].append(float(stored.metrics["loss"]))
+            if replayer is not None:
+                _analyse(report, replayer, stored)
+    report.accuracy = {key: {run: estimate(v) for run, v in runs.items()} for key, runs in sorted(values.items())}
+    report.loss = {key: {run: sum(v) / len(v) for run, v in runs.items()} for key, runs in sorted(losses.items())}
+    if len(run_ids) > 1:
+        report.source_ranks = {key: ranks_for_source(results) for key, results in report.accuracy.items()
+                               if len(results) == len(run_ids)}
+        report.average_rank, report.ranked_sources = average_ranks(report.accuracy)
+    return report
 
 
-def render_report(store: MetricsStore, run_ids: Sequence[str], fmt: str = "table") -> str:
+def _analyse(report: Report, replayer: Any, stored: Any) -> None:
+    try:
+        episode = replayer.episode(stored.request, stored.seed, stored.index)
+    except Exception as error:  # a store or request that no longer resolves
+        report.mismatches.append(f"{stored.run_id} {stored.source} episode {stored.index}: cannot recompute ({error})")
+        return
+    if episode.fingerprint != stored.fingerprint:
+        report.mismatches.append(
+            f"{stored.run_id} {stored.source} episode {stored.index}: stored fingerprint {stored.fingerprint[:12]}... "
+            f"does not match the episode the store now gives ({episode.fingerprint[:12]}...)"
+        )
+        return
+    if "accuracy" in stored.metrics:
+        report.episodes.append(EpisodePoint(stored.run_id, stored.source, episode.ways, float(stored.metrics["accuracy"])))
+    predicted = list(stored.predicted)
+    truth = [label for label, ids in enumerate(episode.query) for _ in ids]
+    if len(predicted) != len(truth):
+        return
+    for label in range(episode.ways):
+        chosen = [t for p, t in zip(predicted, truth) if p == label]
+        if chosen:
+            precision = sum(1 for t in chosen if t == label) / len(chosen)
+            report.classes.append(ClassPoint(stored.run_id, stored.source, len(episode.support[label]), precision))
+
+
+def _cell(e: Estimate) -> str:
+    ci = 1.96 * e.std_error * 100 if e.episodes > 1 else float("nan")
+    return f"{100 * e.mean:.2f} ± {ci:.2f} ({e.episodes})" if not math.isnan(ci) else f"{100 * e.mean:.2f} (1)"
+
+
+def render_report(report: Report, fmt: str = "table") -> str:
     if fmt not in FORMATS:
         raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
-    if not run_ids:
-        raise InvalidArgument("run_ids: empty; expected at least one run id")
-    per_run = {run: run_results(store, run) for run in run_ids}
     if fmt == "json":
-        return json.dumps(
-            {run: [r.__dict__ for r in results] for run, results in per_run.items()}, indent=1, allow_nan=True
-        )
+        return json.dumps(report_json(report), indent=1)
+    header = ["source"] + report.runs
     rows = []
-    for run, results in per_run.items():
-        for r in results:
-            rows.append((run, r.source, r.split, f"{100 * r.mean:.2f} ± {100 * r.ci95:.2f}", str(r.episodes)))
-    header = ("run", "source", "split", "accuracy (%)", "episodes")
+    for key, results in report.accuracy.items():
+        row = [key]
+        for run in report.runs:
+            if run not in results:
+                row.append("-")
+                continue
+            cell = _cell(results[run])
+            if report.source_ranks.get(key):
+                cell += f" [rank {report.source_ranks[key][run]:g}]"
+            row.append(cell)
+        rows.append(row)
+    if report.average_rank:
+        rows.append([f"average rank ({len(report.ranked_sources)} sources)"]
+                    + [f"{report.average_rank[run]:.2f}" for run in report.runs])
+    notes = ["accuracy: mean query accuracy (%) ± 95% confidence interval (episodes)"]
+    if report.checked:
+        notes.append(f"fingerprints: {len(report.mismatches)} mismatches" if report.mismatches
+                     else "fingerprints: every reported episode matches its recomputed composition")
+    notes += [f"  {m}" for m in report.mismatches[:10]]
     if fmt == "markdown":
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+        return "\n".join(lines + [""] + notes)
+    widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + notes)
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    def estimate_json(e: Estimate) -> dict[str, Any]:
+        mean, ci = e.mean, (1.96 * e.std_error if e.episodes > 1 else None)
+        return {"mean_accuracy": mean, "ci95": ci, "episodes": e.episodes}
+
+    return {
+        "runs": report.runs,
+        "configs": report.configs,
+        "sources": {
+            key: {run: {**estimate_json(e), "mean_loss": report.loss.get(key, {}).get(run),
+                        "rank": report.source_ranks.get(key, {}).get(run)}
+                  for run, e in results.items()}
+            for key, results in report.accuracy.items()
+        },
+        "average_rank": report.average_rank,
+        "ranked_sources": report.ranked_sources,
+        "fingerprint_mismatches": report.mismatches,
+        "fingerprints_checked": report.checked,
+    }

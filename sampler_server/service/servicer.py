@@ -31,6 +31,7 @@ from sampler_server.errors import InvalidArgument, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.service import messages, status
 from sampler_server.service.registry import StoreRegistry
+from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
@@ -60,6 +61,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.assembler = assembler
         self.metrics = metrics
         self.limits = limits
+        self.replayer = EpisodeReplayer(registry)
         self.draining = threading.Event()
         self._streams = threading.BoundedSemaphore(limits.max_streams)
 
@@ -281,17 +283,14 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         )
 
     def _episode_for(self, request: pb.EpisodeRequest, seed: int, index: int) -> Episode:
-        split = messages.split_from_wire(request.split, "request.split")
-        images = messages.images_from_wire(request.images)
-        config = messages.config_from_wire(request.config)
-        specs, _ = self.registry.resolve(list(request.sources), request.preset, split, images.size)
-        return MultiSourceSampler(specs, list(specs), split, config).sample(seed, index)
+        return self.replayer.episode(request, seed, index)
 
     @status.unary
     def GetReport(self, request: pb.GetReportRequest, context: grpc.ServicerContext) -> pb.GetReportResponse:
-        from sampler_server.metrics.report import render_report
+        from sampler_server.metrics.report import build_report, render_report
 
-        return pb.GetReportResponse(text=render_report(self.metrics, list(request.run_ids), request.format or "table"))
+        report = build_report(self.metrics, list(request.run_ids), self.replayer)
+        return pb.GetReportResponse(text=render_report(report, request.format or "table"))
 
 
 @dataclass(frozen=True)
