@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= demo-data
+# TensorFlow's start-up chatter off (shared/reference/dependencies.md)
+export TF_CPP_MIN_LOG_LEVEL := 2
+export TF_ENABLE_ONEDNN_OPTS := 0
 
 .PHONY: demo test install wordnet clean
 
@@ -12,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,tf]'
 	touch $(STAMP)
 
 install: $(STAMP)

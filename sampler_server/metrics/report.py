@@ -29,6 +29,7 @@ FORMATS = ("table", "markdown", "json")
 class EpisodePoint:
     run: str
     source: str
+    split: str
     ways: int
     accuracy: float
 
@@ -54,6 +55,7 @@ class Report:
     classes: list[ClassPoint] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     checked: bool = False
+    chance: dict[str, float] = field(default_factory=dict)  # source key -> mean of 1 / ways
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -81,6 +83,10 @@ def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | No
             if replayer is not None:
                 _analyse(report, replayer, stored)
     report.accuracy = {key: {run: estimate(v) for run, v in runs.items()} for key, runs in sorted(values.items())}
+    chance: dict[str, list[float]] = defaultdict(list)
+    for point in report.episodes:
+        chance[f"{point.source}/{point.split}"].append(1.0 / point.ways)
+    report.chance = {key: sum(v) / len(v) for key, v in sorted(chance.items())}
     report.loss = {key: {run: sum(v) / len(v) for run, v in runs.items()} for key, runs in sorted(losses.items())}
     if len(run_ids) > 1:
         report.source_ranks = {key: ranks_for_source(results) for key, results in report.accuracy.items()
@@ -102,7 +108,9 @@ def _analyse(report: Report, replayer: Any, stored: Any) -> None:
         )
         return
     if "accuracy" in stored.metrics:
-        report.episodes.append(EpisodePoint(stored.run_id, stored.source, episode.ways, float(stored.metrics["accuracy"])))
+        report.episodes.append(
+            EpisodePoint(stored.run_id, stored.source, stored.split, episode.ways, float(stored.metrics["accuracy"]))
+        )
     predicted = list(stored.predicted)
     truth = [label for label, ids in enumerate(episode.query) for _ in ids]
     if len(predicted) != len(truth):
@@ -124,7 +132,8 @@ def render_report(report: Report, fmt: str = "table") -> str:
         raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
     if fmt == "json":
         return json.dumps(report_json(report), indent=1)
-    header = ["source"] + report.runs
+    with_chance = bool(report.chance)
+    header = ["source"] + report.runs + (["chance"] if with_chance else [])
     rows = []
     for key, results in report.accuracy.items():
         row = [key]
@@ -136,11 +145,15 @@ def render_report(report: Report, fmt: str = "table") -> str:
             if report.source_ranks.get(key):
                 cell += f" [rank {report.source_ranks[key][run]:g}]"
             row.append(cell)
+        if with_chance:
+            row.append(f"{100 * report.chance[key]:.2f}" if key in report.chance else "-")
         rows.append(row)
     if report.average_rank:
         rows.append([f"average rank ({len(report.ranked_sources)} sources)"]
-                    + [f"{report.average_rank[run]:.2f}" for run in report.runs])
+                    + [f"{report.average_rank[run]:.2f}" for run in report.runs] + ([""] if with_chance else []))
     notes = ["accuracy: mean query accuracy (%) ± 95% confidence interval (episodes)"]
+    if with_chance:
+        notes.append("chance: mean over the evaluated episodes of 1 / ways (%)")
     if report.checked:
         notes.append(f"fingerprints: {len(report.mismatches)} mismatches" if report.mismatches
                      else "fingerprints: every reported episode matches its recomputed composition")
@@ -172,6 +185,7 @@ def report_json(report: Report) -> dict[str, Any]:
         },
         "average_rank": report.average_rank,
         "ranked_sources": report.ranked_sources,
+        "chance": report.chance,
         "fingerprint_mismatches": report.mismatches,
         "fingerprints_checked": report.checked,
     }
