@@ -23,6 +23,7 @@ import numpy as np
 
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_server.wire.tensors import RawTensor, split_tensors
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
@@ -50,6 +51,17 @@ class SamplerClientError(RuntimeError):
     def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+_SUPPORT_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["support_images"].number
+_QUERY_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["query_images"].number
+_EPISODE_TENSORS = frozenset({_SUPPORT_IMAGES, _QUERY_IMAGES})
+_BATCH_IMAGES = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
+_BATCH_TENSORS = frozenset({_BATCH_IMAGES})
+
+
+def _raw_array(tensor: RawTensor) -> np.ndarray:
+    return np.frombuffer(tensor.data, dtype=_DTYPES[tensor.dtype]).reshape(tensor.shape)
 
 
 def to_array(tensor: pb.Tensor) -> np.ndarray:
@@ -82,7 +94,20 @@ class EpisodeArrays:
         return len(self.class_ids)
 
     @classmethod
+    def from_bytes(cls, data: bytes) -> "EpisodeArrays":
+        """Parse a serialised Episode; pixel arrays are zero-copy views of ``data``."""
+        rest, tensors = split_tensors(data, _EPISODE_TENSORS)
+        message = pb.Episode.FromString(rest)
+        arrays = {field: _raw_array(tensor) for field, tensor in tensors.items()}
+        empty = np.empty((0, message.image_size, message.image_size, 3), dtype=np.uint8)
+        return cls._build(message, arrays.get(_SUPPORT_IMAGES, empty), arrays.get(_QUERY_IMAGES, empty))
+
+    @classmethod
     def from_message(cls, message: pb.Episode) -> "EpisodeArrays":
+        return cls._build(message, to_array(message.support_images), to_array(message.query_images))
+
+    @classmethod
+    def _build(cls, message: pb.Episode, support: np.ndarray, query: np.ndarray) -> "EpisodeArrays":
         return cls(
             source=message.source,
             split=pb.Split.Name(message.split).removeprefix("SPLIT_").lower(),
@@ -91,9 +116,9 @@ class EpisodeArrays:
             fingerprint=message.fingerprint,
             class_ids=tuple(c.class_id for c in message.classes),
             class_names=tuple(c.name for c in message.classes),
-            support_images=to_array(message.support_images),
+            support_images=support,
             support_labels=to_array(message.support_labels),
-            query_images=to_array(message.query_images),
+            query_images=query,
             query_labels=to_array(message.query_labels),
             support_record_ids=tuple(message.support_record_ids),
             query_record_ids=tuple(message.query_record_ids),
@@ -114,8 +139,12 @@ class BatchArrays:
     num_classes: int
 
     @classmethod
-    def from_message(cls, message: pb.Batch) -> "BatchArrays":
-        return cls(message.source, message.index, message.epoch, message.fingerprint, to_array(message.images),
+    def from_bytes(cls, data: bytes) -> "BatchArrays":
+        """Parse a serialised Batch; the image array is a zero-copy view of ``data``."""
+        rest, tensors = split_tensors(data, _BATCH_TENSORS)
+        message = pb.Batch.FromString(rest)
+        images = _raw_array(tensors[_BATCH_IMAGES]) if _BATCH_IMAGES in tensors else to_array(message.images)
+        return cls(message.source, message.index, message.epoch, message.fingerprint, images,
                    to_array(message.labels), tuple(message.record_ids), message.num_classes)
 
 
@@ -263,13 +292,18 @@ class SamplerClient:
         """Episodes start, start + step, ... (count of them; 0 = unbounded), resumed across failures."""
         request = spec.to_request()
 
-        def open_stream(next_index: int, remaining: int) -> Iterator[pb.Episode]:
-            return self._connect().StreamEpisodes(
-                pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining, index_step=step)
+        def open_stream(next_index: int, remaining: int) -> Iterator[EpisodeArrays]:
+            self._connect()
+            assert self._channel is not None
+            call = self._channel.unary_stream(
+                "/sampler.v1.Sampler/StreamEpisodes",
+                request_serializer=pb.StreamEpisodesRequest.SerializeToString,
+                response_deserializer=EpisodeArrays.from_bytes,
             )
+            return call(pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining,
+                                                 index_step=step))
 
-        for message in self._resumable(open_stream, start, count, step, "StreamEpisodes"):
-            yield EpisodeArrays.from_message(message)
+        yield from self._resumable(open_stream, start, count, step, "StreamEpisodes")
 
     def batches(
         self, source: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0, step: int = 1,
@@ -278,14 +312,18 @@ class SamplerClient:
         """Plain labelled batches of a split, resumed across failures like ``episodes``."""
         images = pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize])
 
-        def open_stream(next_index: int, remaining: int) -> Iterator[pb.Batch]:
-            return self._connect().StreamBatches(
-                pb.StreamBatchesRequest(source=source, split=_SPLITS[split], seed=seed, batch_size=batch_size,
-                                        start_index=next_index, count=remaining, index_step=step, images=images)
+        def open_stream(next_index: int, remaining: int) -> Iterator[BatchArrays]:
+            self._connect()
+            assert self._channel is not None
+            call = self._channel.unary_stream(
+                "/sampler.v1.Sampler/StreamBatches",
+                request_serializer=pb.StreamBatchesRequest.SerializeToString,
+                response_deserializer=BatchArrays.from_bytes,
             )
+            return call(pb.StreamBatchesRequest(source=source, split=_SPLITS[split], seed=seed, batch_size=batch_size,
+                                                start_index=next_index, count=remaining, index_step=step, images=images))
 
-        for message in self._resumable(open_stream, start, count, step, "StreamBatches"):
-            yield BatchArrays.from_message(message)
+        yield from self._resumable(open_stream, start, count, step, "StreamBatches")
 
     def _resumable(self, open_stream: Any, start: int, count: int, step: int, what: str) -> Iterator[Any]:
         """Yield messages in index order with prefetch; reopen after retryable failures."""

@@ -142,42 +142,81 @@ def _release(buffer: shared_memory.SharedMemory) -> None:
 
 
 class PendingImages:
-    """Pixels being decoded; ``result()`` waits and returns the N x S x S x 3 array."""
+    """Pixels being decoded (or already at hand).
+
+    ``result()`` waits and returns a private N x S x S x 3 array. ``pieces(counts)``
+    waits and returns the pixels as buffers grouped by consecutive image counts
+    (e.g. support, query) WITHOUT copying them: views of the shared-memory buffer or
+    of the stored raw records, valid until ``release()``. The service encodes those
+    views straight into the reply, the only copy the pixels see on the server.
+    """
 
     def __init__(self, shape: tuple[int, ...], array: np.ndarray | None = None,
                  chunks: list[futures.Future] | None = None, buffer: shared_memory.SharedMemory | None = None,
-                 pool: _BufferPool | None = None) -> None:
+                 pool: _BufferPool | None = None, records: list[memoryview] | None = None) -> None:
         self.shape = shape
         self._array = array
         self._chunks = chunks or []
         self._buffer = buffer
         self._pool = pool
+        self._records = records
+
+    @property
+    def image_bytes(self) -> int:
+        return int(np.prod(self.shape[1:]))
+
+    def _wait(self) -> None:
+        try:
+            for chunk in self._chunks:
+                chunk.result()
+        except BaseException:
+            self.release()
+            raise
+        self._chunks = []
 
     def result(self) -> np.ndarray:
         if self._array is None:
-            assert self._buffer is not None and self._pool is not None
-            try:
-                for chunk in self._chunks:
-                    chunk.result()
+            self._wait()
+            if self._records is not None:
+                self._array = np.frombuffer(b"".join(self._records), dtype=np.uint8).reshape(self.shape).copy()
+            else:
+                assert self._buffer is not None
                 count = int(np.prod(self.shape))
                 self._array = np.frombuffer(self._buffer.buf, dtype=np.uint8, count=count).reshape(self.shape).copy()
-            finally:
-                for chunk in self._chunks:
-                    chunk.cancel()
-                futures.wait(self._chunks)
-                self._pool.give(self._buffer)
-                self._buffer = None
+            self.release()
         return self._array
 
+    def pieces(self, counts: Sequence[int]) -> list[list[memoryview]]:
+        assert sum(counts) == self.shape[0], "counts must cover every image"
+        self._wait()
+        if self._records is not None:
+            groups, start = [], 0
+            for count in counts:
+                groups.append(self._records[start : start + count])
+                start += count
+            return groups
+        if self._array is not None:
+            flat = memoryview(self._array.reshape(-1))
+        else:
+            assert self._buffer is not None
+            flat = self._buffer.buf[: int(np.prod(self.shape))]
+        groups, start = [], 0
+        for count in counts:
+            end = start + count * self.image_bytes
+            groups.append([flat[start:end]])
+            start = end
+        return groups
 
-    def discard(self) -> None:
-        """Give the buffer back without reading it (a cancelled stream's episodes)."""
+    def release(self) -> None:
+        """Give the shared buffer back (after ``pieces`` were consumed, or unread)."""
         if self._buffer is not None and self._pool is not None:
             for chunk in self._chunks:
                 chunk.cancel()
             futures.wait(self._chunks)
             self._pool.give(self._buffer)
             self._buffer = None
+
+    discard = release
 
 
 class Assembler:
@@ -223,7 +262,7 @@ class Assembler:
         if not ids:
             return PendingImages(shape, np.empty(shape, dtype=np.uint8))
         if self.raw_size(store) == size:
-            return PendingImages(shape, _copy_raw(reader, ids, size))
+            return PendingImages(shape, records=_raw_payloads(reader, ids, size))
         if self._pool is None or len(ids) < _MIN_CHUNK:
             return PendingImages(shape, decode_records(reader, ids, size, method))
         buffer = self._buffers.take(int(np.prod(shape)))
@@ -255,18 +294,18 @@ class Assembler:
         return out
 
 
-def _copy_raw(reader: StoreReader, ids: list[int], size: int) -> np.ndarray:
-    out = np.empty((len(ids), size, size, 3), dtype=np.uint8)
-    flat = out.reshape(len(ids), -1)
+def _raw_payloads(reader: StoreReader, ids: list[int], size: int) -> list[memoryview]:
+    """The pixel payload of each raw record, as views of the values read (no copy)."""
+    out = []
     expected = size * size * 3
-    for position, (record_id, value) in enumerate(zip(ids, reader.read_values(ids))):
+    for record_id, value in zip(ids, reader.read_values(ids)):
         try:
             encoding, width, height, channels, offset = read_header(value)
         except DataLoss as error:
             raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: {error}") from None
         if encoding is not Encoding.RAW or len(value) - offset != expected:
             raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: not a {size}x{size}x3 raw record")
-        flat[position] = np.frombuffer(value, dtype=np.uint8, count=expected, offset=offset)
+        out.append(memoryview(value)[offset:])
     return out
 
 

@@ -7,9 +7,11 @@ the field's wire name; the status mapping turns them into gRPC codes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from sampler_server.assembly.assembler import PendingImages
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.split import Split
@@ -17,6 +19,7 @@ from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.record import Encoding
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.tensors import TensorField, encode_with_tensors
 
 DEFAULT_IMAGE_SIZE = 84
 MAX_IMAGE_SIZE = 1024
@@ -119,16 +122,9 @@ def episode_labels(episode: Episode) -> tuple[np.ndarray, np.ndarray]:
     return support, query
 
 
-def episode_message(
-    episode: Episode,
-    class_names: list[str],
-    class_wnids: list[str | None],
-    images: ImageRequest,
-    support_pixels: np.ndarray | None,
-    query_pixels: np.ndarray | None,
-    support_encoded: list | None = None,
-    query_encoded: list | None = None,
-) -> pb.Episode:
+def episode_header(episode: Episode, class_names: list[str], class_wnids: list[str | None],
+                   images: ImageRequest) -> pb.Episode:
+    """Everything but the pixels: composition, labels, provenance."""
     support_labels, query_labels = episode_labels(episode)
     message = pb.Episode(
         source=episode.source,
@@ -155,10 +151,22 @@ def episode_message(
     )
     fill_tensor(message.support_labels, support_labels)
     fill_tensor(message.query_labels, query_labels)
-    if support_pixels is not None and query_pixels is not None:
-        fill_tensor(message.support_images, support_pixels)
-        fill_tensor(message.query_images, query_pixels)
-    if support_encoded is not None:
-        message.support_encoded.CopyFrom(encoded_images(support_encoded))
-        message.query_encoded.CopyFrom(encoded_images(query_encoded))
     return message
+
+
+SUPPORT_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["support_images"].number
+QUERY_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["query_images"].number
+BATCH_IMAGES = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
+
+
+def pixels_reply(header: Any, fields: list[int], pending: PendingImages, counts: list[int], size: int) -> bytes:
+    """Serialised ``header`` plus its pixel tensors, each image group copied once."""
+    try:
+        groups = pending.pieces(counts)
+        tensors = [
+            TensorField(field, pb.DTYPE_UINT8, (count, size, size, 3), group)
+            for field, count, group in zip(fields, counts, groups)
+        ]
+        return encode_with_tensors(header, tensors)
+    finally:
+        pending.release()

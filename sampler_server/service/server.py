@@ -20,10 +20,10 @@ from grpc_reflection.v1alpha import reflection
 
 from sampler_server.assembly.assembler import Assembler
 from sampler_server.metrics.store import MetricsStore
+from sampler_server.service.handlers import sampler_handler
 from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.servicer import SamplerServicer, ServiceLimits
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sampler_server.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sampler"].full_name
@@ -59,7 +59,7 @@ class RunningServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        pb_grpc.add_SamplerServicer_to_server(self.servicer, self.server)
+        self.server.add_generic_rpc_handlers((sampler_handler(self.servicer),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)

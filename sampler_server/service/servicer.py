@@ -114,18 +114,16 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         limit = self.limits.max_message_bytes
 
         def prepare(index: int) -> Prepared:
-            """Sample now and start decoding; the returned function waits and packs."""
+            """Sample now and start decoding; ``finish`` waits and encodes the reply."""
             episode = sampler.sample(seed, index)
             store = stores[episode.source]
-            support_ids = [r for ids in episode.support for r in ids]
-            query_ids = [r for ids in episode.query for r in ids]
+            header = messages.episode_header(episode, names[episode.source], wnids[episode.source], images)
+            support_ids = list(header.support_record_ids)
+            query_ids = list(header.query_record_ids)
             if images.encoded:
-                support_encoded = self.assembler.encoded(store.name, support_ids)
-                query_encoded = self.assembler.encoded(store.name, query_ids)
-                return Prepared(lambda: messages.episode_message(
-                    episode, names[episode.source], wnids[episode.source], images, None, None,
-                    support_encoded, query_encoded,
-                ))
+                header.support_encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, support_ids)))
+                header.query_encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, query_ids)))
+                return Prepared(header, lambda: header.SerializeToString())
             pixel_bytes = (len(support_ids) + len(query_ids)) * images.size * images.size * 3
             if pixel_bytes > limit:
                 raise ResourceExhausted(
@@ -133,15 +131,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                     f"the server's message limit is {limit} bytes (request a smaller image_size or fewer shots)"
                 )
             pending = self.assembler.submit(store.name, support_ids + query_ids, images.size, images.resize)
-
-            def finish() -> pb.Episode:
-                pixels = pending.result()
-                return messages.episode_message(
-                    episode, names[episode.source], wnids[episode.source], images,
-                    pixels[: len(support_ids)], pixels[len(support_ids):],
-                )
-
-            return Prepared(finish, pending)
+            fields = [messages.SUPPORT_IMAGES, messages.QUERY_IMAGES]
+            counts = [len(support_ids), len(query_ids)]
+            return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
 
         label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
         return prepare, label
@@ -175,10 +167,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 following = next(indices, None)
                 if following is not None:
                     in_flight.append((following, prepare(following)))
-                message = prepared.finish()
                 if count and not in_flight:
-                    message.last = True
-                yield message
+                    prepared.header.last = True
+                yield prepared.finish()
                 end.sent += 1
             end.outcome = "ok"
         except BaseException as error:
@@ -199,7 +190,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
     def GetEpisode(self, request: pb.GetEpisodeRequest, context: grpc.ServicerContext) -> pb.Episode:
         _stream_window(request.index, 1, 1)
         prepare, _ = self._episode_source(request.request)
-        return prepare(request.index).finish()
+        return prepare(request.index).finish()  # serialised bytes (see handlers)
 
     # ---- plain batches ---------------------------------------------------------------
 
@@ -220,23 +211,17 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
         def prepare(index: int) -> Prepared:
             batch = sampler.sample(seed, index)
-            pending = None if images.encoded else self.assembler.submit(
-                store.name, batch.record_ids, images.size, images.resize
+            header = pb.Batch(
+                source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
+                fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
             )
-
-            def finish() -> pb.Batch:
-                message = pb.Batch(
-                    source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
-                    fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
-                )
-                messages.fill_tensor(message.labels, np.asarray(batch.labels, dtype=np.int64))
-                if pending is None:
-                    message.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
-                else:
-                    messages.fill_tensor(message.images, pending.result())
-                return message
-
-            return Prepared(finish, pending)
+            messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
+            if images.encoded:
+                header.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
+                return Prepared(header, lambda: header.SerializeToString())
+            pending = self.assembler.submit(store.name, batch.record_ids, images.size, images.resize)
+            fields, counts = [messages.BATCH_IMAGES], [len(batch.record_ids)]
+            return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
 
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
         yield from self._stream(context, prepare, start, count, step, label, "batches")
@@ -295,15 +280,17 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
 @dataclass(frozen=True)
 class Prepared:
-    """An episode or batch sampled and being decoded: ``finish`` packs it, ``discard``
-    frees its buffers when the stream ends before it is sent."""
+    """An episode or batch sampled and being decoded. ``header`` is its reply without
+    pixels (a stream may still set ``last``); ``finish`` waits and returns the
+    serialised reply; ``discard`` frees its buffers if the stream ends first."""
 
-    finish: Callable[[], Any]
+    header: Any
+    finish: Callable[[], bytes]
     pending: PendingImages | None = None
 
     def discard(self) -> None:
         if self.pending is not None:
-            self.pending.discard()
+            self.pending.release()
 
 
 class _StreamEnd:
