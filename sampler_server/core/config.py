@@ -81,12 +81,12 @@ class EpisodeConfig:
             object.__setattr__(self, name, float(getattr(self, name)))
 
     @classmethod
-    def fixed(cls, ways: int, shots: int, query: int, **overrides: Any) -> "EpisodeConfig":
+    def fixed(cls, ways: int, shots: int, query: int, **overrides: Any) -> EpisodeConfig:
         """N-way K-shot Q-query episodes (hierarchy used unless ignore_hierarchy_probability=1)."""
         return cls(num_ways=ways, num_support=shots, num_query=query, **overrides)
 
     @classmethod
-    def all_of_split(cls, **overrides: Any) -> "EpisodeConfig":
+    def all_of_split(cls, **overrides: Any) -> EpisodeConfig:
         """Episodes over every class of the split (shots and query variable unless fixed in overrides)."""
         return cls(all_classes=True, **overrides)
 

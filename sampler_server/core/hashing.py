@@ -28,24 +28,24 @@ class FieldHasher:
         self._hash = hashlib.sha256()
         self.text(domain)
 
-    def raw(self, data: bytes) -> "FieldHasher":
+    def raw(self, data: bytes) -> FieldHasher:
         """One field of raw bytes."""
         self._hash.update(len(data).to_bytes(_INT_BYTES, "big"))
         self._hash.update(data)
         return self
 
-    def text(self, value: str) -> "FieldHasher":
+    def text(self, value: str) -> FieldHasher:
         """One UTF-8 text field."""
         return self.raw(value.encode("utf-8"))
 
-    def integer(self, value: int) -> "FieldHasher":
+    def integer(self, value: int) -> FieldHasher:
         """One integer field: 8 bytes, unsigned when non-negative (up to 2**64 - 1), else two's complement."""
         if not _INT_MIN <= value <= _UINT_MAX:
             raise OverflowError(f"integer {value} does not fit {_INT_BYTES} bytes")
         signed = value < 0
         return self.raw(value.to_bytes(_INT_BYTES, "big", signed=signed) + (b"-" if signed else b"+"))
 
-    def integers(self, values: Iterable[int]) -> "FieldHasher":
+    def integers(self, values: Iterable[int]) -> FieldHasher:
         """A sequence of ids in [0, 2**64): one field of packed 8-byte big-endian words.
 
         The field's length prefix carries the count, so sequences stay unambiguous.

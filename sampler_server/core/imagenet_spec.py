@@ -21,8 +21,8 @@ import networkx as nx
 
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant, build_imagenet_split
 from sampler_server.core.spec import ClassSpec, DatasetSpec, HierarchySpec, NodeSpec
+from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument
-from sampler_server.store.manifest import Split
 
 
 def parse_variant(variant: ImageNetVariant | str) -> ImageNetVariant:

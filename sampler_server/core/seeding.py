@@ -25,8 +25,8 @@ import enum
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
-from sampler_server.store.manifest import Split
 
 MAX_SEED = 2**64 - 1
 MAX_INDEX = 2**63 - 1

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
-from sampler_server.store.manifest import Split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ class DatasetSpec:
         return hasher.hexdigest()
 
     @classmethod
-    def from_manifest(cls, manifest: Any, hierarchy: Mapping[Split, HierarchySpec] | None = None) -> "DatasetSpec":
+    def from_manifest(cls, manifest: Any, hierarchy: Mapping[Split, HierarchySpec] | None = None) -> DatasetSpec:
         """The spec of a loaded ``store.manifest.Manifest`` (duck-typed), classes and splits as stored."""
         classes = tuple(
             ClassSpec(
@@ -164,7 +164,7 @@ class DatasetSpec:
         groups: Sequence[str] | None = None,
         hierarchy: Mapping[Split, HierarchySpec] | None = None,
         fingerprint: str = "in-memory",
-    ) -> "DatasetSpec":
+    ) -> DatasetSpec:
         """An in-memory spec: class i has ``counts[i]`` records, in ``splits[i]`` (and ``groups[i]``)."""
         if len(splits) != len(counts) or (groups is not None and len(groups) != len(counts)):
             raise InvalidArgument(

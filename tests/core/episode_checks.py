@@ -13,7 +13,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import ClassStructure, Episode, build_plan, episode_fingerprint
+from sampler_server.core.sampling import (
+    ClassStructure,
+    Episode,
+    build_plan,
+    episode_fingerprint,
+)
 from sampler_server.core.seeding import Protocol
 from sampler_server.core.spec import DatasetSpec, NodeSpec
 from sampler_server.store.manifest import ClassInfo, Split

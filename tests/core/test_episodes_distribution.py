@@ -2,8 +2,8 @@
 
 Statistical tolerance: every goodness-of-fit test uses significance level
 alpha = 0.001 (Pearson chi-square against ``scipy.stats.chi2.ppf(0.999, df)``;
-Kolmogorov-Smirnov against the asymptotic alpha = 0.001 bound 1.95 / sqrt(n), which is
-conservative for discrete laws; means within 4.5 standard errors, about the same
+Kolmogorov-Smirnov against the asymptotic alpha = 0.001 bound 1.95 / sqrt(n) (one
+sample) or 1.95 * sqrt(2 / n) (two samples of n), conservative for discrete laws; means within 4.5 standard errors, about the same
 level). Seeds are fixed, so each test is deterministic: it passed once for these
 seeds and will keep passing unless the sampler changes. A correct sampler would
 fail a given test for about 1 seed in 1000; the biases these tests exist to catch
@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
+import pytest
 from episode_checks import spec_with_split
 from scipy import stats
 
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler
 from sampler_server.core.spec import DatasetSpec
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
+
+pytestmark = pytest.mark.slow
 
 N = 10_000
 LEVEL = 0.001
@@ -44,7 +47,7 @@ def _uniform(values: range, total: int) -> dict[int, float]:
 
 
 def test_flat_ways_uniform_query_exact_and_classes_uniform() -> None:
-    counts = [6 + 9 * i for i in range(40)]  # 6 .. 357 images; q = min(10, 3) = 3 whenever class 0 is in
+    counts = [6 + 3 * i for i in range(40)]  # 6 .. 123 images; q = 3 whenever class 0 is in
     spec = spec_with_split("flat", counts, others=[50, 60])
     sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig())
     ways, first = Counter(), Counter()
@@ -65,9 +68,9 @@ def _exact_support_law(m: list[int], cap: int) -> dict[int, float]:
     The sum is a step function of beta, constant on each interval between consecutive
     breakpoints k / m_c, so the law follows from the interval lengths exactly.
     """
-    points = sorted({k / mc for mc in m for k in range(0, mc + 1)})
+    points = sorted({k / mc for mc in m for k in range(mc + 1)})
     law: dict[int, float] = {}
-    for low, high in zip(points, points[1:]):
+    for low, high in pairwise(points):
         beta = (low + high) / 2
         size = min(cap, sum(math.ceil(beta * mc) for mc in m))
         law[size] = law.get(size, 0.0) + (high - low)
@@ -88,20 +91,22 @@ def test_support_size_follows_the_formula_exactly() -> None:
         assert episode.query_per_class == q == 3
         sizes.append(episode.support_size)
         shots.append(episode.shots)
-    # S itself: the shots sum to at most S; recover S from beta's law by comparing the CDF of
-    # the realised total against the CDF of S shifted by the rounding loss, bounded below.
+    # S has an exact law; the realised total is S minus the floors' loss (less than the ways), so
+    # its CDF lies between the CDFs of S and of S - ways (up to the KS tolerance).
     shots_array = np.array(shots, dtype=np.float64)
-    totals = np.array(sizes)
+    totals = np.sort(np.array(sizes))
     assert totals.max() <= 500 and totals.min() >= len(counts)
     support_values = sorted(law)
     cdf_exact = np.cumsum([law[s] for s in support_values])
-    # The realised total is S minus the floors' loss (< ways); it is stochastically between S - ways and S.
-    emp_upper = np.searchsorted(np.sort(totals), support_values, side="right") / N
-    emp_lower = np.searchsorted(np.sort(totals + len(counts)), support_values, side="right") / N
+    emp_upper = np.searchsorted(totals, support_values, side="right") / N
+    emp_lower = np.searchsorted(totals + len(counts), support_values, side="right") / N
     assert np.all(emp_upper >= cdf_exact - KS_BOUND), "support total larger than S allows"
     assert np.all(emp_lower <= cdf_exact + KS_BOUND), "support total smaller than S - ways allows"
     # Shots per class: the empirical means agree with an independent Monte Carlo of the formulas.
     simulated = _simulate_shots(counts, q, 500, 100, N, seed=12345)
+    # The realised support size against a Monte Carlo of the formulas: two-sample KS.
+    distance = stats.ks_2samp(totals, simulated.sum(axis=1)).statistic
+    assert distance <= KS_BOUND * math.sqrt(2), f"support sizes differ from the formula's: D={distance:.4f}"
     for c in range(len(counts)):
         a, b = shots_array[:, c], simulated[:, c]
         tolerance = 4.5 * math.sqrt(a.var() / N + b.var() / N) + 1e-9
@@ -111,33 +116,32 @@ def test_support_size_follows_the_formula_exactly() -> None:
 
 
 def _simulate_shots(counts: list[int], q: int, cap: int, per_class: int, n: int, seed: int) -> np.ndarray:
-    """The paper's formulas, reimplemented here with a separate RNG (Appendix .2)."""
+    """The paper's formulas (Appendix .2), reimplemented here, vectorised, with a separate RNG."""
     rng = np.random.RandomState(seed)
-    out = np.empty((n, len(counts)))
     counts_array = np.array(counts, dtype=np.float64)
-    for row in range(n):
-        beta = 1.0 - rng.random_sample()
-        size = min(cap, int(sum(math.ceil(beta * min(per_class, c - q)) for c in counts)))
-        alpha = rng.uniform(math.log(0.5), math.log(2.0), size=len(counts))
-        ratio = counts_array * np.exp(alpha)
-        ratio /= ratio.sum()
-        out[row] = np.minimum(np.floor(ratio * (size - len(counts))) + 1, counts_array - q)
-    return out
+    beta = 1.0 - rng.random_sample(n)
+    remaining = np.minimum(per_class, counts_array - q)
+    size = np.minimum(cap, np.ceil(beta[:, None] * remaining[None, :]).sum(axis=1))
+    alpha = rng.uniform(math.log(0.5), math.log(2.0), size=(n, len(counts)))
+    ratio = counts_array[None, :] * np.exp(alpha)
+    ratio /= ratio.sum(axis=1, keepdims=True)
+    return np.minimum(np.floor(ratio * (size[:, None] - len(counts))) + 1, counts_array[None, :] - q)
 
 
 def test_support_size_uniform_steps_for_equal_classes() -> None:
-    # 10 classes of 60: q = 10, each class contributes ceil(50 beta): S / 10 uniform on 1..50.
-    spec = spec_with_split("flat", [60] * 25)
-    sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig(num_ways=10))
+    # 10 classes of 30 images: q = 10 and S = 10 * ceil(20 beta), ceil(20 beta) uniform on 1..20.
+    # Equal log-weights (min = max = 0) make R_c = 1/10 exactly, so every class gets S / 10 shots
+    # and the realised support size is S itself.
+    spec = spec_with_split("flat", [30] * 25)
+    config = EpisodeConfig(num_ways=10, min_log_weight=0.0, max_log_weight=0.0)
+    sampler = EpisodeSampler(spec, Split.TEST, config)
     steps = Counter()
     for index in range(N):
         episode = sampler.sample(5, index)
-        # the realised total is S minus the floor loss: recover S from shots exactly is not possible,
-        # but with equal counts sum(k_c) lies in (S - 10, S]: ceil(total / 10) == S / 10.
-        steps[math.ceil(episode.support_size / 10)] += 1
-        assert episode.query_per_class == 10
-    statistic, critical = _chi_square_ok(steps, _uniform(range(1, 51), N))
-    assert statistic < critical, f"ceil(50 beta) not uniform on 1..50: chi2={statistic:.1f} >= {critical:.1f}"
+        assert episode.query_per_class == 10 and len(set(episode.shots)) == 1
+        steps[episode.shots[0]] += 1
+    statistic, critical = _chi_square_ok(steps, _uniform(range(1, 21), N))
+    assert statistic < critical, f"ceil(20 beta) not uniform on 1..20: chi2={statistic:.1f} >= {critical:.1f}"
 
 
 def test_alphabets_uniform_and_ways_uniform_within_each() -> None:

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from episode_checks import ilsvrc_manifest, spec_with_split  # noqa: E402
+from episode_checks import ilsvrc_manifest, spec_with_split
 
-from sampler_server.core.config import EpisodeConfig  # noqa: E402
-from sampler_server.core.imagenet_spec import imagenet_spec  # noqa: E402
-from sampler_server.core.sampling import Episode, MultiSourceSampler, sample_episode  # noqa: E402
-from sampler_server.core.spec import DatasetSpec  # noqa: E402
-from sampler_server.store.manifest import Split  # noqa: E402
+from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.imagenet_spec import imagenet_spec
+from sampler_server.core.sampling import Episode, MultiSourceSampler, sample_episode
+from sampler_server.core.spec import DatasetSpec
+from sampler_server.core.split import Split
 
 GOLDEN = Path(__file__).resolve().parent / "golden_episodes.json"
 
@@ -44,7 +44,7 @@ def _alphabets() -> DatasetSpec:
 
 
 def _nodes() -> DatasetSpec:
-    nodes = [("n00000010", range(0, 60)), ("n00000020", range(50, 58)), ("n00000030", range(10, 80, 3))]
+    nodes = [("n00000010", range(60)), ("n00000020", range(50, 58)), ("n00000030", range(10, 80, 3))]
     return spec_with_split("imagenet_like", [700 + i for i in range(80)], nodes=nodes)
 
 

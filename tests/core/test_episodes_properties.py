@@ -13,16 +13,26 @@ from __future__ import annotations
 import functools
 
 import pytest
-from episode_checks import check_episode, ilsvrc_manifest, reference_spec, spec_with_split
+from episode_checks import (
+    check_episode,
+    ilsvrc_manifest,
+    reference_spec,
+    spec_with_split,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler, sample_episode, sample_multisource
+from sampler_server.core.sampling import (
+    EpisodeSampler,
+    MultiSourceSampler,
+    sample_episode,
+    sample_multisource,
+)
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 seeds = st.integers(0, MAX_SEED)

@@ -8,10 +8,14 @@ import pytest
 from episode_checks import spec_with_split
 
 from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler, sample_episode
+from sampler_server.core.sampling import (
+    EpisodeSampler,
+    MultiSourceSampler,
+    sample_episode,
+)
 from sampler_server.core.spec import ClassSpec, DatasetSpec, NodeSpec
+from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from sampler_server.store.manifest import Split
 
 FLAT = spec_with_split("flat", [20, 20, 12, 30, 40, 25, 8], others=[50, 50])
 GROUPED = spec_with_split("grouped", [20] * 12, groups=["a"] * 4 + ["b"] * 8)
@@ -26,14 +30,14 @@ NODES = spec_with_split("nodes", [20] * 12, nodes=[("n1", range(6)), ("n2", rang
         (
             FLAT,
             EpisodeConfig(min_examples_in_class=21, min_ways=5),
-            "min_ways: got 5, expected at most 3 (the classes of source 'flat' split 'test' with at least "
-            "min_examples_in_class=21 images)",
+            ("min_ways: got 5, expected at most 3 (the classes of source 'flat' split 'test' with at least "
+            "min_examples_in_class=21 images)"),
         ),
         (
             FLAT,
             EpisodeConfig.fixed(5, 5, 15),
-            "num_support + num_query: got 5 + 15 = 20, expected at most 8: class 'class_00006' (id 6) of source "
-            "'flat' split 'test' has 8 images; set min_examples_in_class=20 to leave smaller classes out",
+            ("num_support + num_query: got 5 + 15 = 20, expected at most 8: class 'class_00006' (id 6) of source "
+            "'flat' split 'test' has 8 images; set min_examples_in_class=20 to leave smaller classes out"),
         ),
         (FLAT, EpisodeConfig(num_support=8), "num_support: got 8, expected at most 7: class 'class_00006' (id 6)"),
         (FLAT, EpisodeConfig(num_query=8), "num_query: got 8, expected at most 7: class 'class_00006' (id 6)"),
@@ -55,8 +59,8 @@ NODES = spec_with_split("nodes", [20] * 12, nodes=[("n1", range(6)), ("n2", rang
         (
             GROUPED,
             EpisodeConfig(min_ways=9),
-            "min_ways: got 9, expected at most 8 (the most candidate classes any group of source 'grouped' split "
-            "'test' has; 2 groups); set ignore_hierarchy_probability=1",
+            ("min_ways: got 9, expected at most 8 (the most candidate classes any group of source 'grouped' split "
+            "'test' has; 2 groups); set ignore_hierarchy_probability=1"),
         ),
         (GROUPED, EpisodeConfig.fixed(10, 1, 1), "num_ways: got 10, expected at most 8 (the most candidate classes any group"),
         (NODES, EpisodeConfig.fixed(10, 1, 1), "num_ways: got 10, expected at most 9 (the most candidate classes any eligible node"),

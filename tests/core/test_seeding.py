@@ -14,9 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.seeding import MAX_INDEX, MAX_SEED, Protocol, derivation_digest, derive_rng
+from sampler_server.core.seeding import (
+    MAX_INDEX,
+    MAX_SEED,
+    Protocol,
+    derivation_digest,
+    derive_rng,
+)
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
-from sampler_server.store.manifest import Split
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "sampler_server" / "core"
@@ -104,7 +110,7 @@ from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.sampling import MultiSourceSampler
 from sampler_server.core.seeding import Protocol, derivation_digest
 from sampler_server.core.spec import DatasetSpec
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
 specs = {
     name: DatasetSpec.from_counts(name, [20 + 3 * i for i in range(30)], [Split.TEST] * 30, fingerprint=name)
     for name in ("b_source", "a_source", "c_source")

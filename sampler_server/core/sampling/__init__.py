@@ -10,9 +10,21 @@
 """
 
 from sampler_server.core.sampling.episode import Episode, episode_fingerprint
-from sampler_server.core.sampling.multisource import MultiSourceSampler, sample_multisource
-from sampler_server.core.sampling.plan import ClassStructure, Group, SamplingPlan, build_plan
-from sampler_server.core.sampling.presets import BENCHMARK_SOURCES, Benchmark, benchmark_sources
+from sampler_server.core.sampling.multisource import (
+    MultiSourceSampler,
+    sample_multisource,
+)
+from sampler_server.core.sampling.plan import (
+    ClassStructure,
+    Group,
+    SamplingPlan,
+    build_plan,
+)
+from sampler_server.core.sampling.presets import (
+    BENCHMARK_SOURCES,
+    Benchmark,
+    benchmark_sources,
+)
 from sampler_server.core.sampling.sampler import EpisodeSampler, sample_episode
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any
 
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.seeding import Protocol
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +102,12 @@ def episode_fingerprint(
     hasher = FieldHasher("sampler-server/episode/v1")
     hasher.text(protocol.value).text(source).text(split.value).text(store_fingerprint).text(config_hash)
     hasher.integers(class_ids)
+    # One field: per class, the support count and ids, then the query count and ids.
+    words: list[int] = []
     for class_support, class_query in zip(support, query, strict=True):
-        hasher.integers(class_support).integers(class_query)
+        words.append(len(class_support))
+        words.extend(class_support)
+        words.append(len(class_query))
+        words.extend(class_query)
+    hasher.integers(words)
     return hasher.hexdigest()

@@ -10,21 +10,21 @@ Formulas (Meta-Dataset, Appendix .2; n_c = images of class c, W = ways):
   The floor is taken in exact rational arithmetic over the float weights, so
   sum_c k_c <= S holds exactly (no rounding can push it above the cap).
 - records: per class, a uniform subset of q + k_c distinct offsets in [0, n_c)
-  (Floyd's algorithm: one ``random_sample`` call, O(q + k_c) work however large the
-  class), then a uniform permutation splits it into query (q) and support (k_c).
-  Support and query are therefore disjoint; each tuple is sorted by record id.
+  (Floyd's algorithm, O(q + k_c) work however large the class), then a uniform
+  q-subset of it (Floyd again) is the query and the rest the support. Support and
+  query are therefore disjoint; each tuple is sorted by record id.
 
-Determinism: the only RNG methods used are ``random_sample``, ``uniform`` and
-``permutation`` of a legacy ``RandomState``; floats are IEEE doubles combined in a
-fixed order; ``exp`` is Python's ``math.exp`` (NumPy's SIMD ``exp`` loops have
-changed between releases).
+Determinism: the only RNG methods used are ``random_sample`` and ``uniform`` of a
+legacy ``RandomState``; floats are IEEE doubles combined in a fixed order. ``exp``
+is ``portable_exp``, built from +, -, *, / and ``ldexp`` only, so it gives the same
+bits on every platform and NumPy release (libm's and NumPy's SIMD ``exp`` may differ
+in the last bit between platforms and releases, and a floor could then flip).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 
 import numpy as np
 
@@ -48,10 +48,35 @@ def support_size(config: EpisodeConfig, counts: Sequence[int], query: int, beta:
 
 def shots(counts: Sequence[int], query: int, size: int, log_weights: Sequence[float]) -> tuple[int, ...]:
     """Shots per class: at least one each, the rest of ``size`` by noisy class-size proportions."""
-    weights = [Fraction(n * math.exp(float(alpha))) for n, alpha in zip(counts, log_weights, strict=True)]
-    total = sum(weights, Fraction(0))
-    extra = size - len(counts)
-    return tuple(min(math.floor(w * extra / total) + 1, n - query) for w, n in zip(weights, counts))
+    ratios = [(n * portable_exp(float(alpha))).as_integer_ratio() for n, alpha in zip(counts, log_weights, strict=True)]
+    # Float weights are dyadic rationals: scale them to integers over one power of two,
+    # then floor(w_c * extra / sum w) is an exact integer division.
+    denominator = max(d for _, d in ratios)
+    weights = [numerator * (denominator // d) for numerator, d in ratios]
+    total, extra = sum(weights), size - len(counts)
+    return tuple(min(w * extra // total + 1, n - query) for w, n in zip(weights, counts))
+
+
+_LN2 = 0.6931471805599453
+# ln 2 split as in fdlibm (Cody-Waite): k * _LN2_HI is exact for the k used here.
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_EXP_TERMS = 18
+
+
+def portable_exp(x: float) -> float:
+    """exp(x) for |x| <= 64 (the config's bound) to within a few ulp, bit-identical everywhere.
+
+    x = k ln 2 + r with |r| <= ln 2 / 2 (k = round(x / ln 2), ln 2 in two parts);
+    exp(r) by its Taylor series to degree 18 (truncation error below 1e-20) in Horner
+    form; then an exact scaling by 2**k.
+    """
+    k = round(x / _LN2)
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    total = 1.0
+    for degree in range(_EXP_TERMS, 0, -1):
+        total = 1.0 + total * r / degree
+    return math.ldexp(total, k)
 
 
 def draw_beta(rng: np.random.RandomState) -> float:
@@ -64,27 +89,40 @@ def draw_log_weights(rng: np.random.RandomState, config: EpisodeConfig, ways: in
     return [float(a) for a in rng.uniform(config.min_log_weight, config.max_log_weight, size=ways)]
 
 
-def sample_offsets(rng: np.random.RandomState, n: int, m: int) -> list[int]:
-    """A uniform m-subset of range(n), sorted (Floyd's algorithm with pre-drawn uniforms).
+def floyd_subset(uniforms: Sequence[float], n: int) -> list[int]:
+    """A uniform ``len(uniforms)``-subset of range(n), sorted (Floyd's algorithm).
 
-    Step j (j = n - m .. n - 1) picks t = floor(u_j * (j + 1)), uniform on [0, j] up
-    to the 2**-53 grid of u_j, and adds t, or j if t is already chosen. For u < 1 the
-    product rounds below j + 1 (an IEEE multiply, the same in NumPy and Python).
+    With m = len(uniforms), step j (j = n - m .. n - 1) takes t = floor(u * (j + 1)),
+    uniform on [0, j] up to the 2**-53 grid of u, and adds t, or j if t is already
+    chosen. For u < 1 the IEEE product rounds below j + 1, so t <= j.
     """
+    m = len(uniforms)
     assert 0 <= m <= n, (m, n)
-    picks = (rng.random_sample(m) * np.arange(n - m + 1, n + 1, dtype=np.float64)).astype(np.int64)
     chosen: set[int] = set()
-    for j, t in zip(range(n - m, n), picks.tolist()):
+    for j, u in zip(range(n - m, n), uniforms):
+        t = int(u * (j + 1))
         chosen.add(j if t in chosen else t)
     return sorted(chosen)
 
 
-def split_records(
-    rng: np.random.RandomState, start: int, count: int, query: int, support: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(query record ids, support record ids) of one class: disjoint, each sorted."""
-    offsets = sample_offsets(rng, count, query + support)
-    order = rng.permutation(len(offsets)).tolist()
-    query_ids = sorted(start + offsets[i] for i in order[:query])
-    support_ids = sorted(start + offsets[i] for i in order[query:])
-    return tuple(query_ids), tuple(support_ids)
+def draw_records(
+    rng: np.random.RandomState, ranges: Sequence[tuple[int, int]], query: int, shots: Sequence[int]
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """Per class (start, count): (query record ids, support record ids), disjoint and sorted.
+
+    Two ``random_sample`` calls per episode: the subset uniforms of every class (in
+    class order), then the uniforms choosing which q of each class's subset are query.
+    """
+    sizes = [query + k for k in shots]
+    subset_uniforms = rng.random_sample(sum(sizes)).tolist()
+    query_uniforms = rng.random_sample(query * len(sizes)).tolist()
+    queries: list[tuple[int, ...]] = []
+    supports: list[tuple[int, ...]] = []
+    offset = 0
+    for number, ((start, count), size) in enumerate(zip(ranges, sizes)):
+        chosen = floyd_subset(subset_uniforms[offset : offset + size], count)
+        offset += size
+        positions = set(floyd_subset(query_uniforms[number * query : (number + 1) * query], size))
+        queries.append(tuple(start + chosen[p] for p in sorted(positions)))
+        supports.append(tuple(start + value for p, value in enumerate(chosen) if p not in positions))
+    return queries, supports

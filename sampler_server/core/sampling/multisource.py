@@ -18,8 +18,8 @@ from sampler_server.core.sampling.plan import parse_split
 from sampler_server.core.sampling.sampler import EpisodeSampler
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.spec import DatasetSpec
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, NotFound
-from sampler_server.store.manifest import Split
 
 
 class MultiSourceSampler:

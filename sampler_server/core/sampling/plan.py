@@ -34,8 +34,8 @@ import enum
 
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.spec import ClassSpec, DatasetSpec
-from sampler_server.errors import FailedPrecondition, InvalidArgument
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 class ClassStructure(enum.Enum):
@@ -72,9 +72,12 @@ class SamplingPlan:
 
 
 def parse_split(split: Split | str) -> Split:
+    """A Split from an enum member or its name ('validation' and 'val' mean 'valid')."""
+    if isinstance(split, Split):
+        return split
     try:
-        return Split(split)
-    except ValueError:
+        return Split.parse(split) if isinstance(split, str) else Split(split)
+    except (NotFound, ValueError):
         allowed = ", ".join(s.value for s in Split)
         raise InvalidArgument(f"split: got {split!r}, expected one of {allowed}") from None
 

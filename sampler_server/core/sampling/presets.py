@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import enum
 
+from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
-from sampler_server.store.manifest import Split
 
 
 class Benchmark(str, enum.Enum):
@@ -27,7 +27,7 @@ class Benchmark(str, enum.Enum):
     MD_V2 = "md-v2"
 
     @classmethod
-    def parse(cls, value: str) -> "Benchmark":
+    def parse(cls, value: str) -> Benchmark:
         try:
             return cls(value)
         except ValueError:

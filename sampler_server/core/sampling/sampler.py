@@ -4,7 +4,7 @@ Order of draws from the episode's RNG (``core.seeding.derive_rng`` keyed by seed
 protocol, source, split, index), fixed because golden fingerprints pin it:
 1. Step 1 (``classes``): hierarchy coin, group, ways, class permutation, as applicable;
 2. Step 2 (``examples``): beta, then one log-weight per class (variable shots only);
-3. records, class by class in episode order.
+3. records: the subset uniforms of every class in episode order, then the query picks.
 Nothing else is read: no clock, no global RNG, no I/O. Building an
 ``EpisodeSampler`` validates once (``plan.build_plan``); ``sample`` then cannot fail
 for any valid seed and index.
@@ -21,7 +21,7 @@ from sampler_server.core.sampling.episode import Episode, episode_fingerprint
 from sampler_server.core.sampling.plan import SamplingPlan, build_plan
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.spec import DatasetSpec
-from sampler_server.store.manifest import Split
+from sampler_server.core.split import Split
 
 
 class EpisodeSampler:
@@ -56,12 +56,8 @@ class EpisodeSampler:
         else:
             size = examples.support_size(config, counts, query, examples.draw_beta(rng))
             shots = examples.shots(counts, query, size, examples.draw_log_weights(rng, config, len(class_ids)))
-        query_ids, support_ids = [], []
-        for class_id, class_shots in zip(class_ids, shots):
-            info = classes[class_id]
-            class_query, class_support = examples.split_records(rng, info.start, info.count, query, class_shots)
-            query_ids.append(class_query)
-            support_ids.append(class_support)
+        ranges = [(classes[c].start, classes[c].count) for c in class_ids]
+        query_ids, support_ids = examples.draw_records(rng, ranges, query, shots)
         fingerprint = episode_fingerprint(
             protocol=Protocol.META_DATASET,
             source=self.source,

@@ -1,0 +1,213 @@
+"""``sampler-server episode`` on real packed stores: output, consistency with the library, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, generate_fixture, pack_fixture
+
+from sampler_server.cli.main import main
+from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.imagenet_spec import imagenet_spec
+from sampler_server.core.sampling import sample_episode
+from sampler_server.core.spec import DatasetSpec
+from sampler_server.core.split import Split
+from sampler_server.fixtures import ilsvrc as ilsvrc_fixture
+from sampler_server.store.manifest import load_manifest
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """image_folder packed twice (encoded and raw 32x32) plus an Omniglot store, in one data directory."""
+    root = tmp_path_factory.mktemp("episode_cli")
+    folder = generate_fixture("image_folder", root, num_classes=24, images_per_class=12)
+    out = root / "data"
+    pack_fixture(folder, out, name="folder")
+    pack_fixture(folder, out, name="folder_raw32", raw_size=32)
+    pack_fixture(generate_fixture("omniglot", root, num_classes=60, images_per_class=4), out)
+    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=48, images_per_class=4), out)
+    return out
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _json_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_human_readable(data: Path, capsys) -> None:
+    code, out, err = _run(capsys, "episode", "--data", str(data), "--source", "folder", "--split", "test",
+                          "--seed", "7", "--index", "42")
+    assert code == 0 and not err
+    lines = out.splitlines()
+    assert lines[0] == "episode 42  source image_folder  split test  seed 7"
+    assert re.match(r"  ways \d+  support \d+  query \d+ per class \(\d+\)$", lines[1])
+    assert HEX64.match(lines[2].split()[-1]) and lines[2].startswith("  fingerprint ")
+    ways = int(lines[1].split()[1])
+    assert sum(1 for line in lines if re.match(r"  \[\d+\] class \d+ class_\d\d: \d+ shots$", line)) == ways
+    assert sum(1 for line in lines if line.startswith("      support ")) == ways
+
+
+def test_json_matches_the_library_and_the_manifest(data: Path, capsys) -> None:
+    code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "folder", "--split", "test",
+                        "--seed", "7", "--index", "42", "--count", "3", "--json")
+    assert code == 0
+    records = _json_lines(out)
+    assert [r["index"] for r in records] == [42, 43, 44]
+    manifest = load_manifest(data / "folder")
+    spec = DatasetSpec.from_manifest(manifest)
+    for record in records:
+        episode = sample_episode(spec, Split.TEST, EpisodeConfig(), 7, record["index"])
+        assert record["fingerprint"] == episode.fingerprint
+        assert record["store_fingerprint"] == manifest.fingerprint
+        assert record["config_hash"] == EpisodeConfig().config_hash() and record["config"]["min_ways"] == 5
+        assert record["ways"] == len(record["classes"]) == episode.ways
+        for entry in record["classes"]:
+            info = manifest.classes[entry["id"]]
+            assert info.split is Split.TEST and entry["name"] == info.name
+            assert not set(entry["support"]) & set(entry["query"])
+            assert all(info.start <= r < info.end for r in entry["support"] + entry["query"])
+        assert len({len(entry["query"]) for entry in record["classes"]}) == 1
+
+
+def test_encodings_do_not_change_episodes(data: Path, capsys) -> None:
+    outputs = []
+    for store in ("folder", "folder_raw32"):
+        code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", store, "--split", "train",
+                            "--seed", "3", "--count", "5", "--json")
+        assert code == 0
+        outputs.append([r["fingerprint"] for r in _json_lines(out)])
+    assert outputs[0] == outputs[1]
+
+
+def test_fixed_ways_shots_query(data: Path, capsys) -> None:
+    code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "folder", "--split", "train",
+                        "--seed", "1", "--ways", "5", "--shots", "3", "--query", "4", "--count", "4", "--json")
+    assert code == 0
+    for record in _json_lines(out):
+        assert record["ways"] == 5 and record["shots"] == [3] * 5 and record["query_per_class"] == 4
+
+
+def test_omniglot_episodes_stay_in_one_alphabet(data: Path, capsys) -> None:
+    manifest = load_manifest(data / "omniglot")
+    code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "omniglot", "--split", "test",
+                        "--seed", "5", "--count", "20", "--json")
+    assert code == 0
+    for record in _json_lines(out):
+        alphabets = {manifest.classes[entry["id"]].group for entry in record["classes"]}
+        # Kannada has 4 characters, fewer than min_ways = 5: only Angelic (9) can be drawn.
+        assert alphabets == {record["group"]} == {"Angelic"}
+        assert 5 <= record["ways"] <= 9
+
+
+@pytest.mark.parametrize("split", list(Split))
+def test_ilsvrc_split_by_wordnet_and_one_node_per_episode(data: Path, capsys, split: Split) -> None:
+    manifest = load_manifest(data / "ilsvrc_2012")
+    assert all(c.split is None for c in manifest.classes)
+    spec = imagenet_spec(manifest)
+    nodes = {node.id: set(node.leaves) for node in spec.nodes_in(split)}
+    code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "ilsvrc_2012", "--split", split.value,
+                        "--seed", "4", "--count", "10", "--json")
+    assert code == 0
+    expected_split = {wnid: s for wnid, _, s in ilsvrc_fixture.WNIDS}
+    for record in _json_lines(out):
+        ids = {entry["id"] for entry in record["classes"]}
+        assert ids <= nodes[record["group"]]
+        assert {expected_split[manifest.classes[i].wnid] for i in ids} == {split}
+
+
+def test_md_v2_imagenet_is_train_only(data: Path, capsys) -> None:
+    argv = ["episode", "--data", str(data), "--source", "ilsvrc_2012", "--seed", "4", "--imagenet-split", "md_v2"]
+    code, out, _ = _run(capsys, *argv, "--split", "train", "--json", "--count", "5")
+    assert code == 0 and len(_json_lines(out)) == 5
+    code, _, err = _run(capsys, *argv, "--split", "test")
+    assert code == 2 and "split: got 'test', but source 'ilsvrc_2012' has no classes in it; expected one of: train (48 classes)" in err
+
+
+def test_multisource(data: Path, capsys) -> None:
+    code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "omniglot,folder", "--split", "test",
+                        "--seed", "2", "--count", "30", "--json", "--ways", "3", "--shots", "1", "--query", "1")
+    assert code == 0
+    sources = {r["source"] for r in _json_lines(out)}
+    assert sources == {"omniglot", "image_folder"}
+
+
+def test_reads_no_images(data: Path, tmp_path: Path, capsys) -> None:
+    store = tmp_path / "folder"
+    shutil.copytree(data / "folder", store)
+    (store / "data.mdb").write_bytes(b"")  # any image read would fail
+    argv = ["--split", "test", "--seed", "7", "--count", "2", "--json"]
+    code, out, _ = _run(capsys, "episode", "--data", str(store), "--source", "image_folder", *argv)
+    assert code == 0
+    _, reference, _ = _run(capsys, "episode", "--data", str(data), "--source", "folder", *argv)
+    assert out == reference
+
+
+def test_independent_of_python_hash_seed(data: Path) -> None:
+    argv = [sys.executable, "-m", "sampler_server", "episode", "--data", str(data), "--source", "omniglot,folder",
+            "--split", "test", "--seed", "9", "--count", "10", "--json", "--ways", "3", "--shots", "1", "--query", "1"]
+    outs = {
+        subprocess.run(argv, env=dict(os.environ, PYTHONHASHSEED=seed), cwd=REPO_ROOT, capture_output=True,
+                       text=True, check=True).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outs) == 1
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--source", "folder", "--ways", "99"], "num_ways: got 99, expected at most 6 (the classes of source 'image_folder' split 'test')"),
+        (["--source", "folder", "--ways", "5", "--shots", "10", "--query", "5"], "num_support + num_query: got 10 + 5 = 15, expected at most 12"),
+        (["--source", "folder", "--min-ways", "7"], "min_ways: got 7, expected at most 6"),
+        (["--source", "folder", "--min-ways", "0"], "min_ways: got 0, expected an integer in [1, 2147483647]"),
+        (["--source", "folder", "--shots", "-2"], "num_support: got -2, expected an integer in [1, 2147483647]"),
+        (["--source", "folder", "--ignore-hierarchy-probability", "2"], "ignore_hierarchy_probability: got 2.0, expected a number in [0.0, 1.0]"),
+        (["--source", "folder", "--split", "nosuch"], "split: got 'nosuch', expected one of train, valid, test"),
+        (["--source", "folder", "--seed", "-1"], "--seed: got -1, expected an integer in [0, 18446744073709551615]"),
+        (["--source", "folder", "--index", "-1"], "--index: got -1, expected an integer in [0, "),
+        (["--source", "folder", "--count", "0"], "--count: got 0, expected an integer in [1, 100000]"),
+        (["--source", "image_folder"], "--source: 'image_folder' matches 2 stores (folder, folder_raw32); expected one"),
+        (["--source", "nosuch"], "--source: no packed store named or of source 'nosuch' under"),
+        (["--source", "md-v1"], "--source: no packed store named or of source 'aircraft', 'cu_birds', 'dtd', 'fungi', 'mscoco', 'quickdraw', 'traffic_sign', 'vgg_flower' under"),
+        (["--source", "folder,folder_raw32"], "--source: source 'image_folder' is selected more than once"),
+        (["--source", "omniglot", "--ways", "10"], "num_ways: got 10, expected at most 9 (the most candidate classes any group of source 'omniglot' split 'test'"),
+        (["--source", "folder", "--imagenet-split", "v3"], "imagenet split: got 'v3', expected one of md, md_v2"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(data: Path, capsys, extra: list[str], message: str) -> None:
+    argv = ["episode", "--data", str(data), "--split", "test", "--seed", "7", *extra]
+    if "--split" in extra:
+        argv[3:5] = []
+    code, out, err = _run(capsys, *argv)
+    assert code == 2 and not out
+    assert err.startswith("sampler-server episode: error: ")
+    assert len(err.strip().splitlines()) == 1
+    assert message in err, err
+
+
+def test_missing_data_dir(tmp_path: Path, capsys) -> None:
+    code, _, err = _run(capsys, "episode", "--data", str(tmp_path / "none"), "--source", "x", "--split", "test", "--seed", "1")
+    assert code == 2 and "no such directory" in err
+
+
+def test_help(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["episode", "--help"])
+    assert done.value.code == 0
+    out, _ = capsys.readouterr()
+    for flag in ("--data", "--source", "--split", "--seed", "--index", "--count", "--ways", "--shots", "--query", "--json"):
+        assert flag in out
