@@ -127,7 +127,7 @@ def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str, float
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0", "--workers", str(workers)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     line = process.stdout.readline()
     if "listening on" not in line:
@@ -220,6 +220,9 @@ def main() -> int:
                 print(f"{kind} {size}px: limit {limit:.0f}/s, in-process {assembly:.0f}/s, served 1 client {served1:.0f}/s, "
                       f"4 clients {served4:.0f}/s, raw 1 client {raw1:.0f}/s ({raw_mb1:.0f} MB/s), raw 4 clients {raw4:.0f}/s, "
                       f"first episode {first:.2f} s", flush=True)
+                log = (data / "server.log").read_text()
+                if "Traceback" in log:
+                    print(log[log.index("Traceback"):][:3000], file=sys.stderr)
                 shutil.rmtree(data)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -219,7 +219,7 @@ class SamplerClient:
                 grpc.channel_ready_future(channel).result(timeout=self.connect_timeout)
             except grpc.FutureTimeoutError:
                 channel.close()
-                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:.0f} s") from None
+                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:g} s") from None
             self._channel = channel
             self._stub = pb_grpc.SamplerStub(channel)
         return self._stub

@@ -134,7 +134,10 @@ class _BufferPool:
 
 
 def _release(buffer: shared_memory.SharedMemory) -> None:
-    buffer.close()
+    try:
+        buffer.close()
+    except BufferError:
+        pass  # a view is still alive somewhere; the mapping goes when it does
     try:
         buffer.unlink()
     except FileNotFoundError:
@@ -160,6 +163,7 @@ class PendingImages:
         self._buffer = buffer
         self._pool = pool
         self._records = records
+        self._views: list[memoryview] = []
 
     @property
     def image_bytes(self) -> int:
@@ -200,15 +204,22 @@ class PendingImages:
         else:
             assert self._buffer is not None
             flat = self._buffer.buf[: int(np.prod(self.shape))]
+        self._views.append(flat)
         groups, start = [], 0
         for count in counts:
             end = start + count * self.image_bytes
-            groups.append([flat[start:end]])
+            piece = flat[start:end]
+            self._views.append(piece)
+            groups.append([piece])
             start = end
         return groups
 
     def release(self) -> None:
-        """Give the shared buffer back (after ``pieces`` were consumed, or unread)."""
+        """Give the shared buffer back (after ``pieces`` were consumed, or unread); the
+        views ``pieces`` returned are invalid from here on."""
+        for view in reversed(self._views):
+            view.release()
+        self._views.clear()
         if self._buffer is not None and self._pool is not None:
             for chunk in self._chunks:
                 chunk.cancel()

@@ -91,3 +91,24 @@ def test_corrupt_record_is_data_loss_naming_the_record(stores, tmp_path):
         assert assembler.images("folder", list(range(6, 26)), 32).shape[0] == 20  # pool survives
     finally:
         assembler.close()
+
+
+def test_pieces_are_views_and_buffers_can_be_retired_after_release(stores):
+    from sampler_server.assembly.assembler import _BufferPool
+
+    reader, _ = stores
+    assembler = Assembler({"folder": reader}, workers=2)
+    assembler._buffers = _BufferPool(keep=0)  # every returned buffer is retired at once
+    try:
+        ids = list(range(40))
+        expected = decode_records(reader, ids, 24, ResizeMethod.BILINEAR)
+        for _ in range(3):
+            pending = assembler.submit("folder", ids, 24)
+            support, query = pending.pieces([30, 10])
+            joined = b"".join(support) + b"".join(query)
+            assert joined == expected.tobytes()
+            pending.release()  # used to fail: the retired buffer still had live views
+            with pytest.raises(ValueError):
+                bytes(support[0])  # released views are invalid, not dangling
+    finally:
+        assembler.close()
