@@ -1,0 +1,17 @@
+"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.trainer``).
+
+TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
+set these variables. They take effect only if TensorFlow is not imported yet, i.e.
+only if the package ``clients.tf`` does not import it eagerly on its own.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+from clients.tf.trainer import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

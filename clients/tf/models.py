@@ -1,0 +1,114 @@
+"""Keras models of the TensorFlow trainer: the Meta-Dataset backbones, Prototypical
+Networks' episode loss and the inference-only baseline's linear head.
+
+Backbones map uint8 NHWC images (converted by ``to_unit_range`` to float32 in
+[-1, 1]) to one embedding vector per image:
+
+- ``conv4``: four blocks of [Conv2D 3x3, 64 filters; BatchNorm; ReLU; MaxPool 2],
+  flattened (1600 features at 84 x 84, 256 at 32 x 32).
+- ``resnet18``: a 7x7/2 stem with a 3x3/2 max-pool, basic residual blocks [2, 2, 2, 2]
+  with widths 64/128/256/512, global average pooling (512 features).
+
+Prototypical Networks (Snell et al., 2017, as Meta-Dataset uses them): a class
+prototype is the mean embedding of its support images, a query's logit for a class
+is the negative squared Euclidean distance to its prototype, and the loss is the
+softmax cross-entropy of the query labels. Prototypes and the loss are computed
+with one-hot matrix products rather than segment reductions or the fused sparse
+kernel, so both are deterministic on every device under op determinism.
+
+Batch normalisation uses momentum 0.9 (PyTorch's default 0.1, written the Keras way)
+so its running statistics settle within the few hundred steps of a small run.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+keras = tf.keras
+BACKBONES = ("conv4", "resnet18")
+_BN_MOMENTUM = 0.9
+_BN_EPSILON = 1e-5
+
+
+def to_unit_range(images: tf.Tensor) -> tf.Tensor:
+    """uint8 pixels -> float32 in [-1, 1]."""
+    return tf.cast(images, tf.float32) / 127.5 - 1.0
+
+
+def _conv_bn_relu(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str, relu: bool = True) -> tf.Tensor:
+    x = keras.layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False, name=f"{name}_conv")(x)
+    x = keras.layers.BatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, name=f"{name}_bn")(x)
+    return keras.layers.ReLU(name=f"{name}_relu")(x) if relu else x
+
+
+def conv4(image_size: int) -> keras.Model:
+    """The four-layer convnet; needs image_size >= 16 so every pooling has input."""
+    if image_size < 16:
+        raise ValueError(f"image_size: got {image_size}, the conv4 backbone needs at least 16")
+    inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
+    x = inputs
+    for block in range(4):
+        x = _conv_bn_relu(x, 64, 3, 1, f"block{block}")
+        x = keras.layers.MaxPooling2D(2, name=f"block{block}_pool")(x)
+    return keras.Model(inputs, keras.layers.Flatten(name="flatten")(x), name="conv4")
+
+
+def _basic_block(x: tf.Tensor, filters: int, stride: int, name: str) -> tf.Tensor:
+    shortcut = x
+    if stride != 1 or x.shape[-1] != filters:
+        shortcut = _conv_bn_relu(x, filters, 1, stride, f"{name}_down", relu=False)
+    y = _conv_bn_relu(x, filters, 3, stride, f"{name}_a")
+    y = _conv_bn_relu(y, filters, 3, 1, f"{name}_b", relu=False)
+    return keras.layers.ReLU(name=f"{name}_out")(keras.layers.Add(name=f"{name}_add")([y, shortcut]))
+
+
+def resnet18(image_size: int) -> keras.Model:
+    """ResNet-18 with basic blocks [2, 2, 2, 2] and global average pooling."""
+    if image_size < 8:
+        raise ValueError(f"image_size: got {image_size}, the resnet18 backbone needs at least 8")
+    inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
+    x = _conv_bn_relu(inputs, 64, 7, 2, "stem")
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    for stage, (filters, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2))):
+        x = _basic_block(x, filters, stride, f"stage{stage}_0")
+        x = _basic_block(x, filters, 1, f"stage{stage}_1")
+    return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="pool")(x), name="resnet18")
+
+
+def build_backbone(name: str, image_size: int) -> keras.Model:
+    if name == "conv4":
+        return conv4(image_size)
+    if name == "resnet18":
+        return resnet18(image_size)
+    raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
+
+
+def build_head(num_classes: int, embedding_dim: int) -> keras.Model:
+    """The baseline's linear classifier over the embedding."""
+    inputs = keras.Input(shape=(embedding_dim,), dtype="float32", name="embedding")
+    return keras.Model(inputs, keras.layers.Dense(num_classes, name="logits")(inputs), name="head")
+
+
+def prototype_logits(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, ways: tf.Tensor) -> tf.Tensor:
+    """Logits [num query, ways]: minus the squared distance of each query to each class mean."""
+    one_hot = tf.one_hot(support_labels, ways, dtype=support.dtype)  # [Ns, ways]
+    counts = tf.reduce_sum(one_hot, axis=0)[:, None]
+    prototypes = tf.matmul(one_hot, support, transpose_a=True) / tf.maximum(counts, 1.0)
+    distances = (
+        tf.reduce_sum(query * query, axis=1, keepdims=True)
+        - 2.0 * tf.matmul(query, prototypes, transpose_b=True)
+        + tf.reduce_sum(prototypes * prototypes, axis=1)[None, :]
+    )
+    return -distances
+
+
+def episode_loss(logits: tf.Tensor, labels: tf.Tensor, classes: int | None = None) -> tf.Tensor:
+    """Mean softmax cross-entropy of ``labels``. Written as a one-hot product of the
+    log-softmax: the fused sparse kernel has no deterministic GPU implementation."""
+    depth = classes if classes is not None else tf.shape(logits)[1]
+    one_hot = tf.one_hot(labels, depth, dtype=logits.dtype)
+    return -tf.reduce_mean(tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=1), axis=1))
+
+
+def parameter_count(*models: keras.Model) -> int:
+    return int(sum(int(tf.size(v)) for model in models for v in model.trainable_variables))

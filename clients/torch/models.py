@@ -1,0 +1,148 @@
+"""Meta-Dataset backbones and heads in plain PyTorch (no torchvision).
+
+Backbones map uint8 NHWC images to one embedding vector per image:
+  - ``conv4``: 4 x [conv 3x3, 64 filters, BatchNorm, ReLU, max-pool 2], flattened
+    (the Prototypical Networks embedding; 64 * (S // 16)^2 features at side S);
+  - ``resnet18``: a 7x7/2 stem and 3x3/2 max-pool, basic blocks [2, 2, 2, 2] of
+    widths 64/128/256/512, global average pooling to 512 features.
+Inputs are scaled to [-1, 1] as Meta-Dataset does and laid out NCHW (channels_last
+in memory on CUDA, where cuDNN prefers it). The trainer runs backbones under bf16
+autocast on CUDA; prototype distances are always computed in float32. Heads:
+  - ``prototype_logits``: class means of the support embeddings, logits = negative
+    squared Euclidean distance of each query embedding to each prototype;
+  - ``LinearHead``: the classifier of MD's non-episodic ('inference-only') baseline.
+Every function here is deterministic given the weights; nothing samples data.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+BACKBONES = ("conv4", "resnet18")
+
+
+def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] in [-1, 1] on ``device``."""
+    images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+    memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
+    return images.contiguous(memory_format=memory_format)
+
+
+class Conv4(nn.Module):
+    """Four conv blocks of 64 filters; the flattened feature map is the embedding."""
+
+    def __init__(self, image_size: int, width: int = 64) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = 3
+        for _ in range(4):
+            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                       nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+            channels = width
+        self.features = nn.Sequential(*layers)
+        side = image_size
+        for _ in range(4):
+            side //= 2
+        if side < 1:
+            raise ValueError(f"image_size: got {image_size}, expected at least 16 for conv4")
+        self.out_dim = width * side * side
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.features(x), 1)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs with BatchNorm and an identity (or 1x1 projection) shortcut."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or in_channels != out_channels:
+            self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(out_channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)), inplace=True)
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x), inplace=True)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 body: stem, four stages of two basic blocks, global average pooling."""
+
+    def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512)) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, stride=2, padding=3, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, stride=2, padding=1))
+        blocks: list[nn.Module] = []
+        channels = widths[0]
+        for stage, width in enumerate(widths):
+            stride = 1 if stage == 0 else 2
+            blocks += [BasicBlock(channels, width, stride), BasicBlock(width, width, 1)]
+            channels = width
+        self.blocks = nn.Sequential(*blocks)
+        self.out_dim = channels
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1)
+
+
+def build_backbone(name: str, image_size: int) -> nn.Module:
+    """A backbone by name; ``out_dim`` is its embedding size at ``image_size``."""
+    if name == "conv4":
+        return Conv4(image_size)
+    if name == "resnet18":
+        return ResNet18()
+    raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
+
+
+def prototype_logits(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
+                     ways: int) -> torch.Tensor:
+    """Logits [Nq, ways]: minus the squared distance of each query to each class mean."""
+    one_hot = F.one_hot(support_labels, ways).to(support.dtype)           # [Ns, W]
+    counts = one_hot.sum(0).clamp_min(1.0).unsqueeze(1)                    # [W, 1]
+    prototypes = one_hot.t() @ support / counts                            # [W, D]
+    distances = (query.pow(2).sum(1, keepdim=True) - 2.0 * query @ prototypes.t()
+                 + prototypes.pow(2).sum(1).unsqueeze(0))
+    return -distances
+
+
+class ProtoNet(nn.Module):
+    """A backbone used as Prototypical Networks' embedding (support and query in one pass)."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def forward(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
+                ways: int) -> torch.Tensor:
+        embedded = self.backbone(torch.cat([support, query], 0))
+        # distances in float32 even under autocast: bf16 differences of large squared norms lose the signal
+        with torch.autocast(device_type=embedded.device.type, enabled=False):
+            embedded = embedded.float()
+            return prototype_logits(embedded[: support.shape[0]], support_labels, embedded[support.shape[0]:], ways)
+
+
+class LinearHead(nn.Module):
+    """Classifier over the union of the training classes (the baseline's training head)."""
+
+    def __init__(self, in_dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_dim, num_classes)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.linear(features)
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

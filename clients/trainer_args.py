@@ -1,0 +1,226 @@
+"""The command line shared by the PyTorch and TensorFlow trainers (framework-free).
+
+Both ``python -m clients.torch`` and ``python -m clients.tf`` take exactly these
+arguments, so a run can be repeated in the other framework by changing the module
+name only. Parsing validates every value: bad input ends in ONE line on stderr
+(``<prog>: error: <what>, got <value>``) and exit status 2, never a traceback.
+
+Helpers here resolve what the arguments leave implicit (the training sources of a
+preset, the default evaluation sources) and build the run configuration that is
+stored on the server with the run's reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from sampler_server.core.sampling.presets import Benchmark, benchmark_sources
+
+FRAMEWORKS = ("torch", "tf")
+MODELS = ("protonet", "baseline")
+BACKBONES = ("conv4", "resnet18")
+SPLITS = ("train", "valid", "test")
+DEVICES = ("auto", "cpu", "cuda")
+PRESETS = tuple(b.value for b in Benchmark)
+MAX_RUN_ID = 200  # the metrics store's limit
+_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
+
+
+class TrainerArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and whose results are validated."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else 'bad arguments'}\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        _validate(self, parsed)
+        return parsed, extras
+
+
+def _int_at_least(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= {minimum}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= {minimum}")
+        return value
+
+    parse.__name__ = f"integer>={minimum}"
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive finite number")
+    return value
+
+
+def _address(text: str) -> str:
+    match = _ADDRESS.match(text)
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected HOST:PORT with a port in 1..65535")
+    return text
+
+
+def _run_id(text: str) -> str:
+    if not text or len(text) > MAX_RUN_ID or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, expected 1 to {MAX_RUN_ID} printable characters without surrounding spaces"
+        )
+    return text
+
+
+def _source_name(text: str) -> str:
+    if not text or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a source name")
+    return text
+
+
+def build_parser(framework: str) -> argparse.ArgumentParser:
+    """The trainer command line of ``framework`` ('torch' or 'tf'); parsing validates."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+    parser = TrainerArgumentParser(
+        prog=f"python -m clients.{framework}",
+        description=(
+            "Train a few-shot learner on episodes (or plain batches) from a sampler server, evaluate it on "
+            "test episodes one source at a time, and report every evaluation episode to the server."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    where = parser.add_argument_group("server and run")
+    where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
+    where.add_argument("--run", required=True, type=_run_id, metavar="RUN_ID", help="run id the reports are stored under")
+    where.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                       help="give up connecting to the server after this long (per attempt)")
+    where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",
+                       help="attempts per call or stream before a fault is reported (exit 3)")
+
+    data = parser.add_argument_group("training data")
+    which = data.add_mutually_exclusive_group(required=True)
+    which.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME", help="training source store names")
+    which.add_argument("--preset", choices=PRESETS, help="a named Meta-Dataset source set")
+    data.add_argument("--image-size", type=_int_at_least(8), default=84, metavar="PIXELS", help="image side")
+    data.add_argument("--ways", type=_int_at_least(2), default=None, metavar="N",
+                      help="fixed ways of training episodes (default: MD variable ways)")
+    data.add_argument("--shots", type=_int_at_least(1), default=None, metavar="K",
+                      help="fixed support images per class of training episodes (default: MD variable shots)")
+    data.add_argument("--query", type=_int_at_least(1), default=None, metavar="Q",
+                      help="fixed query images per class of training episodes (default: MD, at most 10)")
+    data.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the training episodes / batches")
+
+    model = parser.add_argument_group("model and optimisation")
+    model.add_argument("--model", choices=MODELS, default="protonet",
+                       help="protonet: episodic Prototypical Networks; baseline: a classifier trained on plain "
+                            "batches, evaluated with prototypes (MD's inference-only baseline)")
+    model.add_argument("--backbone", choices=BACKBONES, default="conv4", help="embedding network")
+    model.add_argument("--train-episodes", type=_int_at_least(0), default=1000, metavar="T",
+                       help="protonet: training episodes (indices 0..T-1)")
+    model.add_argument("--train-steps", type=_int_at_least(0), default=1000, metavar="T",
+                       help="baseline: number of plain training batches")
+    model.add_argument("--batch-size", type=_int_at_least(1), default=64, help="baseline: images per batch")
+    model.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate")
+    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present, else CPU")
+
+    evaluation = parser.add_argument_group("evaluation")
+    evaluation.add_argument("--eval-episodes", type=_int_at_least(0), default=600, metavar="N",
+                            help="evaluation episodes per source (0: no evaluation)")
+    evaluation.add_argument("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME",
+                            help="sources evaluated one at a time (default: the training sources; with --preset, "
+                                 "the preset's sources of --eval-split)")
+    evaluation.add_argument("--eval-split", choices=SPLITS, default="test", help="split of the evaluation episodes")
+    evaluation.add_argument("--eval-seed", type=_int_at_least(0), default=0, help="seed of the evaluation episodes")
+    evaluation.add_argument("--eval-only", action="store_true",
+                            help="skip training; evaluate the checkpoint found in --checkpoint-dir")
+    evaluation.add_argument("--report-batch", type=_int_at_least(1), default=50, metavar="N",
+                            help="evaluation episodes per ReportMetrics call")
+
+    state = parser.add_argument_group("checkpoints and output")
+    state.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                       help="save checkpoints here; resume from the one found here")
+    state.add_argument("--checkpoint-every", type=_int_at_least(1), default=100, metavar="N",
+                       help="save a checkpoint every N training episodes / steps (and at the end)")
+    state.add_argument("--log-every", type=_int_at_least(1), default=20, metavar="N",
+                       help="progress line on stderr every N training episodes / steps")
+    state.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    return parser
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Cross-argument checks argparse cannot express; each failure is one parser.error line."""
+    if args.sources is not None and len(set(args.sources)) != len(args.sources):
+        parser.error(f"argument --sources: got {' '.join(args.sources)}, expected each source once")
+    if args.eval_sources is not None and len(set(args.eval_sources)) != len(args.eval_sources):
+        parser.error(f"argument --eval-sources: got {' '.join(args.eval_sources)}, expected each source once")
+    if args.model == "baseline" and any(v is not None for v in (args.ways, args.shots, args.query)):
+        parser.error("arguments --ways/--shots/--query: shape training episodes, which --model baseline does not use")
+    if args.eval_only and args.eval_episodes == 0:
+        parser.error("argument --eval-only: got --eval-episodes 0, so there would be nothing to do")
+    if args.eval_only and args.checkpoint_dir is None:
+        parser.error("argument --eval-only: expected --checkpoint-dir DIR holding the checkpoint to evaluate")
+
+
+def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate ``argv`` (default: sys.argv[1:]); exits 2 with one line on bad input."""
+    return build_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
+
+
+def train_sources(args: argparse.Namespace) -> tuple[str, ...]:
+    """The training sources: --sources, or the preset's training sources."""
+    if args.sources is not None:
+        return tuple(args.sources)
+    return benchmark_sources(args.preset, "train")
+
+
+def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
+    """Sources evaluated one at a time: --eval-sources, else --sources, else the preset's for --eval-split."""
+    if args.eval_sources is not None:
+        return tuple(args.eval_sources)
+    if args.sources is not None:
+        return tuple(args.sources)
+    return benchmark_sources(args.preset, args.eval_split)
+
+
+def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    """Every argument (by its option name, dashes as underscores) plus ``extra`` (framework,
+    versions, device, parameter count, ...); JSON-serialisable. Where ``extra`` resolves an
+    argument (``device``), the argument as given stays under ``requested_<name>``."""
+    config: dict[str, Any] = {key: (list(value) if isinstance(value, tuple) else value)
+                              for key, value in sorted(vars(args).items())}
+    config["train_sources"] = list(train_sources(args))
+    config["eval_sources"] = list(eval_sources(args))
+    for key in set(config) & set(extra):  # e.g. device: 'auto' asked, 'cuda:0' used
+        config[f"requested_{key}"] = config[key]
+    config.update(extra)
+    return config
+
+
+class UnknownSource(LookupError):
+    """A source name that is neither a served store nor the kind of one."""
+
+
+def resolve_store(name: str, summaries: Sequence[Any], image_size: int) -> str:
+    """The served store for ``name``: a store name as is, else the store of that source kind,
+    preferring one packed raw at ``image_size``, then an encoded one (the server's rule for
+    presets). ``summaries`` are ListSources' SourceSummary messages."""
+    by_name = {s.name: s for s in summaries}
+    if name in by_name:
+        return name
+    candidates = sorted((s for s in summaries if s.source == name), key=lambda s: s.name)
+    if not candidates:
+        served = ", ".join(sorted(by_name)) or "none"
+        raise UnknownSource(f"unknown source {name!r}: no store or source kind of that name is served (served: {served})")
+    exact = [s for s in candidates if s.raw_size == image_size]
+    encoded = [s for s in candidates if not s.raw_size]
+    return (exact or encoded or candidates)[0].name

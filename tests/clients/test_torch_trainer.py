@@ -1,0 +1,141 @@
+"""The PyTorch trainer against a real server: it learns, its reports land and are
+accepted (fingerprints checked by the server), it resumes at the next index, and
+faults end in one line and exit 3 within seconds."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from clients.core import SamplerClient  # noqa: E402
+from clients.torch.trainer import CHECKPOINT, main  # noqa: E402
+
+FIXED = ["--ways", "5", "--shots", "5", "--query", "5"]
+
+
+@pytest.fixture(autouse=True)
+def _two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(served, run_id: str, tmp_path: Path, *extra: str) -> dict:
+    summary = tmp_path / f"{run_id}.json"
+    argv = ["--server", served.address, "--run", run_id, "--image-size", "32", "--json-summary", str(summary),
+            "--log-every", "10", *extra]
+    assert main(argv) == 0
+    return json.loads(summary.read_text())
+
+
+def _stored(served, run_id: str) -> list:
+    return list(served.server.metrics.reports(run_id))
+
+
+@pytest.mark.slow
+def test_protonet_learns_and_its_reports_land(served, tmp_path):
+    summary = _run(served, "torch-protonet", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "60",
+                   "--eval-episodes", "20", "--report-batch", "8", "--seed", "0")
+    assert summary["start_index"] == 0 and summary["next_index"] == 60
+    train = summary["train"]
+    assert train["steps"] == 60 and train["episodes_per_s"] > 0 and 0 <= train["data_wait_fraction"] < 1
+    result = summary["eval"]["folder"]
+    assert result["episodes"] == 20
+    assert result["mean_accuracy"] > 2 * result["mean_chance"], result  # seeds 0-4 give 0.51-0.69, chance 0.19
+
+    stored = _stored(served, "torch-protonet")
+    assert [r.index for r in stored] == list(range(20))
+    assert {r.split for r in stored} == {"test"} and {r.source for r in stored} == {result["source"]}
+    assert all(len(r.predicted) > 0 and set(r.metrics) == {"accuracy", "loss"} for r in stored)
+    mean = sum(r.metrics["accuracy"] for r in stored) / len(stored)
+    assert mean == pytest.approx(result["mean_accuracy"])
+
+    with SamplerClient(served.address) as client:
+        report = json.loads(client.get_report(["torch-protonet"], "json"))
+    config = report["configs"]["torch-protonet"]
+    assert config["framework"] == "torch" and config["backbone"] == "conv4" and config["device"] == "cpu"
+    assert config["parameter_count"] > 0 and config["torch_version"] == torch.__version__
+    assert config["train_episodes"] == 60 and config["eval_sources"] == ["folder"]
+    assert report["sources"][f"{result['source']}/test"]["torch-protonet"]["episodes"] == 20
+
+
+@pytest.mark.slow
+def test_resumed_run_continues_at_the_next_index(served, tmp_path, capfd):
+    checkpoints = tmp_path / "ckpt"
+    common = ["--sources", "folder", *FIXED, "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "5",
+              "--eval-episodes", "0"]
+    first = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "10")
+    assert (first["start_index"], first["next_index"]) == (0, 10)
+    assert torch.load(checkpoints / CHECKPOINT)["next_index"] == 10
+    capfd.readouterr()
+
+    second = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "20")
+    assert (second["start_index"], second["next_index"], second["train"]["steps"]) == (10, 20, 10)
+    assert "resumed from" in capfd.readouterr().err
+    state = torch.load(checkpoints / CHECKPOINT)
+    assert state["next_index"] == 20 and state["config"]["train_episodes"] == 20
+
+    # --eval-only evaluates that checkpoint without training
+    only = _run(served, "torch-resume-eval", tmp_path, *common[:-2], "--eval-only", "--eval-episodes", "3")
+    assert (only["start_index"], only["train"]["steps"], only["eval"]["folder"]["episodes"]) == (20, 0, 3)
+    capfd.readouterr()
+
+    # a checkpoint made with other arguments is refused, in one line, with exit 2
+    argv = ["--server", served.address, "--run", "torch-resume", "--image-size", "32", "--sources", "folder",
+            "--checkpoint-dir", str(checkpoints), "--eval-episodes", "0", "--backbone", "resnet18"]
+    assert main(argv) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "backbone" in err
+
+
+@pytest.mark.slow
+def test_baseline_trains_on_batches_and_reports(served, tmp_path):
+    summary = _run(served, "torch-baseline", tmp_path, "--model", "baseline", "--sources", "folder",
+                   "--train-steps", "30", "--batch-size", "32", "--eval-episodes", "10")
+    assert summary["train"]["unit"] == "batch" and summary["train"]["steps"] == 30
+    assert summary["eval"]["folder"]["episodes"] == 10
+    assert summary["eval"]["folder"]["mean_accuracy"] > summary["eval"]["folder"]["mean_chance"]
+    assert [r.index for r in _stored(served, "torch-baseline")] == list(range(10))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_dead_address_exits_3_in_one_line_within_seconds(capfd):
+    address = f"127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    code = main(["--server", address, "--run", "dead", "--sources", "folder", "--connect-timeout", "0.5",
+                 "--retries", "2"])
+    assert code == 3 and time.monotonic() - started < 10
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and address in err and "unreachable" in err
+
+
+def test_unknown_source_exits_3_naming_it(served, capfd):
+    code = main(["--server", served.address, "--run", "unknown", "--sources", "no_such_source"])
+    assert code == 3
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'no_such_source'" in err and served.address in err
+
+
+def test_command_line_bad_input_and_help(capsys):
+    bad = subprocess.run([sys.executable, "-m", "clients.torch", "--server", "nowhere", "--run", "r",
+                          "--sources", "folder"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--server" in bad.stderr
+    assert main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "--train-episodes" in shown and "--eval-split" in shown and "python -m clients.torch" in shown
+    assert main(["--server", "h:1", "--run", "r", "--sources", "a", "--model", "baseline", "--ways", "5"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
