@@ -79,6 +79,7 @@ def summary_json(summary: PackSummary) -> dict[str, object]:
         "images_per_second": round(summary.images_per_second, 1),
         "peak_rss_mb": round(summary.peak_rss_mb, 1),
         "workers_peak_rss_mb": round(summary.workers_peak_rss_mb, 1),
+        "anon_rss_mb_at_end": None if summary.anon_rss_mb is None else round(summary.anon_rss_mb, 1),
         "fingerprint": manifest.fingerprint,
         "unchanged": summary.unchanged,
     }

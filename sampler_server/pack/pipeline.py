@@ -85,6 +85,7 @@ class PackSummary:
     peak_rss_mb: float
     unchanged: bool = False
     workers_peak_rss_mb: float = 0.0
+    anon_rss_mb: float | None = None  # heap etc., without file-backed LMDB map pages
     empty_classes: list[str] = field(default_factory=list)
 
     @property
@@ -154,6 +155,18 @@ def _peak_rss_mb(children: bool = False) -> float:
     return resource.getrusage(who).ru_maxrss / 1024.0
 
 
+def _anonymous_rss_mb() -> float | None:
+    """Resident anonymous memory now (Linux): what grows if packing leaked state."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
 def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
     """Pack a converter's plan into ``output_root/<name>``; atomic on success, nothing on failure."""
     name = options.name or plan.source
@@ -183,6 +196,7 @@ def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackS
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     summary.workers_peak_rss_mb = _peak_rss_mb(children=True)
+    summary.anon_rss_mb = _anonymous_rss_mb()
     return summary
 
 
