@@ -17,7 +17,6 @@ Run: ``.venv/bin/python bench/serve_bench.py [--episodes N] [--sizes 84 126]``.
 from __future__ import annotations
 
 import argparse
-import io
 import multiprocessing
 import os
 import shutil
@@ -27,8 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -138,22 +135,28 @@ def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str, float
 def _client_run(address: str, store: str, size: int, start: int, count: int, ready, go, queue) -> None:
     spec = EpisodeSpec(sources=(store,), split="test", seed=0, image_size=size)
     with SamplerClient(address, prefetch=2) as client:
-        stream = iter(client.episodes(spec, start=start, count=count + 2))
+        stream = iter(client.episodes(spec, start=start, count=count + 1))
         next(stream)  # connected and warm
         ready.release()
         go.wait()
-        images = nbytes = 0
+        arrivals = []
         for episode in stream:
-            images += len(episode.support_images) + len(episode.query_images)
-            nbytes += episode.support_images.nbytes + episode.query_images.nbytes
-        queue.put((images, nbytes, time.time()))
+            images = len(episode.support_images) + len(episode.query_images)
+            arrivals.append((time.time(), images, episode.support_images.nbytes + episode.query_images.nbytes))
+        queue.put(arrivals)
 
 
 def served_rate(address: str, store: str, size: int, clients: int, episodes: int) -> tuple[float, float]:
-    """All clients start together after warming up; rate = everything received / wall time."""
+    """Steady-state images/s and MB/s over all clients.
+
+    Clients warm up, then start together. Episodes already decoded or buffered at
+    the start would inflate a rate taken from the start, so the rate counts only
+    arrivals inside a window from 30% of the way to the moment the first client is
+    done, until that moment: every client is busy throughout the window.
+    """
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
-    per_client = max(2, episodes // clients)
+    per_client = max(4, episodes // clients)
     processes = [ctx.Process(target=_client_run, args=(address, store, size, 1000 * k, per_client, ready, go, queue))
                  for k in range(clients)]
     for p in processes:
@@ -165,8 +168,11 @@ def served_rate(address: str, store: str, size: int, clients: int, episodes: int
     results = [queue.get() for _ in processes]
     for p in processes:
         p.join()
-    wall = max(r[2] for r in results) - started
-    return sum(r[0] for r in results) / wall, sum(r[1] for r in results) / wall / 1e6
+    window_end = min(arrivals[-1][0] for arrivals in results)
+    window_start = started + 0.3 * (window_end - started)
+    inside = [a for arrivals in results for a in arrivals if window_start < a[0] <= window_end]
+    seconds = window_end - window_start
+    return sum(a[1] for a in inside) / seconds, sum(a[2] for a in inside) / seconds / 1e6
 
 
 def first_episode_seconds(data: Path, store: str, size: int, workers: int) -> float:
@@ -182,7 +188,7 @@ def first_episode_seconds(data: Path, store: str, size: int, workers: int) -> fl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=40, help="timed episodes per measurement")
+    parser.add_argument("--episodes", type=int, default=60, help="episodes per measurement (split over clients)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[84, 126])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--jpeg-classes", type=int, default=47)

@@ -14,19 +14,22 @@ from collections.abc import Sequence
 from sampler_server import __version__
 from sampler_server.errors import SamplerError
 
-_SUBCOMMAND_MODULES = (
-    "sampler_server.cli.pack_cmd",
-    "sampler_server.cli.inspect_cmd",
-    "sampler_server.cli.fixtures_cmd",
-    "sampler_server.cli.episode_cmd",
-    "sampler_server.cli.demo_cmd",
-    "sampler_server.cli.hierarchy_cmd",
-    "sampler_server.cli.serve_cmd",
-    "sampler_server.cli.report_cmd",
-)
+_SUBCOMMAND_MODULES = {
+    "pack": "sampler_server.cli.pack_cmd",
+    "inspect": "sampler_server.cli.inspect_cmd",
+    "fixtures": "sampler_server.cli.fixtures_cmd",
+    "episode": "sampler_server.cli.episode_cmd",
+    "demo": "sampler_server.cli.demo_cmd",
+    "hierarchy": "sampler_server.cli.hierarchy_cmd",
+    "serve": "sampler_server.cli.serve_cmd",
+    "report": "sampler_server.cli.report_cmd",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``) one with just that subcommand: a command imports
+    only its own module, so ``serve`` starts without loading what ``pack`` or
+    ``hierarchy`` need."""
     import importlib
 
     parser = argparse.ArgumentParser(
@@ -35,14 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in _SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    for name, module_name in _SUBCOMMAND_MODULES.items():
+        if only is None or name == only:
+            importlib.import_module(module_name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in arguments if not a.startswith("-")), None)
+    parser = build_parser(command if command in _SUBCOMMAND_MODULES else None)
+    args = parser.parse_args(arguments)
     try:
         return int(args.func(args) or 0)
     except SamplerError as error:

@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sampler_server.core.hierarchy.imagenet import ImageNetVariant
-from sampler_server.core.imagenet_spec import imagenet_spec, needs_wordnet_split
 from sampler_server.core.sampling.presets import (
     IMAGENET_SPLIT,
     Benchmark,
@@ -47,6 +45,11 @@ class ServedStore:
         return int(value) if value else None
 
 
+def _needs_wordnet_split(manifest: Manifest) -> bool:
+    """Every class has a wnid and none a split: the split comes from WordNet (ILSVRC)."""
+    return bool(manifest.classes) and all(c.wnid and c.split is None for c in manifest.classes)
+
+
 class StoreRegistry:
     def __init__(self, stores: Sequence[ServedStore]) -> None:
         self.stores = {store.name: store for store in stores}
@@ -66,13 +69,17 @@ class StoreRegistry:
             raise NotFound(f"source {name!r} is not served; served: {', '.join(sorted(self.stores))}")
         return store
 
-    def spec(self, name: str, imagenet_variant: str = ImageNetVariant.MD.value) -> DatasetSpec:
+    def spec(self, name: str, imagenet_variant: str = "md") -> DatasetSpec:
         store = self.get(name)
-        key = (name, imagenet_variant if needs_wordnet_split(store.manifest) else "")
+        key = (name, imagenet_variant if _needs_wordnet_split(store.manifest) else "")
         with self._lock:
             spec = self._specs.get(key)
         if spec is None:
             if key[1]:
+                # WordNet and networkx load only when an ImageNet-like store is asked for:
+                # start-up stays fast for every other store
+                from sampler_server.core.imagenet_spec import imagenet_spec
+
                 spec = imagenet_spec(store.manifest, variant=imagenet_variant)
             else:
                 spec = DatasetSpec.from_manifest(store.manifest)
@@ -87,7 +94,7 @@ class StoreRegistry:
         if bool(names) == bool(preset):
             raise InvalidArgument("request: got " + ("both sources and a preset" if names else "neither sources nor a preset")
                                   + ", expected exactly one of them")
-        variant = ImageNetVariant.MD.value
+        variant = "md"
         if preset:
             benchmark = Benchmark.parse(preset)
             variant = IMAGENET_SPLIT[benchmark]
