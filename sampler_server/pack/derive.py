@@ -51,7 +51,7 @@ class Failed:
 
 
 class _BadInput(Exception):
-    pass
+    """A problem with one input file; becomes a ``Failed`` naming it."""
 
 
 def _npy_rows(path: Path) -> np.ndarray:
