@@ -141,8 +141,10 @@ def _check_existing(final_dir: Path, plan: SourcePlan, options: PackOptions) -> 
     encoding = {"max_side": options.max_side, "raw_size": options.raw_size}
     if {key: existing.pack_options.get(key) for key in encoding} != encoding:
         raise FailedPrecondition(
-            f"{final_dir}: already holds a {plan.source} store packed with {existing.pack_options}; "
-            f"pass --overwrite to replace it"
+            f"{final_dir}: already holds a store of source {plan.source!r} packed with "
+            f"max_side={existing.pack_options.get('max_side')}, raw_size={existing.pack_options.get('raw_size')}; "
+            f"this pack asks for max_side={options.max_side}, raw_size={options.raw_size}; "
+            f"pass --overwrite to replace it or choose another --name"
         )
     return existing
 
