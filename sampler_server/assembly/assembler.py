@@ -248,10 +248,14 @@ class Assembler:
                 initargs=({name: str(reader.directory) for name, reader in self.readers.items()},),
             )
 
-    def warm_up(self) -> None:
-        """Start every worker now, so the first request does not pay for it."""
+    def warm_up(self, wait: bool = True) -> None:
+        """Start every worker now, so the first request does not pay for it. With
+        ``wait=False`` the workers start while the caller goes on (a server opens its
+        port meanwhile); requests that arrive first queue behind the start-up."""
         if self._pool is not None:
-            list(self._pool.map(_sleep_and_pid, range(self.workers)))
+            started = [self._pool.submit(_sleep_and_pid, worker) for worker in range(self.workers)]
+            if wait:
+                futures.wait(started)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -46,7 +46,7 @@ class RunningServer:
         self.config = config
         self.registry = StoreRegistry.from_data_dir(config.data_dir)
         self.assembler = Assembler({name: s.reader for name, s in self.registry.stores.items()}, config.workers)
-        self.assembler.warm_up()
+        self.assembler.warm_up(wait=False)
         metrics_path = config.metrics_path or (Path(config.data_dir) / "metrics.sqlite")
         self.metrics = MetricsStore(metrics_path)
         self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
