@@ -10,6 +10,7 @@ RESOURCE_EXHAUSTED while every other stream carries on.
 from __future__ import annotations
 
 import collections
+import concurrent.futures as futures
 import itertools
 import json
 import logging
@@ -156,26 +157,43 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                          f"count={count or 'unbounded'}", context.peer())
         context.add_callback(end)
         in_flight: collections.deque[tuple[int, Prepared]] = collections.deque()
+        final_index = start + (count - 1) * step if count else None
+        # One thread per stream packs the next reply (waits for its pixels, copies them
+        # into the message) while gRPC sends the current one.
+        packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
+        packing: futures.Future | None = None
+
+        def admit(index: int) -> None:
+            prepared = prepare(index)
+            if index == final_index:
+                prepared.header.last = True
+            in_flight.append((index, prepared))
+
         try:
             indices = _indices(start, count, step)
             for index in itertools.islice(indices, self.limits.lookahead):
-                in_flight.append((index, prepare(index)))
+                admit(index)
             while in_flight:
                 if self.draining.is_set():
                     raise status.Unavailable(f"server is shutting down; resume at index {in_flight[0][0]}")
-                index, prepared = in_flight.popleft()
+                _, prepared = in_flight.popleft()
+                reply = packing.result() if packing is not None else prepared.finish()
+                packing = None
                 following = next(indices, None)
                 if following is not None:
-                    in_flight.append((following, prepare(following)))
-                if count and not in_flight:
-                    prepared.header.last = True
-                yield prepared.finish()
+                    admit(following)
+                if in_flight:
+                    packing = packer.submit(in_flight[0][1].finish)
+                yield reply
                 end.sent += 1
             end.outcome = "ok"
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
             raise
         finally:
+            if packing is not None:
+                futures.wait([packing])  # it owns its buffers until done
+            packer.shutdown(wait=False)
             for _, prepared in in_flight:
                 prepared.discard()
             end()
