@@ -83,3 +83,22 @@ def served(tmp_path_factory) -> ServedData:
     served = ServedData(tmp_path_factory.mktemp("served"))
     yield served
     served.stop()
+
+
+def copy_fixture(fixture: Fixture, tmp_path: Path) -> Fixture:
+    """A private copy of a fixture's input, for tests that damage it."""
+    import dataclasses
+    import shutil
+
+    target = tmp_path / "original" / fixture.input_dir.name
+    shutil.copytree(fixture.input_dir, target)
+    return dataclasses.replace(fixture, input_dir=target)
+
+
+def records_by_class(store_dir: Path) -> list[tuple[str, Any]]:
+    """(class name, record) for every record of a store, in record-id order."""
+    from sampler_server.store.reader import StoreReader
+
+    reader = StoreReader(store_dir)
+    return [(info.name, reader.read(record_id)) for info in reader.manifest.classes
+            for record_id in range(info.start, info.end)]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 from sampler_server.errors import InputFormatError
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack.plan import ConverterOptions, SourcePlan
@@ -34,23 +34,6 @@ def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
 @pytest.fixture(scope="module")
 def packed(fixture: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
     return pack_fixture(fixture, tmp_path_factory.mktemp("store"))
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    """A private copy of the fixture's input, for tests that damage it."""
-    target = tmp_path / "original" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
-
-
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    """(class name, record) in record-id order."""
-    reader = StoreReader(store_dir)
-    owner = {}
-    for info in reader.manifest.classes:
-        for record_id in range(info.start, info.end):
-            owner[record_id] = info.name
-    return [(owner[record_id], record) for record_id, record in reader.iter_records()]
 
 
 def _pixels(record: Record) -> np.ndarray:

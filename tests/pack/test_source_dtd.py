@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 from sampler_server.errors import InputFormatError
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack.pipeline import PackSummary
@@ -17,7 +18,7 @@ from sampler_server.pack.plan import ConverterOptions, SourcePlan
 from sampler_server.pack.sources import dtd
 from sampler_server.store.manifest import Split
 from sampler_server.store.reader import StoreReader
-from sampler_server.store.record import Encoding, Record
+from sampler_server.store.record import Encoding
 
 SOURCE = "dtd"
 
@@ -30,18 +31,6 @@ def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
 @pytest.fixture(scope="module")
 def packed(fixture: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
     return pack_fixture(fixture, tmp_path_factory.mktemp("store"))
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    target = tmp_path / "original" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
-
-
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    reader = StoreReader(store_dir)
-    owner = {r: c.name for c in reader.manifest.classes for r in range(c.start, c.end)}
-    return [(owner[record_id], record) for record_id, record in reader.iter_records()]
 
 
 def _plan(input_dir: Path, **options: object) -> SourcePlan:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import shutil
@@ -15,6 +14,8 @@ import pytest
 from PIL import Image
 
 from conftest import generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 from sampler_server.errors import InputFormatError
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack.pipeline import PackSummary
@@ -36,18 +37,6 @@ def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
 @pytest.fixture(scope="module")
 def packed(fixture: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
     return pack_fixture(fixture, tmp_path_factory.mktemp("store"))
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    target = tmp_path / "original" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
-
-
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    reader = StoreReader(store_dir)
-    owner = {r: c.name for c in reader.manifest.classes for r in range(c.start, c.end)}
-    return [(owner[record_id], record) for record_id, record in reader.iter_records()]
 
 
 def _plan(input_dir: Path, **options: object) -> SourcePlan:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import shutil
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 from PIL import Image
 
 from sampler_server.errors import InputFormatError, InvalidArgument
@@ -19,7 +20,6 @@ from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackSummary
 from sampler_server.pack.plan import ConverterOptions
 from sampler_server.store.manifest import Split
-from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, Record
 
 SOURCE = "omniglot"
@@ -35,21 +35,10 @@ def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Pack
     return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
 
 
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    reader = StoreReader(store_dir)
-    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
-
-
 def _pixels(record: Record) -> np.ndarray:
     if record.encoding is Encoding.RAW:
         return np.frombuffer(record.payload, np.uint8).reshape(record.height, record.width, record.channels)
     return np.asarray(Image.open(io.BytesIO(record.payload)))
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    target = tmp_path / "input" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
 
 
 def _file_bytes(root: Path) -> dict[str, bytes]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import io
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 from PIL import Image
 
 from sampler_server.errors import InputFormatError, InvalidArgument
@@ -22,7 +22,6 @@ from sampler_server.pack.pipeline import PackSummary
 from sampler_server.pack.plan import ConverterOptions
 from sampler_server.pack.splits import DEFAULT_RULE
 from sampler_server.store.manifest import Split
-from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, Record
 
 SOURCE = "quickdraw"
@@ -38,21 +37,10 @@ def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Pack
     return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
 
 
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    reader = StoreReader(store_dir)
-    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
-
-
 def _pixels(record: Record) -> np.ndarray:
     if record.encoding is Encoding.RAW:
         return np.frombuffer(record.payload, np.uint8).reshape(record.height, record.width, record.channels)
     return np.asarray(Image.open(io.BytesIO(record.payload)))
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    target = tmp_path / "input" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
 
 
 def test_classes_and_splits_from_the_split_file(generated: Fixture, packed: PackSummary) -> None:

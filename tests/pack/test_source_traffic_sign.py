@@ -5,21 +5,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
+from conftest import copy_fixture as _copy
+from conftest import records_by_class as _records
 
 from sampler_server.errors import InputFormatError, InvalidArgument
 from sampler_server.fixtures import traffic_sign as traffic_sign_fixture
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack.pipeline import PackSummary
 from sampler_server.store.manifest import Split
-from sampler_server.store.reader import StoreReader
-from sampler_server.store.record import Encoding, Record
+from sampler_server.store.record import Encoding
 
 SOURCE = "traffic_sign"
 OFFICIAL_SPLITS = SHARED_REFERENCE / "md_splits" / "traffic_sign_splits.json"
@@ -34,17 +34,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
 @pytest.fixture(scope="module")
 def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
     return pack_fixture(generated, tmp_path_factory.mktemp("stores"), use_split_file=False)
-
-
-def _records(store_dir: Path) -> list[tuple[str, Record]]:
-    reader = StoreReader(store_dir)
-    return [(info.name, reader.read(rid)) for info in reader.manifest.classes for rid in range(info.start, info.end)]
-
-
-def _copy(fixture: Fixture, tmp_path: Path) -> Fixture:
-    target = tmp_path / "input" / fixture.input_dir.name
-    shutil.copytree(fixture.input_dir, target)
-    return dataclasses.replace(fixture, input_dir=target)
 
 
 def _file_bytes(root: Path) -> dict[str, bytes]:
