@@ -28,7 +28,8 @@ from sampler_server.wire.tensors import RawTensor, split_tensors
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
 _SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
-_RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS}
+_RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
+           "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR}
 
 
 class _Unreachable(grpc.RpcError):

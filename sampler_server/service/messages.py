@@ -31,8 +31,9 @@ _RESIZE = {
     pb.RESIZE_METHOD_UNSPECIFIED: ResizeMethod.BILINEAR,
     pb.RESIZE_METHOD_BILINEAR: ResizeMethod.BILINEAR,
     pb.RESIZE_METHOD_ANTIALIAS: ResizeMethod.ANTIALIAS,
+    pb.RESIZE_METHOD_FAST_BILINEAR: ResizeMethod.FAST_BILINEAR,
 }
-_RESIZE_BACK = {ResizeMethod.BILINEAR: pb.RESIZE_METHOD_BILINEAR, ResizeMethod.ANTIALIAS: pb.RESIZE_METHOD_ANTIALIAS}
+_RESIZE_BACK = {method: code for code, method in _RESIZE.items() if code != pb.RESIZE_METHOD_UNSPECIFIED}
 _ENCODINGS = {
     Encoding.RAW: pb.ENCODING_RAW,
     Encoding.JPEG: pb.ENCODING_JPEG,
@@ -88,7 +89,8 @@ def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
     if message.mode not in (pb.IMAGE_MODE_UNSPECIFIED, pb.IMAGE_MODE_DECODED, pb.IMAGE_MODE_ENCODED):
         raise InvalidArgument(f"images.mode: got {message.mode}, expected IMAGE_MODE_DECODED or IMAGE_MODE_ENCODED")
     if message.resize not in _RESIZE:
-        raise InvalidArgument(f"images.resize: got {message.resize}, expected RESIZE_METHOD_BILINEAR or RESIZE_METHOD_ANTIALIAS")
+        raise InvalidArgument(f"images.resize: got {message.resize}, "
+                              "expected RESIZE_METHOD_BILINEAR, RESIZE_METHOD_ANTIALIAS or RESIZE_METHOD_FAST_BILINEAR")
     return ImageRequest(size, message.mode == pb.IMAGE_MODE_ENCODED, _RESIZE[message.resize])
 
 

@@ -25,6 +25,7 @@ class ResizeMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESIZE_METHOD_UNSPECIFIED: _ClassVar[ResizeMethod]
     RESIZE_METHOD_BILINEAR: _ClassVar[ResizeMethod]
     RESIZE_METHOD_ANTIALIAS: _ClassVar[ResizeMethod]
+    RESIZE_METHOD_FAST_BILINEAR: _ClassVar[ResizeMethod]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -52,6 +53,7 @@ IMAGE_MODE_ENCODED: ImageMode
 RESIZE_METHOD_UNSPECIFIED: ResizeMethod
 RESIZE_METHOD_BILINEAR: ResizeMethod
 RESIZE_METHOD_ANTIALIAS: ResizeMethod
+RESIZE_METHOD_FAST_BILINEAR: ResizeMethod
 DTYPE_UNSPECIFIED: DType
 DTYPE_UINT8: DType
 DTYPE_INT32: DType
@@ -89,11 +91,13 @@ class EncodedImages(_message.Message):
     def __init__(self, data: _Optional[_Iterable[bytes]] = ..., encoding: _Optional[_Iterable[_Union[Encoding, str]]] = ..., width: _Optional[_Iterable[int]] = ..., height: _Optional[_Iterable[int]] = ..., channels: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListSourcesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("preset",)
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    preset: str
+    def __init__(self, preset: _Optional[str] = ...) -> None: ...
 
 class SourceSummary(_message.Message):
-    __slots__ = ("name", "source", "fingerprint", "num_records", "train_classes", "valid_classes", "test_classes", "hierarchy", "raw_size")
+    __slots__ = ("name", "source", "fingerprint", "num_records", "train_classes", "valid_classes", "test_classes", "hierarchy", "raw_size", "preset", "raw_resize")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +107,8 @@ class SourceSummary(_message.Message):
     TEST_CLASSES_FIELD_NUMBER: _ClassVar[int]
     HIERARCHY_FIELD_NUMBER: _ClassVar[int]
     RAW_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    RAW_RESIZE_FIELD_NUMBER: _ClassVar[int]
     name: str
     source: str
     fingerprint: str
@@ -112,7 +118,9 @@ class SourceSummary(_message.Message):
     test_classes: int
     hierarchy: str
     raw_size: int
-    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., fingerprint: _Optional[str] = ..., num_records: _Optional[int] = ..., train_classes: _Optional[int] = ..., valid_classes: _Optional[int] = ..., test_classes: _Optional[int] = ..., hierarchy: _Optional[str] = ..., raw_size: _Optional[int] = ...) -> None: ...
+    preset: str
+    raw_resize: ResizeMethod
+    def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., fingerprint: _Optional[str] = ..., num_records: _Optional[int] = ..., train_classes: _Optional[int] = ..., valid_classes: _Optional[int] = ..., test_classes: _Optional[int] = ..., hierarchy: _Optional[str] = ..., raw_size: _Optional[int] = ..., preset: _Optional[str] = ..., raw_resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class ListSourcesResponse(_message.Message):
     __slots__ = ("sources",)
@@ -121,10 +129,12 @@ class ListSourcesResponse(_message.Message):
     def __init__(self, sources: _Optional[_Iterable[_Union[SourceSummary, _Mapping]]] = ...) -> None: ...
 
 class DescribeSourceRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "preset")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    preset: str
+    def __init__(self, name: _Optional[str] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class ClassDescription(_message.Message):
     __slots__ = ("class_id", "name", "split", "num_records", "wnid", "group")
@@ -151,7 +161,7 @@ class SourceDescription(_message.Message):
     def __init__(self, summary: _Optional[_Union[SourceSummary, _Mapping]] = ..., classes: _Optional[_Iterable[_Union[ClassDescription, _Mapping]]] = ...) -> None: ...
 
 class EpisodeConfig(_message.Message):
-    __slots__ = ("num_ways", "num_support", "num_query", "all_classes", "min_ways", "max_ways_upper_bound", "max_num_query", "max_support_set_size", "max_support_size_contrib_per_class", "min_log_weight", "max_log_weight", "min_examples_in_class", "ignore_hierarchy_probability")
+    __slots__ = ("num_ways", "num_support", "num_query", "all_classes", "min_ways", "max_ways_upper_bound", "max_num_query", "max_support_set_size", "max_support_size_contrib_per_class", "min_log_weight", "max_log_weight", "min_examples_in_class", "ignore_hierarchy_probability", "max_span_leaves")
     NUM_WAYS_FIELD_NUMBER: _ClassVar[int]
     NUM_SUPPORT_FIELD_NUMBER: _ClassVar[int]
     NUM_QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +175,7 @@ class EpisodeConfig(_message.Message):
     MAX_LOG_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MIN_EXAMPLES_IN_CLASS_FIELD_NUMBER: _ClassVar[int]
     IGNORE_HIERARCHY_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_SPAN_LEAVES_FIELD_NUMBER: _ClassVar[int]
     num_ways: int
     num_support: int
     num_query: int
@@ -178,7 +189,8 @@ class EpisodeConfig(_message.Message):
     max_log_weight: float
     min_examples_in_class: int
     ignore_hierarchy_probability: float
-    def __init__(self, num_ways: _Optional[int] = ..., num_support: _Optional[int] = ..., num_query: _Optional[int] = ..., all_classes: _Optional[bool] = ..., min_ways: _Optional[int] = ..., max_ways_upper_bound: _Optional[int] = ..., max_num_query: _Optional[int] = ..., max_support_set_size: _Optional[int] = ..., max_support_size_contrib_per_class: _Optional[int] = ..., min_log_weight: _Optional[float] = ..., max_log_weight: _Optional[float] = ..., min_examples_in_class: _Optional[int] = ..., ignore_hierarchy_probability: _Optional[float] = ...) -> None: ...
+    max_span_leaves: int
+    def __init__(self, num_ways: _Optional[int] = ..., num_support: _Optional[int] = ..., num_query: _Optional[int] = ..., all_classes: _Optional[bool] = ..., min_ways: _Optional[int] = ..., max_ways_upper_bound: _Optional[int] = ..., max_num_query: _Optional[int] = ..., max_support_set_size: _Optional[int] = ..., max_support_size_contrib_per_class: _Optional[int] = ..., min_log_weight: _Optional[float] = ..., max_log_weight: _Optional[float] = ..., min_examples_in_class: _Optional[int] = ..., ignore_hierarchy_probability: _Optional[float] = ..., max_span_leaves: _Optional[int] = ...) -> None: ...
 
 class ImageOptions(_message.Message):
     __slots__ = ("image_size", "mode", "resize")
@@ -241,7 +253,7 @@ class EpisodeClass(_message.Message):
     def __init__(self, class_id: _Optional[int] = ..., name: _Optional[str] = ..., wnid: _Optional[str] = ..., num_support: _Optional[int] = ..., num_query: _Optional[int] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("source", "split", "seed", "index", "fingerprint", "store_fingerprint", "config_hash", "classes", "support_record_ids", "query_record_ids", "support_labels", "query_labels", "support_images", "query_images", "support_encoded", "query_encoded", "image_size", "resize", "last")
+    __slots__ = ("source", "split", "seed", "index", "fingerprint", "store_fingerprint", "config_hash", "classes", "support_record_ids", "query_record_ids", "support_labels", "query_labels", "support_images", "query_images", "support_encoded", "query_encoded", "image_size", "resize", "last", "preset")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +273,7 @@ class Episode(_message.Message):
     IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     RESIZE_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
     source: str
     split: Split
     seed: int
@@ -280,10 +293,11 @@ class Episode(_message.Message):
     image_size: int
     resize: ResizeMethod
     last: bool
-    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., store_fingerprint: _Optional[str] = ..., config_hash: _Optional[str] = ..., classes: _Optional[_Iterable[_Union[EpisodeClass, _Mapping]]] = ..., support_record_ids: _Optional[_Iterable[int]] = ..., query_record_ids: _Optional[_Iterable[int]] = ..., support_labels: _Optional[_Union[Tensor, _Mapping]] = ..., query_labels: _Optional[_Union[Tensor, _Mapping]] = ..., support_images: _Optional[_Union[Tensor, _Mapping]] = ..., query_images: _Optional[_Union[Tensor, _Mapping]] = ..., support_encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., query_encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ..., last: _Optional[bool] = ...) -> None: ...
+    preset: str
+    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., store_fingerprint: _Optional[str] = ..., config_hash: _Optional[str] = ..., classes: _Optional[_Iterable[_Union[EpisodeClass, _Mapping]]] = ..., support_record_ids: _Optional[_Iterable[int]] = ..., query_record_ids: _Optional[_Iterable[int]] = ..., support_labels: _Optional[_Union[Tensor, _Mapping]] = ..., query_labels: _Optional[_Union[Tensor, _Mapping]] = ..., support_images: _Optional[_Union[Tensor, _Mapping]] = ..., query_images: _Optional[_Union[Tensor, _Mapping]] = ..., support_encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., query_encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ..., last: _Optional[bool] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class StreamBatchesRequest(_message.Message):
-    __slots__ = ("source", "split", "seed", "batch_size", "start_index", "count", "index_step", "images")
+    __slots__ = ("source", "split", "seed", "batch_size", "start_index", "count", "index_step", "images", "preset")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +306,7 @@ class StreamBatchesRequest(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     INDEX_STEP_FIELD_NUMBER: _ClassVar[int]
     IMAGES_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
     source: str
     split: Split
     seed: int
@@ -300,10 +315,11 @@ class StreamBatchesRequest(_message.Message):
     count: int
     index_step: int
     images: ImageOptions
-    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., index_step: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ...) -> None: ...
+    preset: str
+    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., index_step: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("source", "split", "seed", "index", "epoch", "fingerprint", "record_ids", "labels", "images", "encoded", "num_classes", "last")
+    __slots__ = ("source", "split", "seed", "index", "epoch", "fingerprint", "record_ids", "labels", "images", "encoded", "num_classes", "last", "preset")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +332,7 @@ class Batch(_message.Message):
     ENCODED_FIELD_NUMBER: _ClassVar[int]
     NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
     source: str
     split: Split
     seed: int
@@ -328,7 +345,8 @@ class Batch(_message.Message):
     encoded: EncodedImages
     num_classes: int
     last: bool
-    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
+    preset: str
+    def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class MetricReport(_message.Message):
     __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels")
