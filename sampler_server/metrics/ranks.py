@@ -3,7 +3,8 @@
 Per source, models are ordered by decreasing mean accuracy. Two models tie when a
 95% confidence test on the difference of their means cannot reject "the difference
 is 0": |m_a - m_b| <= 1.96 * sqrt(se_a^2 + se_b^2), with se = sample standard
-deviation / sqrt(episodes). Ties are resolved in a single pass down the ordering:
+deviation / sqrt(episodes) (``intervals.standard_error``; a one-episode estimate has
+none and enters the test with 0, so it ties only with an equal mean). Ties are resolved in a single pass down the ordering:
 a group starts at the best model not yet ranked and takes every following model
 that ties with that group's first model; each member gets the average of the
 positions the group spans (two models sharing first place both get 1.5). A model's
@@ -16,25 +17,29 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-Z_95 = 1.96
+from sampler_server.metrics.intervals import Z_95, mean_ci95, standard_error
 
 
 @dataclass(frozen=True)
 class Estimate:
     mean: float
-    std_error: float
+    std_error: float | None  # None for one episode (``intervals``)
     episodes: int
+
+    @property
+    def ci95(self) -> float | None:
+        """Half-width of the 95% interval (``intervals.mean_ci95``); None for one episode."""
+        return None if self.std_error is None else Z_95 * self.std_error
 
 
 def estimate(values: Sequence[float]) -> Estimate:
-    n = len(values)
-    mean = sum(values) / n
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return Estimate(mean, math.sqrt(variance / n), n)
+    mean, _ = mean_ci95(values)
+    return Estimate(mean, standard_error(values), len(values))
 
 
 def tied(a: Estimate, b: Estimate) -> bool:
-    return abs(a.mean - b.mean) <= Z_95 * math.sqrt(a.std_error**2 + b.std_error**2)
+    spread = (a.std_error or 0.0) ** 2 + (b.std_error or 0.0) ** 2
+    return abs(a.mean - b.mean) <= Z_95 * math.sqrt(spread)
 
 
 def ranks_for_source(results: Mapping[str, Estimate]) -> dict[str, float]:

@@ -1,7 +1,8 @@
 """The Meta-Dataset table and the robustness data, from stored reports.
 
 Per run and source: mean query accuracy, its 95% confidence interval over episodes
-(1.96 x sample standard deviation / sqrt(n), as MD reports it) and the episode
+(``intervals.mean_ci95``: 1.96 x sample standard deviation / sqrt(n), as MD reports
+it; none for a single episode) and the episode
 count; with several runs, each run's rank per source and its average rank
 (``ranks``: ties by the paper's 95% test). Given an ``EpisodeReplayer``, each
 reported episode's composition is recomputed from its request, seed and index: its
@@ -12,7 +13,6 @@ the robustness analyses (accuracy against ways, per-class precision against shot
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,12 +56,6 @@ class Report:
     mismatches: list[str] = field(default_factory=list)
     checked: bool = False
     chance: dict[str, float] = field(default_factory=dict)  # source key -> mean of 1 / ways
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, half-width of the 95% interval); the half-width is nan for one value."""
-    e = estimate(values)
-    return e.mean, (1.96 * e.std_error if e.episodes > 1 else float("nan"))
 
 
 def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | None = None) -> Report:
@@ -123,8 +117,8 @@ def _analyse(report: Report, replayer: Any, stored: Any) -> None:
 
 
 def _cell(e: Estimate) -> str:
-    ci = 1.96 * e.std_error * 100 if e.episodes > 1 else float("nan")
-    return f"{100 * e.mean:.2f} ± {ci:.2f} ({e.episodes})" if not math.isnan(ci) else f"{100 * e.mean:.2f} (1)"
+    ci = e.ci95
+    return f"{100 * e.mean:.2f} ± {100 * ci:.2f} ({e.episodes})" if ci is not None else f"{100 * e.mean:.2f} (1)"
 
 
 def render_report(report: Report, fmt: str = "table") -> str:
@@ -171,8 +165,7 @@ def render_report(report: Report, fmt: str = "table") -> str:
 
 def report_json(report: Report) -> dict[str, Any]:
     def estimate_json(e: Estimate) -> dict[str, Any]:
-        mean, ci = e.mean, (1.96 * e.std_error if e.episodes > 1 else None)
-        return {"mean_accuracy": mean, "ci95": ci, "episodes": e.episodes}
+        return {"mean_accuracy": e.mean, "ci95": e.ci95, "episodes": e.episodes}
 
     return {
         "runs": report.runs,

@@ -50,3 +50,18 @@ def test_average_over_sources_reported_by_every_model():
     ranks, common = average_ranks(per_source)
     assert common == ["aircraft", "omniglot"]
     assert ranks == {"p": 1.5, "q": 1.5}
+
+
+def test_one_interval_convention_for_reports_ranks_and_trainers():
+    from sampler_server.metrics.intervals import mean_ci95
+
+    values = [0.2, 0.4, 0.6, 0.8]
+    mean, half = mean_ci95(values)
+    assert (mean, half) == (pytest.approx(0.5), pytest.approx(1.96 * estimate(values).std_error))
+    assert estimate(values).ci95 == pytest.approx(half)
+    # one episode: no interval (None, never 0.0 or NaN); it ties only with an equal mean
+    assert mean_ci95([0.7]) == (0.7, None)
+    assert estimate([0.7]).std_error is None and estimate([0.7]).ci95 is None
+    assert tied(estimate([0.7]), estimate([0.7])) and not tied(estimate([0.7]), estimate([0.6, 0.61]))
+    with pytest.raises(ValueError, match="values: got none"):
+        mean_ci95([])
