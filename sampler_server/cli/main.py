@@ -19,6 +19,7 @@ _SUBCOMMAND_MODULES = {
     "inspect": "sampler_server.cli.inspect_cmd",
     "fixtures": "sampler_server.cli.fixtures_cmd",
     "episode": "sampler_server.cli.episode_cmd",
+    "batches": "sampler_server.cli.batches_cmd",
     "demo": "sampler_server.cli.demo_cmd",
     "hierarchy": "sampler_server.cli.hierarchy_cmd",
     "serve": "sampler_server.cli.serve_cmd",

@@ -1,11 +1,20 @@
 """SQLite (WAL) store of per-episode metric reports.
 
-A report is keyed by (run id, protocol, source, split, index); writing the same key
-again is acknowledged as a duplicate and changes nothing, so a trainer that retries
-after a lost acknowledgement never double-counts. A duplicate whose fingerprint or
-metrics differ from what is stored is refused: that is a different result claiming
-the same episode. Each report keeps the episode fingerprint and the canonical
-request it came from, so the composition (ways, shots) can be recomputed exactly.
+A report is keyed by (run id, protocol, source, split, seed, index): what makes an
+evaluated episode unique (the same index under another seed is another episode).
+Writing the same key again is acknowledged as a duplicate and changes nothing, so a
+trainer that retries after a lost acknowledgement never double-counts. A duplicate
+whose fingerprint or metrics differ from what is stored is refused: that is a
+different result claiming the same episode. Each report keeps the episode
+fingerprint and the canonical request it came from, so the composition (ways,
+shots) can be recomputed exactly.
+
+A run's configuration is stored once, with its first report that carries one: the
+first write wins, the same configuration again is accepted, and a different one for
+that run is refused (FAILED_PRECONDITION), so a run id cannot silently mix two setups.
+
+Schema version 2 (``PRAGMA user_version``); a version-1 database (key without the
+seed, configuration overwritten on every write) is migrated in place on open.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    config_json TEXT NOT NULL DEFAULT '{}'
+    config_json TEXT
 );
 CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT NOT NULL,
@@ -36,9 +46,10 @@ CREATE TABLE IF NOT EXISTS reports (
     metrics_json TEXT NOT NULL,
     request_json TEXT NOT NULL,
     predicted_json TEXT NOT NULL DEFAULT '[]',
-    PRIMARY KEY (run_id, protocol, source, split, idx)
+    PRIMARY KEY (run_id, protocol, source, split, seed, idx)
 );
 """
+_REPORT_COLUMNS = "run_id, protocol, source, split, idx, seed, fingerprint, metrics_json, request_json, predicted_json"
 
 MAX_RUN_ID = 200
 
@@ -56,8 +67,8 @@ class StoredReport:
     request: Mapping[str, Any] = field(default_factory=dict)
     predicted: tuple[int, ...] = ()
 
-    def key(self) -> tuple[str, str, str, str, int]:
-        return (self.run_id, self.protocol, self.source, self.split, self.index)
+    def key(self) -> tuple[str, str, str, str, int, int]:
+        return (self.run_id, self.protocol, self.source, self.split, self.seed, self.index)
 
 
 def validate_run_id(run_id: str) -> str:
@@ -76,28 +87,63 @@ class MetricsStore:
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        with self._lock:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise FailedPrecondition(
+                f"{self.path}: metrics schema version {version} is newer than this server's ({SCHEMA_VERSION})"
+            )
+        old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if version < SCHEMA_VERSION and "reports" in old_tables:
+                # version 1: the key lacked the seed and '{}' meant "no configuration"
+                self._db.execute("ALTER TABLE reports RENAME TO reports_v1")
+                self._db.execute("ALTER TABLE runs RENAME TO runs_v1")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(
+                    "INSERT INTO runs(run_id, config_json) SELECT run_id, NULLIF(config_json, '{}') FROM runs_v1"
+                )
+                self._db.execute(f"INSERT INTO reports({_REPORT_COLUMNS}) SELECT {_REPORT_COLUMNS} FROM reports_v1")
+                self._db.execute("DROP TABLE reports_v1")
+                self._db.execute("DROP TABLE runs_v1")
+            else:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def add(self, reports: Iterable[StoredReport], run_config_json: str = "") -> tuple[int, int]:
-        """Store reports atomically; returns (stored, duplicates)."""
+        """Store reports atomically; returns (stored, duplicates). ``run_config_json`` is
+        recorded for each run these reports belong to that has no configuration yet."""
         stored = duplicates = 0
+        config = _canonical_config(run_config_json) if run_config_json else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                configured: set[str] = set()
                 for report in reports:
                     validate_run_id(report.run_id)
                     self._db.execute("INSERT OR IGNORE INTO runs(run_id) VALUES (?)", (report.run_id,))
-                    if run_config_json:
-                        self._db.execute(
-                            "UPDATE runs SET config_json = ? WHERE run_id = ?", (run_config_json, report.run_id)
-                        )
+                    if config is not None and report.run_id not in configured:
+                        self._set_config_once(report.run_id, config)
+                        configured.add(report.run_id)
                     row = self._db.execute(
                         "SELECT fingerprint, metrics_json FROM reports WHERE run_id=? AND protocol=? AND source=? "
-                        "AND split=? AND idx=?",
+                        "AND split=? AND seed=? AND idx=?",
                         report.key(),
                     ).fetchone()
                     metrics_json = json.dumps(dict(report.metrics), sort_keys=True)
@@ -105,13 +151,15 @@ class MetricsStore:
                         if row != (report.fingerprint, metrics_json):
                             raise FailedPrecondition(
                                 f"run {report.run_id!r} already has a different result for {report.source} "
-                                f"{report.split} episode {report.index}; a run reports each episode once"
+                                f"{report.split} seed {report.seed} episode {report.index}; a run reports each "
+                                "episode once"
                             )
                         duplicates += 1
                         continue
+                    run_id, protocol, source, split, seed, index = report.key()
                     self._db.execute(
-                        "INSERT INTO reports VALUES (?,?,?,?,?,?,?,?,?,?)",
-                        (*report.key(), report.seed, report.fingerprint, metrics_json,
+                        f"INSERT INTO reports({_REPORT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (run_id, protocol, source, split, index, seed, report.fingerprint, metrics_json,
                          json.dumps(dict(report.request), sort_keys=True), json.dumps(list(report.predicted))),
                     )
                     stored += 1
@@ -120,6 +168,16 @@ class MetricsStore:
                 self._db.execute("ROLLBACK")
                 raise
         return stored, duplicates
+
+    def _set_config_once(self, run_id: str, config: str) -> None:
+        (current,) = self._db.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if current is None:
+            self._db.execute("UPDATE runs SET config_json = ? WHERE run_id = ?", (config, run_id))
+        elif _canonical_config(current) != config:
+            raise FailedPrecondition(
+                f"run_config_json: run {run_id!r} already has a different configuration (stored with its first "
+                "report); use a new run id for a new configuration"
+            )
 
     def run_ids(self) -> list[str]:
         with self._lock:
@@ -132,12 +190,27 @@ class MetricsStore:
             raise NotFound(f"run {run_id!r} has no reports; known runs: {', '.join(self.run_ids()) or 'none'}")
         return json.loads(row[0] or "{}")
 
+    def set_run_config(self, run_id: str, run_config_json: str) -> None:
+        """Record a run's configuration before any report (first write wins, as in ``add``)."""
+        validate_run_id(run_id)
+        config = _canonical_config(run_config_json)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT OR IGNORE INTO runs(run_id) VALUES (?)", (run_id,))
+                self._set_config_once(run_id, config)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
     def reports(self, run_id: str) -> Iterator[StoredReport]:
-        """Every report of a run, sorted by (protocol, source, split, index)."""
+        """Every report of a run, sorted by (protocol, source, split, seed, index)."""
         self.run_config(run_id)  # NotFound for an unknown run
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM reports WHERE run_id=? ORDER BY protocol, source, split, idx", (run_id,)
+                f"SELECT {_REPORT_COLUMNS} FROM reports WHERE run_id=? ORDER BY protocol, source, split, seed, idx",
+                (run_id,),
             ).fetchall()
         for row in rows:
             yield StoredReport(
@@ -145,3 +218,12 @@ class MetricsStore:
                 fingerprint=row[6], metrics=json.loads(row[7]), request=json.loads(row[8]),
                 predicted=tuple(json.loads(row[9])),
             )
+
+
+def _canonical_config(text: str) -> str:
+    """Sorted-key JSON of a configuration, so equal settings compare equal whatever the key order."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgument(f"run_config_json: not valid JSON ({error})") from None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -94,6 +94,18 @@ def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
     return ImageRequest(size, message.mode == pb.IMAGE_MODE_ENCODED, _RESIZE[message.resize])
 
 
+def raw_resize_to_wire(pack_options: dict[str, Any]) -> int:
+    """How a raw store's pixels were resized at pack time (UNSPECIFIED for encoded stores
+    and for raw stores packed before the method was recorded)."""
+    value = pack_options.get("raw_resize")
+    if not pack_options.get("raw_size") or not value:
+        return pb.RESIZE_METHOD_UNSPECIFIED
+    try:
+        return _RESIZE_BACK[ResizeMethod(value)]
+    except ValueError:
+        return pb.RESIZE_METHOD_UNSPECIFIED
+
+
 def tensor(array: np.ndarray) -> pb.Tensor:
     message = pb.Tensor()
     fill_tensor(message, array)

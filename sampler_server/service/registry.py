@@ -4,7 +4,12 @@ Only manifests are read at start (images stay in LMDB). A store is addressed by 
 directory name; its episodes depend on its SOURCE kind and content, so two stores
 of one source packed with different ``--raw-size`` serve identical episodes.
 WordNet-split stores (ILSVRC) get their spec from the hierarchy on first use (it
-needs the WordNet graph), cached per ImageNet variant.
+needs the WordNet graph), cached per benchmark variant: every request that picks or
+reports classes by split names its variant (``preset``: md-v1, the default, or
+md-v2), because only these stores' class splits differ between the two.
+
+A request may name a store (its directory name) or a source kind (``omniglot``);
+``StoreRegistry.get`` is the one place that resolves either.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, NotFound
 from sampler_server.store.manifest import Manifest
+from sampler_server.store.naming import StoreName, pick_store
 from sampler_server.store.reader import StoreReader, find_stores
 
 
@@ -63,15 +69,16 @@ class StoreRegistry:
             raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
         return cls(stores)
 
-    def get(self, name: str) -> ServedStore:
-        store = self.stores.get(name)
-        if store is None:
-            raise NotFound(f"source {name!r} is not served; served: {', '.join(sorted(self.stores))}")
-        return store
+    def get(self, name: str, image_size: int | None = None) -> ServedStore:
+        """The store a request names: a store name or a source kind (``store.naming``)."""
+        names = [StoreName(s.name, s.source, s.raw_size) for s in self.stores.values()]
+        return self.stores[pick_store(names, name, image_size).name]
 
-    def spec(self, name: str, imagenet_variant: str = "md") -> DatasetSpec:
+    def spec(self, name: str, preset: Benchmark | str = Benchmark.MD_V1) -> DatasetSpec:
+        """The sampler spec of a store; WordNet-split stores get the class splits of ``preset``."""
         store = self.get(name)
-        key = (name, imagenet_variant if _needs_wordnet_split(store.manifest) else "")
+        benchmark = parse_preset(preset)
+        key = (store.name, IMAGENET_SPLIT[benchmark] if _needs_wordnet_split(store.manifest) else "")
         with self._lock:
             spec = self._specs.get(key)
         if spec is None:
@@ -80,7 +87,7 @@ class StoreRegistry:
                 # start-up stays fast for every other store
                 from sampler_server.core.imagenet_spec import imagenet_spec
 
-                spec = imagenet_spec(store.manifest, variant=imagenet_variant)
+                spec = imagenet_spec(store.manifest, variant=key[1])
             else:
                 spec = DatasetSpec.from_manifest(store.manifest)
             with self._lock:
@@ -90,33 +97,36 @@ class StoreRegistry:
     def resolve(
         self, names: Sequence[str], preset: str, split: Split, image_size: int
     ) -> tuple[dict[str, DatasetSpec], dict[str, ServedStore]]:
-        """(spec by source kind, store by source kind) for a request's sources or preset."""
-        if bool(names) == bool(preset):
-            raise InvalidArgument("request: got " + ("both sources and a preset" if names else "neither sources nor a preset")
-                                  + ", expected exactly one of them")
-        variant = "md"
-        if preset:
-            benchmark = Benchmark.parse(preset)
-            variant = IMAGENET_SPLIT[benchmark]
-            names = [self._store_for_source(kind, image_size) for kind in benchmark_sources(benchmark, split)]
+        """(spec by source kind, store by source kind) for a request's sources (store names
+        or source kinds) or, when it names none, its preset's sources for ``split``."""
+        if not names and not preset:
+            raise InvalidArgument("request: got neither sources nor a preset, expected sources, a preset (md-v1 or "
+                                  "md-v2: its sources for the split), or both (those sources with its class splits)")
+        benchmark = parse_preset(preset)
+        if not names:
+            names = benchmark_sources(benchmark, split)
         specs: dict[str, DatasetSpec] = {}
         stores: dict[str, ServedStore] = {}
         for name in names:
-            store = self.get(name)
+            store = self.get(name, image_size)
             if store.source in stores:
                 raise InvalidArgument(
                     f"sources: got {stores[store.source].name!r} and {name!r}, both of source {store.source!r}; "
                     "expected one store per source"
                 )
-            specs[store.source] = self.spec(name, variant)
+            specs[store.source] = self.spec(store.name, benchmark)
             stores[store.source] = store
         return specs, stores
 
-    def _store_for_source(self, kind: str, image_size: int) -> str:
-        """The store of a source kind; one packed raw at the requested size is preferred."""
-        candidates = sorted((s for s in self.stores.values() if s.source == kind), key=lambda s: s.name)
-        if not candidates:
-            raise NotFound(f"preset needs source {kind!r}, which is not served; served: {', '.join(sorted(self.stores))}")
-        exact = [s for s in candidates if s.raw_size == image_size]
-        encoded = [s for s in candidates if s.raw_size is None]
-        return (exact or encoded or candidates)[0].name
+
+def parse_preset(preset: Benchmark | str) -> Benchmark:
+    """The benchmark variant whose class splits apply; empty means md-v1."""
+    if isinstance(preset, Benchmark):
+        return preset
+    if not preset:
+        return Benchmark.MD_V1
+    try:
+        return Benchmark(preset)
+    except ValueError:
+        allowed = ", ".join(b.value for b in Benchmark)
+        raise InvalidArgument(f"preset: got {preset!r}, expected one of {allowed} (empty = md-v1)") from None

@@ -31,7 +31,7 @@ from sampler_server.core.sampling.multisource import MultiSourceSampler
 from sampler_server.errors import InvalidArgument, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.service import messages, status
-from sampler_server.service.registry import StoreRegistry
+from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -68,12 +68,14 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     # ---- sources -------------------------------------------------------------------
 
-    def _summary(self, name: str) -> pb.SourceSummary:
+    def _summary(self, name: str, preset: str) -> pb.SourceSummary:
         store = self.registry.get(name)
         manifest = store.manifest
-        counts = {split: len(manifest.classes_in(split)) for split in messages.Split}
+        benchmark = parse_preset(preset)
+        spec = self.registry.spec(store.name, benchmark)
+        counts = {split: len(spec.classes_in(split)) for split in messages.Split}
         return pb.SourceSummary(
-            name=name,
+            name=store.name,
             source=manifest.source,
             fingerprint=manifest.fingerprint,
             num_records=manifest.num_records,
@@ -82,17 +84,22 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             test_classes=counts[messages.Split.TEST],
             hierarchy=manifest.hierarchy or "",
             raw_size=store.raw_size or 0,
+            preset=benchmark.value,
+            raw_resize=messages.raw_resize_to_wire(store.manifest.pack_options),
         )
 
     @status.unary
     def ListSources(self, request: pb.ListSourcesRequest, context: grpc.ServicerContext) -> pb.ListSourcesResponse:
-        return pb.ListSourcesResponse(sources=[self._summary(name) for name in sorted(self.registry.stores)])
+        return pb.ListSourcesResponse(
+            sources=[self._summary(name, request.preset) for name in sorted(self.registry.stores)]
+        )
 
     @status.unary
     def DescribeSource(self, request: pb.DescribeSourceRequest, context: grpc.ServicerContext) -> pb.SourceDescription:
-        spec = self.registry.spec(request.name)
+        store = self.registry.get(request.name)
+        spec = self.registry.spec(store.name, parse_preset(request.preset))
         return pb.SourceDescription(
-            summary=self._summary(request.name),
+            summary=self._summary(store.name, request.preset),
             classes=[
                 pb.ClassDescription(class_id=c.id, name=c.name, split=messages.split_to_wire(c.split),
                                     num_records=c.count, wnid=c.wnid or "", group=c.group or "")
@@ -110,6 +117,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size)
         sampler = MultiSourceSampler(specs, list(specs), split, config)
         seed = request.seed
+        preset = parse_preset(request.preset).value
         names = {kind: [c.name for c in spec.classes] for kind, spec in specs.items()}
         wnids = {kind: [c.wnid for c in spec.classes] for kind, spec in specs.items()}
         limit = self.limits.max_message_bytes
@@ -119,6 +127,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             episode = sampler.sample(seed, index)
             store = stores[episode.source]
             header = messages.episode_header(episode, names[episode.source], wnids[episode.source], images)
+            header.preset = preset
             support_ids = list(header.support_record_ids)
             query_ids = list(header.query_record_ids)
             if images.encoded:
@@ -148,6 +157,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         step: int,
         label: str,
         kind: str,
+        last_index: int = messages.MAX_INDEX,
     ) -> Iterator[Any]:
         if not self._streams.acquire(blocking=False):
             raise ResourceExhausted(f"the server already serves {self.limits.max_streams} streams (its --max-streams)")
@@ -170,7 +180,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             in_flight.append((index, prepared))
 
         try:
-            indices = _indices(start, count, step)
+            indices = _indices(start, count, step, last_index)
             for index in itertools.islice(indices, self.limits.lookahead):
                 admit(index)
             while in_flight:
@@ -206,7 +216,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.unary
     def GetEpisode(self, request: pb.GetEpisodeRequest, context: grpc.ServicerContext) -> pb.Episode:
-        _stream_window(request.index, 1, 1)
+        if request.index > messages.MAX_INDEX:
+            raise InvalidArgument(f"index: got {request.index}, expected 0 to {messages.MAX_INDEX}")
         prepare, _ = self._episode_source(request.request)
         return prepare(request.index).finish()  # serialised bytes (see handlers)
 
@@ -214,11 +225,14 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamBatches(self, request: pb.StreamBatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Batch]:
-        start, count, step = _stream_window(request.start_index, request.count, request.index_step)
         split = messages.split_from_wire(request.split, "split")
         images = messages.images_from_wire(request.images)
-        store = self.registry.get(request.source)
-        sampler = BatchSampler(self.registry.spec(request.source), split, request.batch_size)
+        benchmark = parse_preset(request.preset)
+        store = self.registry.get(request.source, images.size)
+        sampler = BatchSampler(self.registry.spec(store.name, benchmark), split, request.batch_size)
+        last_index = (messages.MAX_INDEX + 1) // sampler.batch_size - 1  # its last position fits an int64
+        start, count, step = _stream_window(request.start_index, request.count, request.index_step, last_index,
+                                            f" (the last batch at batch_size {sampler.batch_size})")
         seed = request.seed
         pixel_bytes = request.batch_size * images.size * images.size * 3
         if not images.encoded and pixel_bytes > self.limits.max_message_bytes:
@@ -232,6 +246,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             header = pb.Batch(
                 source=store.name, split=request.split, seed=seed, index=index, epoch=batch.epoch,
                 fingerprint=batch.fingerprint, record_ids=batch.record_ids, num_classes=batch.num_classes,
+                preset=benchmark.value,
             )
             messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
             if images.encoded:
@@ -242,7 +257,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
 
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
-        yield from self._stream(context, prepare, start, count, step, label, "batches")
+        yield from self._stream(context, prepare, start, count, step, label, "batches", last_index)
 
     # ---- metrics -------------------------------------------------------------------
 
@@ -334,22 +349,28 @@ class _StreamEnd:
                  self.outcome, self._peer)
 
 
-def _stream_window(start: int, count: int, step: int) -> tuple[int, int, int]:
-    if start > messages.MAX_INDEX:
-        raise InvalidArgument(f"start_index: got {start}, expected 0 to {messages.MAX_INDEX}")
+def _stream_window(
+    start: int, count: int, step: int, last_index: int = messages.MAX_INDEX, why: str = ""
+) -> tuple[int, int, int]:
+    """Check a stream's window against the last index it may reach, naming the fields sent."""
+    if start > last_index:
+        raise InvalidArgument(f"start_index: got {start}, expected 0 to {last_index}{why}")
     if count > MAX_STREAM_COUNT:
         raise InvalidArgument(f"count: got {count}, expected 0 (unbounded) to {MAX_STREAM_COUNT}")
     step = step or 1
-    if count and start + (count - 1) * step > messages.MAX_INDEX:
-        raise InvalidArgument(f"start_index + (count - 1) * index_step exceeds {messages.MAX_INDEX}")
+    if count and start + (count - 1) * step > last_index:
+        raise InvalidArgument(
+            f"start_index + (count - 1) * index_step: got {start} + ({count} - 1) * {step} = "
+            f"{start + (count - 1) * step}, expected at most {last_index}{why}"
+        )
     return start, count, step
 
 
-def _indices(start: int, count: int, step: int) -> Iterator[int]:
+def _indices(start: int, count: int, step: int, last_index: int = messages.MAX_INDEX) -> Iterator[int]:
     index = start
     produced = 0
     while not count or produced < count:
-        if index > messages.MAX_INDEX:
+        if index > last_index:
             return
         yield index
         index += step

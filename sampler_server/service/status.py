@@ -23,6 +23,7 @@ from sampler_server.errors import (
     ResourceExhausted,
     SamplerError,
 )
+from sampler_server.service.handlers import UnparsableRequest
 
 log = logging.getLogger("sampler_server.service")
 
@@ -51,10 +52,16 @@ def status_code(error: SamplerError) -> grpc.StatusCode:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _check_parsed(request: Any) -> None:
+    if isinstance(request, UnparsableRequest):
+        raise InvalidArgument(request.reason)
+
+
 def unary(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            _check_parsed(request)
             return method(self, request, context)
         except SamplerError as error:
             context.abort(status_code(error), str(error))
@@ -69,6 +76,7 @@ def streaming(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
+            _check_parsed(request)
             yield from method(self, request, context)
         except SamplerError as error:
             context.abort(status_code(error), str(error))

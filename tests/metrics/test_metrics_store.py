@@ -58,3 +58,60 @@ def test_concurrent_writers_store_each_key_once(tmp_path):
     assert sum(stored for stored, _ in results) == 50
     assert sum(dup for _, dup in results) == 150
     assert len(list(store.reports("run-a"))) == 50
+
+
+def test_the_same_index_under_another_seed_is_another_episode(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    assert store.add([_report(0)]) == (1, 0)
+    other_seed = StoredReport(
+        run_id="run-a", protocol="md-episode", source="omniglot", split="test", index=0, seed=8,
+        fingerprint="sha256:other-seed", metrics={"accuracy": 0.75, "loss": 1.0},
+    )
+    assert store.add([other_seed]) == (1, 0)
+    assert store.add([other_seed]) == (0, 1)
+    assert sorted((r.seed, r.index) for r in store.reports("run-a")) == [(7, 0), (8, 0)]
+
+
+def test_a_run_configuration_is_stored_once_and_never_replaced(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.add([_report(0)])  # no configuration yet
+    store.add([_report(1)], run_config_json='{"lr": 0.1, "backbone": "conv4"}')
+    store.add([_report(2)], run_config_json='{"backbone": "conv4", "lr": 0.1}')  # same, other key order
+    store.add([_report(3)])  # later writes need not resend it
+    assert store.run_config("run-a") == {"lr": 0.1, "backbone": "conv4"}
+    with pytest.raises(FailedPrecondition, match="run 'run-a' already has a different configuration"):
+        store.add([_report(4)], run_config_json='{"lr": 0.2, "backbone": "conv4"}')
+    assert [r.index for r in store.reports("run-a")] == [0, 1, 2, 3]  # the refused write stored nothing
+    with pytest.raises(FailedPrecondition):
+        store.set_run_config("run-a", '{"lr": 0.3}')
+    store.set_run_config("run-b", '{"lr": 0.3}')
+    assert store.run_config("run-b") == {"lr": 0.3}
+    with pytest.raises(InvalidArgument, match="run_config_json: not valid JSON"):
+        store.add([_report(9)], run_config_json="{nope")
+
+
+def test_a_version_1_database_is_migrated_with_its_reports(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "v1.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE runs (run_id TEXT PRIMARY KEY, config_json TEXT NOT NULL DEFAULT '{}');
+        CREATE TABLE reports (run_id TEXT NOT NULL, protocol TEXT NOT NULL, source TEXT NOT NULL,
+            split TEXT NOT NULL, idx INTEGER NOT NULL, seed INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+            metrics_json TEXT NOT NULL, request_json TEXT NOT NULL, predicted_json TEXT NOT NULL DEFAULT '[]',
+            PRIMARY KEY (run_id, protocol, source, split, idx));
+        INSERT INTO runs VALUES ('old', '{}'), ('configured', '{"lr": 1}');
+        INSERT INTO reports VALUES ('old', 'md-episode', 'omniglot', 'test', 3, 7, 'fp3',
+            '{"accuracy": 0.5}', '{}', '[1, 2]');
+    """)
+    db.commit()
+    db.close()
+    store = MetricsStore(path)
+    (report,) = store.reports("old")
+    assert (report.index, report.seed, report.fingerprint, report.predicted) == (3, 7, "fp3", (1, 2))
+    assert store.run_config("configured") == {"lr": 1}
+    store.add([StoredReport(run_id="old", protocol="md-episode", source="omniglot", split="test", index=3, seed=8,
+                            fingerprint="fp3-seed8", metrics={"accuracy": 0.25})], run_config_json='{"lr": 2}')
+    assert store.run_config("old") == {"lr": 2}  # '{}' was version 1's "no configuration"
+    assert len(list(MetricsStore(path).reports("old"))) == 2

@@ -169,3 +169,67 @@ def test_reports_are_idempotent_and_checked_against_the_episode(served, stub):
     with pytest.raises(grpc.RpcError) as caught:
         stub.GetReport(pb.GetReportRequest(run_ids=["never-ran"]))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_errors_name_the_fields_the_client_sent(served, stub):
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetEpisode(pb.GetEpisodeRequest(request=_request(), index=2**63))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("index: got 9223372036854775808")
+    batches = pb.StreamBatchesRequest(source="folder", split=pb.SPLIT_TRAIN, batch_size=256, count=2,
+                                      start_index=2**63 // 256, images=pb.ImageOptions(image_size=8))
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.StreamBatches(batches))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith(f"start_index: got {2**63 // 256}, expected 0 to {2**63 // 256 - 1}")
+    assert "batch_size 256" in caught.value.details()
+    batches.start_index = 2**63 // 256 - 2
+    batches.count = 3
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.StreamBatches(batches))
+    assert caught.value.details().startswith("start_index + (count - 1) * index_step: got")
+
+
+def test_request_bytes_that_do_not_parse_are_invalid_argument(served, stub, caplog):
+    channel = grpc.insecure_channel(served.address)
+    for method in ("GetEpisode", "ReportMetrics"):
+        call = channel.unary_unary(f"/sampler.v1.Sampler/{method}", request_serializer=lambda raw: raw,
+                                   response_deserializer=lambda raw: raw)
+        with caplog.at_level("ERROR"), pytest.raises(grpc.RpcError) as caught:
+            call(b"\x0a\xff\xff\xff\xff\x0f")  # field 1, length-delimited, length past the end
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = caught.value.details()
+        assert details.startswith("request: 6 bytes do not parse as sampler.v1.") and "\n" not in details
+    streaming = channel.unary_stream("/sampler.v1.Sampler/StreamEpisodes", request_serializer=lambda raw: raw,
+                                     response_deserializer=lambda raw: raw)
+    with pytest.raises(grpc.RpcError) as caught:
+        list(streaming(b"\xff"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert not [r for r in caplog.records if "Traceback" in r.getMessage() or r.exc_info]
+    channel.close()
+    assert stub.GetEpisode(pb.GetEpisodeRequest(request=_request(), index=0)).fingerprint  # still serving
+
+
+def test_source_kinds_resolve_like_store_names(served, stub):
+    by_kind = stub.GetEpisode(pb.GetEpisodeRequest(request=_request(source="image_folder"), index=4))
+    by_name = stub.GetEpisode(pb.GetEpisodeRequest(request=_request(source="folder"), index=4))
+    assert by_kind.fingerprint == by_name.fingerprint
+    assert _array(by_kind.support_images).tobytes() == _array(by_name.support_images).tobytes()
+    described = stub.DescribeSource(pb.DescribeSourceRequest(name="image_folder"))
+    assert described.summary.name == "folder"  # the encoded store: 40 px is no raw store's size
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetEpisode(pb.GetEpisodeRequest(request=_request(source="nope"), index=0))
+    assert "source kinds: image_folder" in caught.value.details()
+
+
+def test_reports_are_keyed_by_seed_and_a_run_keeps_its_first_configuration(served, stub):
+    for seed in (11, 12):
+        (message,) = stub.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(seed=seed), count=1))
+        report = _report(message, run="run-seeds")
+        report.request.seed = seed
+        reply = stub.ReportMetrics(pb.ReportMetricsRequest(reports=[report], run_config_json='{"lr": 0.1}'))
+        assert (reply.stored, reply.duplicates) == (1, 0), seed
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ReportMetrics(pb.ReportMetricsRequest(reports=[report], run_config_json='{"lr": 0.2}'))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already has a different configuration" in caught.value.details()

@@ -1,0 +1,113 @@
+"""``sampler-server batches``: print plain batches' compositions, reading no images.
+
+The batch counterpart of ``episode``: for a store (by name) or source kind, a split,
+a seed and a batch size, it prints exactly what the server's StreamBatches sends
+for the same request (record ids, labels, epoch, fingerprint), one JSON object per
+batch with ``--json``. ``--preset`` names the benchmark variant whose class splits
+apply (md-v1, the default, or md-v2): only WordNet-split stores (ILSVRC-2012)
+differ, 712 train classes under md-v1 and all 1000 under md-v2. ``--image-size``
+only picks the store when a source kind is served by several (as the server does:
+one packed raw at that size first). Only manifests are read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sampler_server.core.batches import MAX_BATCH_SIZE, BatchSampler, LabelledBatch
+from sampler_server.core.imagenet_spec import spec_for_manifest
+from sampler_server.core.sampling.plan import parse_split
+from sampler_server.core.sampling.presets import IMAGENET_SPLIT, Benchmark
+from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
+from sampler_server.errors import InvalidArgument
+from sampler_server.store.manifest import load_manifest
+from sampler_server.store.naming import StoreName, pick_store
+
+MAX_COUNT = 100_000
+"""Most batches one command prints."""
+DEFAULT_BATCH_SIZE = 256
+DEFAULT_IMAGE_SIZE = 84
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "batches",
+        help="print plain batch compositions and fingerprints (no images read)",
+        description="Print the composition (record ids, labels, epoch) and fingerprint of plain batch INDEX "
+        "(or COUNT consecutive batches) of a split, exactly as the server's StreamBatches sends them.",
+    )
+    parser.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of packed stores")
+    parser.add_argument("--source", required=True, metavar="NAME", help="a store name or a source kind")
+    parser.add_argument("--split", required=True, metavar="SPLIT", help="train, valid or test")
+    parser.add_argument("--seed", required=True, type=int, help=f"user seed, 0 to {MAX_SEED}")
+    parser.add_argument("--index", type=int, default=0, help="batch index (default 0)")
+    parser.add_argument("--count", type=int, default=1, help=f"batches from INDEX on, 1 to {MAX_COUNT} (default 1)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                        help=f"images per batch, 1 to {MAX_BATCH_SIZE} (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--preset", default=Benchmark.MD_V1.value, choices=[b.value for b in Benchmark],
+                        help="benchmark variant whose class splits apply (default md-v1)")
+    parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE,
+                        help=f"picks among stores of one source kind as the server would (default {DEFAULT_IMAGE_SIZE})")
+    parser.add_argument("--json", action="store_true", help="one JSON object per batch, one per line")
+    parser.set_defaults(func=run)
+
+
+def _check_range(args: argparse.Namespace) -> None:
+    if not 1 <= args.count <= MAX_COUNT:
+        raise InvalidArgument(f"--count: got {args.count}, expected an integer in [1, {MAX_COUNT}]")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise InvalidArgument(f"--seed: got {args.seed}, expected an integer in [0, {MAX_SEED}]")
+    if not 1 <= args.batch_size <= MAX_BATCH_SIZE:
+        raise InvalidArgument(f"--batch-size: got {args.batch_size}, expected an integer in [1, {MAX_BATCH_SIZE}]")
+    last = (MAX_INDEX + 1) // args.batch_size - 1  # the last batch whose positions fit an int64
+    if not 0 <= args.index <= last - (args.count - 1):
+        raise InvalidArgument(
+            f"--index: got {args.index}, expected an integer in [0, {last - (args.count - 1)}] "
+            f"(with --count {args.count} and --batch-size {args.batch_size})"
+        )
+
+
+def batch_json(store: str, batch: LabelledBatch, preset: str, batch_size: int) -> dict[str, object]:
+    """The fields of the server's Batch message that describe the composition."""
+    return {
+        "source": store,
+        "split": batch.split.value,
+        "preset": preset,
+        "seed": batch.seed,
+        "index": batch.index,
+        "epoch": batch.epoch,
+        "batch_size": batch_size,
+        "num_classes": batch.num_classes,
+        "fingerprint": batch.fingerprint,
+        "record_ids": list(batch.record_ids),
+        "labels": list(batch.labels),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from sampler_server.store.reader import find_stores  # LMDB at the edge, only to list stores
+
+    _check_range(args)
+    split = parse_split(args.split)
+    benchmark = Benchmark(args.preset)
+    manifests = {path.name: load_manifest(path) for path in find_stores(args.data)}
+    names = [
+        StoreName(name, m.source, int(m.pack_options["raw_size"]) if m.pack_options.get("raw_size") else None)
+        for name, m in manifests.items()
+    ]
+    store = pick_store(names, args.source, args.image_size, where=f" under {args.data}").name
+    spec = spec_for_manifest(manifests[store], imagenet_variant=IMAGENET_SPLIT[benchmark])
+    sampler = BatchSampler(spec, split, args.batch_size)
+    for index in range(args.index, args.index + args.count):
+        batch = sampler.sample(args.seed, index)
+        if args.json:
+            print(json.dumps(batch_json(store, batch, benchmark.value, args.batch_size), separators=(",", ":")))
+        else:
+            print(f"batch {index}  source {store}  split {split.value}  preset {benchmark.value}  seed {args.seed}  "
+                  f"epoch {batch.epoch}  classes {batch.num_classes}")
+            print(f"  fingerprint {batch.fingerprint}")
+            print(f"  records {' '.join(map(str, batch.record_ids))}")
+            print(f"  labels  {' '.join(map(str, batch.labels))}")
+    return 0

@@ -1,0 +1,37 @@
+"""Which store a name means: the one rule the server and the CLI share.
+
+A request (over gRPC, from the Python clients, or on the command line) may name a
+store by its directory name or name a source kind (``omniglot``). A store name
+wins; a source kind served by several stores picks, in this order, one packed raw
+at the requested image size, an encoded one, then the first by name. Pure: it sees
+only (name, source kind, raw size) triples, never LMDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sampler_server.errors import NotFound
+
+
+@dataclass(frozen=True)
+class StoreName:
+    name: str
+    source: str
+    raw_size: int | None = None
+
+
+def pick_store(stores: Sequence[StoreName], wanted: str, image_size: int | None = None, where: str = "") -> StoreName:
+    """The store ``wanted`` names (see the module docstring); NotFound lists what is served."""
+    for store in stores:
+        if store.name == wanted:
+            return store
+    candidates = sorted((s for s in stores if s.source == wanted), key=lambda s: s.name)
+    if not candidates:
+        names = ", ".join(sorted(s.name for s in stores)) or "none"
+        kinds = ", ".join(sorted({s.source for s in stores})) or "none"
+        raise NotFound(f"source {wanted!r} is not served{where}; stores: {names}; source kinds: {kinds}")
+    exact = [s for s in candidates if image_size is not None and s.raw_size == image_size]
+    encoded = [s for s in candidates if s.raw_size is None]
+    return (exact or encoded or candidates)[0]
