@@ -1,29 +1,38 @@
 """Plain labelled batches of one split: the non-episodic training MD's baselines use.
 
 The split's records are seen as one sequence (classes in id order, records in id
-order); epoch e visits them in the order of a permutation derived from (seed,
-protocol, source, split, e) by the one seeding helper. Batch b holds positions
-[b * B, (b + 1) * B) of the concatenated epochs, so any batch index is computed
-directly (random access, resumable) and a batch may straddle two epochs. Labels are
-the position of a record's class among the split's classes. A pure function of
-(spec, split, seed, batch size, index).
+order). Step t of epoch e reads position ``permute_e(t)`` of that sequence, where
+``permute_e`` is the keyed bijection of [0, size) in ``core.shuffle``, keyed by the
+one seeding helper's digest of (seed, protocol, source, split, e). Batch b holds
+steps [b * B, (b + 1) * B) of the concatenated epochs, so any batch index is
+computed directly (random access, resumable) in O(B) time and memory whatever the
+split's size: no permutation is ever materialised. A batch may straddle epochs.
+Labels are the position of a record's class among the split's classes. A pure
+function of (spec, split, preset, seed, batch size, index).
+
+The fingerprint hashes ``BATCH_CONFIG_KIND`` (versioned: v1 drew a full
+``RandomState.permutation`` per epoch, v2 is the keyed bijection), the protocol,
+the preset whose class splits the spec follows, the source, the split, the store's
+content fingerprint, the record ids and the labels.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import functools
 
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
+from sampler_server.core.sampling.presets import Benchmark
+from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
+from sampler_server.core.shuffle import epoch_permutation
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument
 
 MAX_BATCH_SIZE = 65536
+BATCH_CONFIG_KIND = "meta_dataset.batches/v2"
+DEFAULT_PRESET = Benchmark.MD_V1.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,61 +46,76 @@ class LabelledBatch:
     labels: tuple[int, ...]
     num_classes: int
     fingerprint: str
+    preset: str = DEFAULT_PRESET
 
 
-@functools.lru_cache(maxsize=8)
-def _epoch_order(seed: int, source: str, split: Split, epoch: int, size: int) -> np.ndarray:
-    rng = derive_rng(seed, Protocol.META_DATASET_BATCHES, source, split, epoch)
-    return rng.permutation(size)
+def parse_preset(preset: str) -> str:
+    """The preset's canonical name; "" means the default (md-v1), as on the wire."""
+    if preset == "":
+        return DEFAULT_PRESET
+    if not isinstance(preset, str) or preset not in {b.value for b in Benchmark}:
+        allowed = ", ".join(b.value for b in Benchmark)
+        raise InvalidArgument(f"preset: got {preset!r}, expected one of {allowed} (or empty for {DEFAULT_PRESET})")
+    return preset
 
 
 class BatchSampler:
-    """Validated once; ``sample(seed, index)`` is random access."""
+    """Validated once; ``sample(seed, index)`` is random access in O(batch_size).
 
-    def __init__(self, spec: DatasetSpec, split: Split | str, batch_size: int) -> None:
+    ``preset`` names the benchmark variant whose class splits ``spec`` follows (the
+    caller builds the spec for it); it enters every batch's fingerprint.
+    """
+
+    def __init__(
+        self, spec: DatasetSpec, split: Split | str, batch_size: int, *, preset: str = DEFAULT_PRESET
+    ) -> None:
         self.spec = spec
         self.split = Split(split)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise InvalidArgument(f"batch_size: got {batch_size!r}, expected 1 to {MAX_BATCH_SIZE}")
         self.batch_size = batch_size
+        self.preset = parse_preset(preset)
         self.classes = spec.classes_in(self.split)
         if not self.classes:
             raise FailedPrecondition(f"source {spec.source!r} has no {self.split.value} classes")
-        self._offsets = [0]
-        for info in self.classes:
-            self._offsets.append(self._offsets[-1] + info.count)
-        self.size = self._offsets[-1]
-
-    def _record(self, position: int) -> tuple[int, int]:
-        label = bisect.bisect_right(self._offsets, position) - 1
-        return self.classes[label].start + (position - self._offsets[label]), label
+        self._starts = np.array([info.start for info in self.classes], dtype=np.int64)
+        counts = np.array([info.count for info in self.classes], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(counts)])
+        self.size = int(self._offsets[-1])
+        # The last batch whose final epoch the seeding helper can key (epochs are indices there).
+        self.max_index = min(MAX_INDEX, ((MAX_INDEX + 1) * self.size) // batch_size - 1)
 
     def sample(self, seed: int, index: int) -> LabelledBatch:
         check_seed_and_index(seed, index)
-        first = index * self.batch_size
-        record_ids, labels = [], []
-        order = None
-        current_epoch = -1
-        for position in range(first, first + self.batch_size):
-            epoch, offset = divmod(position, self.size)
-            if epoch != current_epoch:
-                order = _epoch_order(seed, self.spec.source, self.split, epoch, self.size)
-                current_epoch = epoch
-            assert order is not None
-            record_id, label = self._record(int(order[offset]))
-            record_ids.append(record_id)
-            labels.append(label)
-        hasher = FieldHasher("sampler-server/batch/v1")
-        hasher.text(Protocol.META_DATASET_BATCHES.value).text(self.spec.source).text(self.split.value)
-        hasher.text(self.spec.fingerprint).integers(record_ids).integers(labels)
+        if int(index) > self.max_index:
+            raise InvalidArgument(
+                f"index: got {index}, expected at most {self.max_index} "
+                f"(batches of {self.batch_size} over {self.size} records reach epoch {MAX_INDEX})"
+            )
+        first_epoch, first_step = divmod(int(index) * self.batch_size, self.size)
+        steps = first_step + np.arange(self.batch_size, dtype=np.int64)  # < size + 65536: no overflow
+        epoch_of = steps // self.size
+        positions = np.empty(self.batch_size, dtype=np.int64)
+        for extra in range(int(epoch_of[-1]) + 1):
+            chosen = epoch_of == extra
+            order = epoch_permutation(
+                seed, Protocol.META_DATASET_BATCHES, self.spec.source, self.split, first_epoch + extra, self.size
+            )
+            positions[chosen] = order.permute(steps[chosen] - extra * self.size)
+        labels = np.searchsorted(self._offsets, positions, side="right") - 1
+        record_ids = self._starts[labels] + (positions - self._offsets[labels])
+        hasher = FieldHasher("sampler-server/batch/v2").text(BATCH_CONFIG_KIND)
+        hasher.text(Protocol.META_DATASET_BATCHES.value).text(self.preset).text(self.spec.source).text(self.split.value)
+        hasher.text(self.spec.fingerprint).integers(record_ids.tolist()).integers(labels.tolist())
         return LabelledBatch(
             source=self.spec.source,
             split=self.split,
-            seed=seed,
-            index=index,
-            epoch=first // self.size,
-            record_ids=tuple(record_ids),
-            labels=tuple(labels),
+            seed=int(seed),
+            index=int(index),
+            epoch=first_epoch,
+            record_ids=tuple(record_ids.tolist()),
+            labels=tuple(labels.tolist()),
             num_classes=len(self.classes),
             fingerprint=hasher.hexdigest(),
+            preset=self.preset,
         )
