@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     ]
     store = pick_store(names, args.source, args.image_size, where=f" under {args.data}").name
     spec = spec_for_manifest(manifests[store], imagenet_variant=IMAGENET_SPLIT[benchmark])
-    sampler = BatchSampler(spec, split, args.batch_size)
+    sampler = BatchSampler(spec, split, args.batch_size, preset=benchmark.value)
     for index in range(args.index, args.index + args.count):
         batch = sampler.sample(args.seed, index)
         if args.json:

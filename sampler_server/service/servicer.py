@@ -229,7 +229,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         images = messages.images_from_wire(request.images)
         benchmark = parse_preset(request.preset)
         store = self.registry.get(request.source, images.size)
-        sampler = BatchSampler(self.registry.spec(store.name, benchmark), split, request.batch_size)
+        sampler = BatchSampler(self.registry.spec(store.name, benchmark), split, request.batch_size,
+                               preset=benchmark.value)
         last_index = (messages.MAX_INDEX + 1) // sampler.batch_size - 1  # its last position fits an int64
         start, count, step = _stream_window(request.start_index, request.count, request.index_step, last_index,
                                             f" (the last batch at batch_size {sampler.batch_size})")
