@@ -1,10 +1,18 @@
 """Serving throughput against the hardware limit, measured in one run.
 
 For a JPEG source of ~300 px images (DTD-like) and an Omniglot-like source of
-105 px 1-bit PNGs, at 84 and 126 px, on the same records and cores, it prints:
+105 px 1-bit PNGs, at 84 and 126 px, on the same records and cores, it prints, for
+the exact default resize (``bilinear``: full IFAST decode + TF1 align-corners
+bilinear, the MD reference's pixels) and for the fast path (``fast_bilinear``:
+reduced-scale decode + half-pixel bilinear):
 - limit: bare decode + resize of the stored records over all cores (bytes in RAM),
 - in-process episode assembly (sampler + assembler, no gRPC),
-- served images/s with 1 and 4 concurrent clients (each client a process),
+- served images/s with 1 client, and its ratio to the MD reference pipeline's
+  images/s on this machine kind (shared/reference/performance.md),
+- the fast path's pixel error against the exact path on every record (mean, p99
+  and max absolute difference in levels);
+and, for the default only:
+- served images/s with 4 concurrent clients (each client a process),
 - the same for a store packed with ``--raw-size`` at that size,
 - for the raw store at 126 px, the transport rate server -> one client (MB/s),
 - the time from starting ``sampler-server serve`` to the first episode received.
@@ -26,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -42,6 +51,11 @@ from sampler_server.pack import sources  # noqa: E402
 from sampler_server.pack.pipeline import PackOptions, run_pack  # noqa: E402
 from sampler_server.pack.plan import ConverterOptions  # noqa: E402
 from sampler_server.store.reader import StoreReader  # noqa: E402
+
+# The MD reference pipeline's images/s (variable-way variable-shot, TEST split, 2 cores):
+# shared/reference/performance.md, DTD-like ~300 px JPEG and Omniglot-like 105 px PNG.
+REFERENCE_RATE = {("jpeg", 84): 2250.0, ("jpeg", 126): 1361.0, ("png", 84): 5792.0, ("png", 126): 2702.0}
+METHODS = (ResizeMethod.BILINEAR, ResizeMethod.FAST_BILINEAR)
 
 
 def make_jpeg_source(root: Path, classes: int, per_class: int) -> None:
@@ -77,26 +91,38 @@ def _init(values: list[bytes]) -> None:
     _VALUES[:] = values
 
 
-def _decode_range(args: tuple[int, int, int]) -> int:
-    start, stop, size = args
+def _decode_range(args: tuple[int, int, int, str]) -> int:
+    start, stop, size, method = args
+    out = np.empty((size, size, 3), np.uint8)
     for value in _VALUES[start:stop]:
-        record_pixels(value, size, ResizeMethod.BILINEAR)
+        record_pixels(value, size, ResizeMethod(method), out)
     return stop - start
 
 
-def limit_rate(reader: StoreReader, size: int, workers: int, repeat: int = 2) -> float:
+def limit_rate(reader: StoreReader, size: int, workers: int, method: ResizeMethod, repeat: int = 2) -> float:
     values = reader.read_values(list(range(reader.num_records)))
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=_init, initargs=(values,)) as pool:
         step = max(1, len(values) // (workers * 8))
-        tasks = [(i, min(i + step, len(values)), size) for i in range(0, len(values), step)]
+        tasks = [(i, min(i + step, len(values)), size, method.value) for i in range(0, len(values), step)]
         pool.map(_decode_range, tasks[:workers])  # warm
         started = time.perf_counter()
         done = sum(sum(pool.map(_decode_range, tasks)) for _ in range(repeat))
         return done / (time.perf_counter() - started)
 
 
-def in_process_rate(store: Path, size: int, workers: int, episodes: int) -> float:
+def fast_path_error(reader: StoreReader, size: int) -> tuple[float, float, float]:
+    """(mean, p99, max) |fast_bilinear - bilinear| in levels over every record's pixels."""
+    differences = []
+    for value in reader.read_values(list(range(reader.num_records))):
+        exact = record_pixels(value, size, ResizeMethod.BILINEAR).astype(np.int16)
+        fast = record_pixels(value, size, ResizeMethod.FAST_BILINEAR).astype(np.int16)
+        differences.append(np.abs(fast - exact).ravel())
+    flat = np.concatenate(differences)
+    return float(flat.mean()), float(np.percentile(flat, 99)), float(flat.max())
+
+
+def in_process_rate(store: Path, size: int, workers: int, episodes: int, method: ResizeMethod) -> float:
     reader = StoreReader(store)
     spec = DatasetSpec.from_manifest(reader.manifest)
     sampler = EpisodeSampler(spec, "test", EpisodeConfig())
@@ -106,7 +132,7 @@ def in_process_rate(store: Path, size: int, workers: int, episodes: int) -> floa
         def submit(index: int):
             episode = sampler.sample(0, index)
             ids = [r for ids in episode.support for r in ids] + [r for ids in episode.query for r in ids]
-            return assembler.submit("s", ids, size)
+            return assembler.submit("s", ids, size, method)
 
         images = 0
         started = time.perf_counter()
@@ -132,8 +158,8 @@ def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str, float
     return process, line.split()[2], started
 
 
-def _client_run(address: str, store: str, size: int, start: int, count: int, ready, go, queue) -> None:
-    spec = EpisodeSpec(sources=(store,), split="test", seed=0, image_size=size)
+def _client_run(address: str, store: str, size: int, resize: str, start: int, count: int, ready, go, queue) -> None:
+    spec = EpisodeSpec(sources=(store,), split="test", seed=0, image_size=size, resize=resize)
     with SamplerClient(address, prefetch=2) as client:
         stream = iter(client.episodes(spec, start=start, count=count + 1))
         next(stream)  # connected and warm
@@ -146,7 +172,8 @@ def _client_run(address: str, store: str, size: int, start: int, count: int, rea
         queue.put(arrivals)
 
 
-def served_rate(address: str, store: str, size: int, clients: int, episodes: int) -> tuple[float, float]:
+def served_rate(address: str, store: str, size: int, clients: int, episodes: int,
+                method: ResizeMethod = ResizeMethod.BILINEAR) -> tuple[float, float]:
     """Steady-state images/s and MB/s over all clients.
 
     Clients warm up, then start together. Episodes already decoded or buffered at
@@ -157,7 +184,7 @@ def served_rate(address: str, store: str, size: int, clients: int, episodes: int
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
     per_client = max(4, episodes // clients)
-    processes = [ctx.Process(target=_client_run, args=(address, store, size, 1000 * k, per_client, ready, go, queue))
+    processes = [ctx.Process(target=_client_run, args=(address, store, size, method.value, 1000 * k, per_client, ready, go, queue))
                  for k in range(clients)]
     for p in processes:
         p.start()
@@ -190,6 +217,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=60, help="episodes per measurement (split over clients)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[84, 126])
+    parser.add_argument("--kinds", nargs="+", default=["jpeg", "png"], choices=["jpeg", "png"])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--jpeg-classes", type=int, default=47)
     parser.add_argument("--jpeg-per-class", type=int, default=40)
@@ -197,7 +225,7 @@ def main() -> int:
     parser.add_argument("--png-per-class", type=int, default=20)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    rows = []
+    rows, errors = [], []
     try:
         make_jpeg_source(work / "jpeg", args.jpeg_classes, args.jpeg_per_class)
         make_png_source(work / "png", args.png_classes, args.png_per_class)
@@ -205,16 +233,23 @@ def main() -> int:
         print(f"JPEG source: {args.jpeg_classes * args.jpeg_per_class} images, mean {jpeg_bytes / (args.jpeg_classes * args.jpeg_per_class) / 1e3:.1f} KB; "
               f"PNG source: {args.png_classes * args.png_per_class} images 105x105 1-bit; {args.workers} workers on {os.cpu_count()} cores",
               flush=True)
-        for kind in ("jpeg", "png"):
+        for kind in args.kinds:
             for size in args.sizes:
                 data = work / f"data-{kind}-{size}"
                 encoded = pack(work / kind, data, kind)
                 pack(work / kind, data, f"{kind}_raw", raw_size=size)
-                limit = limit_rate(StoreReader(encoded), size, args.workers)
-                assembly = in_process_rate(encoded, size, args.workers, args.episodes)
+                reader = StoreReader(encoded)
+                errors.append((kind, size, *fast_path_error(reader, size)))
                 process, address, _ = start_server(data, args.workers)
                 try:
-                    served1, _ = served_rate(address, kind, size, 1, args.episodes)
+                    for method in METHODS:
+                        limit = limit_rate(reader, size, args.workers, method)
+                        assembly = in_process_rate(encoded, size, args.workers, args.episodes, method)
+                        served1, _ = served_rate(address, kind, size, 1, args.episodes, method)
+                        rows.append((kind, size, method.value, limit, assembly, served1))
+                        print(f"{kind} {size}px {method.value}: limit {limit:.0f}/s, in-process {assembly:.0f}/s, "
+                              f"served 1 client {served1:.0f}/s = {served1 / REFERENCE_RATE[kind, size]:.2f}x the reference",
+                              flush=True)
                     served4, _ = served_rate(address, kind, size, 4, args.episodes)
                     raw1, raw_mb1 = served_rate(address, f"{kind}_raw", size, 1, args.episodes)
                     raw4, _ = served_rate(address, f"{kind}_raw", size, 4, args.episodes)
@@ -222,10 +257,10 @@ def main() -> int:
                     process.terminate()
                     process.wait()
                 first = first_episode_seconds(data, kind, size, args.workers)
-                rows.append((kind, size, limit, assembly, served1, served4, raw1, raw4, raw_mb1, first))
-                print(f"{kind} {size}px: limit {limit:.0f}/s, in-process {assembly:.0f}/s, served 1 client {served1:.0f}/s, "
-                      f"4 clients {served4:.0f}/s, raw 1 client {raw1:.0f}/s ({raw_mb1:.0f} MB/s), raw 4 clients {raw4:.0f}/s, "
-                      f"first episode {first:.2f} s", flush=True)
+                print(f"{kind} {size}px bilinear: served 4 clients {served4:.0f}/s, raw 1 client {raw1:.0f}/s ({raw_mb1:.0f} MB/s), "
+                      f"raw 4 clients {raw4:.0f}/s, first episode {first:.2f} s; "
+                      f"fast path error vs exact: mean {errors[-1][2]:.2f}, p99 {errors[-1][3]:.0f}, max {errors[-1][4]:.0f} levels",
+                      flush=True)
                 log = (data / "server.log").read_text()
                 if "Traceback" in log:
                     print(log[log.index("Traceback"):][:3000], file=sys.stderr)
@@ -233,13 +268,16 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print("images/s (ratio to the decode+resize limit on the same records and cores)")
-    header = f"{'source':6} {'px':>4} {'limit':>7} {'in-process':>15} {'served x1':>15} {'served x4':>15} {'raw x1':>15} {'raw x4':>15} {'raw MB/s x1':>11} {'first ep s':>10}"
-    print(header)
-    for kind, size, limit, assembly, s1, s4, r1, r4, mb, first in rows:
-        cell = lambda v: f"{v:7.0f} ({v / limit:4.2f})"  # noqa: E731
-        print(f"{kind:6} {size:>4} {limit:7.0f} {cell(assembly):>15} {cell(s1):>15} {cell(s4):>15} {cell(r1):>15} "
-              f"{cell(r4):>15} {mb:>11.0f} {first:>10.2f}")
+    print("images/s by resize path (limit = bare decode+resize on all cores; ratio to the MD reference's images/s)")
+    print(f"{'source':6} {'px':>4} {'path':13} {'limit':>7} {'in-process':>10} {'served x1':>9} {'reference':>9} {'x ref':>6}")
+    for kind, size, method, limit, assembly, served1 in rows:
+        reference = REFERENCE_RATE[kind, size]
+        print(f"{kind:6} {size:>4} {method:13} {limit:7.0f} {assembly:10.0f} {served1:9.0f} {reference:9.0f} {served1 / reference:6.2f}")
+    print()
+    print("fast_bilinear pixel error against the exact default (levels, all records, all channels)")
+    print(f"{'source':6} {'px':>4} {'mean':>6} {'p99':>5} {'max':>5}")
+    for kind, size, mean, p99, worst in errors:
+        print(f"{kind:6} {size:>4} {mean:6.2f} {p99:5.0f} {worst:5.0f}")
     return 0
 
 

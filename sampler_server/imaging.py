@@ -1,16 +1,32 @@
 """Pixel operations shared by packing and serving.
 
-The default resize is the one the Meta-Dataset reference applies: bilinear WITHOUT
-antialiasing, straight to a square of the requested size, with half-pixel centres
-(TensorFlow 2's ``tf.image.resize(..., 'bilinear', antialias=False)``). OpenCV's
-``INTER_LINEAR`` computes exactly that sampling grid; it is native and fast.
-Antialiased resizing (PIL's bilinear filter widened by the scale factor) is the
-alternative; every episode states which one it used.
+The default resize (``ResizeMethod.BILINEAR``) is the Meta-Dataset reference's: TF1
+``tf.compat.v1.image.resize_images(..., BILINEAR, align_corners=True)``, bilinear
+WITHOUT antialiasing on the align-corners grid, where output pixel ``i`` samples
+source coordinate ``i * (in - 1) / (out - 1)`` (TensorFlow computes that product in
+float32, as we do). That is NOT the half-pixel grid of TF2's ``tf.image.resize`` or
+OpenCV's ``INTER_LINEAR`` (``(i + 0.5) * in / out - 0.5``): on ~300 px textures at
+84 px the half-pixel grid is 6.4 levels off on average, max 55.
+
+We sample the align-corners grid with ``cv2.remap`` and float32 coordinate maps
+(cached per input shape and size). OpenCV 5 interpolates float maps in float (no
+1/32-pixel quantisation; fixed-point ``CV_16SC2`` maps would be up to 7 levels off on
+hard edges), and rounds to the nearest uint8, ties to even. The reference keeps the
+float and rescales it to [-1, 1]; our uint8 is that float rounded, so within 0.5 level
+(tests/fidelity checks at most 1 level against TensorFlow itself).
+
+Other methods, each named in every episode that uses it:
+- ``FAST_BILINEAR``: OpenCV ``INTER_LINEAR`` on the half-pixel grid (after a
+  reduced-scale JPEG decode, see ``assembly.decode``): faster, other pixels.
+- ``ANTIALIAS``: PIL's bilinear filter widened by the scale factor when downscaling.
+
+Everything here is a pure function of its inputs.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 
 import cv2
 import numpy as np
@@ -20,18 +36,60 @@ cv2.setNumThreads(1)  # parallelism comes from worker processes, not OpenCV thre
 
 
 class ResizeMethod(str, enum.Enum):
-    BILINEAR = "bilinear"  # no antialiasing: the MD reference's resize (default)
+    BILINEAR = "bilinear"  # the MD reference's: full IFAST decode + TF1 align-corners bilinear (default)
     ANTIALIAS = "antialias"  # PIL bilinear with antialiasing when downscaling
     FAST_BILINEAR = "fast_bilinear"  # reduced-scale decode + half-pixel bilinear: faster, other pixels
 
 
 def to_rgb_array(image: Image.Image) -> np.ndarray:
-    """H x W x 3 uint8, whatever the file's mode (palette, grey, 1-bit, CMYK, alpha)."""
+    """H x W x 3 uint8, whatever the file's mode (palette, grey, 1-bit, CMYK, alpha).
+
+    Grey is replicated to three channels, as ``decode_image(..., channels=3)`` does;
+    alpha is dropped (not composited), as it does.
+    """
     if image.mode != "RGB":
         if image.mode in ("1", "I", "I;16", "F"):
             image = image.convert("L")
         image = image.convert("RGB")
     return np.asarray(image, dtype=np.uint8)
+
+
+def _source_coordinates(in_size: int, out_size: int) -> np.ndarray:
+    """TF1's align-corners source coordinate of each output index, in float32."""
+    if out_size > 1:
+        scale = np.float32(in_size - 1) / np.float32(out_size - 1)
+    else:  # TF: one output pixel samples the first source pixel
+        scale = np.float32(in_size) / np.float32(out_size)
+    return np.arange(out_size, dtype=np.float32) * np.float32(scale)
+
+
+@functools.lru_cache(maxsize=256)
+def align_corners_maps(height: int, width: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(map_x, map_y) for ``cv2.remap``: size x size float32 each, read-only, cached.
+
+    The last coordinate can round a hair past ``in - 1``; ``BORDER_REPLICATE`` then
+    reads the last pixel with a near-zero weight, as TensorFlow clamps its upper index.
+    """
+    xs = _source_coordinates(width, size)
+    ys = _source_coordinates(height, size)
+    map_x = np.ascontiguousarray(np.broadcast_to(xs[None, :], (size, size)))
+    map_y = np.ascontiguousarray(np.broadcast_to(ys[:, None], (size, size)))
+    map_x.flags.writeable = False
+    map_y.flags.writeable = False
+    return map_x, map_y
+
+
+def resize_align_corners(pixels: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """TF1 ``resize_images(align_corners=True)`` bilinear, rounded to uint8.
+
+    ``out`` (size x size x C uint8, contiguous) receives the result without a copy.
+    """
+    height, width = pixels.shape[:2]
+    map_x, map_y = align_corners_maps(height, width, size)
+    if out is not None:
+        cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, dst=out, borderMode=cv2.BORDER_REPLICATE)
+        return out
+    return cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
 
 def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMethod.BILINEAR) -> np.ndarray:
@@ -40,6 +98,8 @@ def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMe
     if height == size and width == size:
         return np.ascontiguousarray(pixels)
     if method is ResizeMethod.BILINEAR:
+        out = resize_align_corners(np.ascontiguousarray(pixels), size)
+    elif method is ResizeMethod.FAST_BILINEAR:
         out = cv2.resize(pixels, (size, size), interpolation=cv2.INTER_LINEAR)
     else:
         mode = "RGB" if pixels.ndim == 3 and pixels.shape[2] == 3 else "L"

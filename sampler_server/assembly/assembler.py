@@ -7,8 +7,13 @@ running gRPC threads), open the stores themselves read-only, and write pixels
 straight into shared-memory buffers the server reuses, so no pixel crosses a pipe.
 Work is submitted without blocking (``submit``), so a stream can keep several
 episodes in flight and the workers never wait for the sender. Stores packed with
-``--raw-size`` equal to the requested size skip the pool: their records are copied
-straight into the output.
+``--raw-size`` skip the pool: their records are copied straight into the output, but
+only for requests at the size AND with the resize method they were packed with
+(``pack_options["raw_resize"]``). Any other request is refused (FailedPrecondition):
+a raw store keeps no source bytes, and serving its pixels (or resizing them again)
+under another method's name would change pixels silently. Raw stores packed before
+the method was recorded used a half-pixel resize that matches no method; they are
+refused until repacked.
 
 The pixels of an image depend only on its record and (size, resize method): never
 on which worker decoded it or how ids were chunked.
@@ -29,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from sampler_server.assembly.decode import record_pixels
-from sampler_server.errors import DataLoss
+from sampler_server.errors import DataLoss, FailedPrecondition
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, read_header
@@ -84,7 +89,7 @@ def decode_records(
     values = reader.read_values(list(record_ids))
     for position, (record_id, value) in enumerate(zip(record_ids, values)):
         try:
-            out[position] = record_pixels(value, size, method)
+            record_pixels(value, size, method, out[position])
         except DataLoss as error:
             raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: {error}") from None
     return out
@@ -267,17 +272,51 @@ class Assembler:
         value = self.readers[store].manifest.pack_options.get("raw_size")
         return int(value) if value else None
 
+    def check_raw(self, store: str, size: int, method: ResizeMethod) -> bool:
+        """True when ``store`` is a raw store that can serve (size, method) as stored;
+        False for encoded stores; FailedPrecondition for any other request to a raw store."""
+        raw_size = self.raw_size(store)
+        if raw_size is None:
+            return False
+        recorded = self.readers[store].manifest.pack_options.get("raw_resize")
+        if not recorded:
+            raise FailedPrecondition(
+                f"store {store!r} holds raw {raw_size}x{raw_size} pixels resized by an older sampler-server on a "
+                f"half-pixel grid that matches no resize method; repack it (pack --raw-size {raw_size} "
+                f"[--raw-resize METHOD]) or serve an encoded store of the same source"
+            )
+        if size != raw_size:
+            raise FailedPrecondition(
+                f"store {store!r} holds raw {raw_size}x{raw_size} pixels (packed with --raw-resize {recorded}) and "
+                f"keeps no source images; images.image_size {size} cannot be made from it: request {raw_size} "
+                f"or serve an encoded store of the same source"
+            )
+        if method.value != recorded:
+            raise FailedPrecondition(
+                f"store {store!r} holds raw pixels resized with {recorded!r} at pack time; resize method "
+                f"{method.value!r} was requested: request {recorded!r}, repack with --raw-resize {method.value}, "
+                f"or serve an encoded store of the same source"
+            )
+        return True
+
     def submit(
         self, store: str, record_ids: Sequence[int], size: int, method: ResizeMethod = ResizeMethod.BILINEAR
     ) -> PendingImages:
-        """Start decoding; returns at once. Small or raw requests are done right here."""
+        """Start decoding; returns at once. Small or raw requests are done right here.
+
+        Raises:
+            FailedPrecondition: ``store`` is a raw store and (size, method) is not what
+                it was packed with (see the module docstring).
+        """
         reader = self.readers[store]
         ids = [int(i) for i in record_ids]
         shape = (len(ids), size, size, 3)
+        if self.check_raw(store, size, method):
+            if not ids:
+                return PendingImages(shape, np.empty(shape, dtype=np.uint8))
+            return PendingImages(shape, records=_raw_payloads(reader, ids, size))
         if not ids:
             return PendingImages(shape, np.empty(shape, dtype=np.uint8))
-        if self.raw_size(store) == size:
-            return PendingImages(shape, records=_raw_payloads(reader, ids, size))
         if self._pool is None or len(ids) < _MIN_CHUNK:
             return PendingImages(shape, decode_records(reader, ids, size, method))
         buffer = self._buffers.take(int(np.prod(shape)))

@@ -1,14 +1,20 @@
 """Stored record -> RGB pixels of a requested square size.
 
-Paths, fastest first:
-- RAW records at the requested size are a view of the stored bytes (no decode);
-- JPEG is decoded by libjpeg-turbo (simplejpeg) at the smallest DCT scale whose
-  output still covers the target in both dimensions (1/2, 1/4, 1/8 decodes cost a
-  fraction of a full decode; shared/reference/performance.md), then resized;
-- anything else through Pillow.
-Resizing is ``imaging.resize_square``: bilinear without antialiasing by default (the
-Meta-Dataset reference's), antialiased on request. The output is a pure function
-of (record bytes, size, method, reduced_scale), whichever process computes it.
+By resize method:
+- ``BILINEAR`` (default, the Meta-Dataset reference's pixels): JPEG is decoded at full
+  size by libjpeg-turbo (simplejpeg) with the IFAST DCT, which is what TensorFlow's
+  ``decode_jpeg`` uses by default (identical pixels; tests/fidelity), then resized
+  on TF1's align-corners bilinear grid (``imaging.resize_align_corners``);
+- ``FAST_BILINEAR``: JPEG is decoded at the smallest DCT scale whose output still
+  covers the target in both dimensions (1/2, 1/4, 1/8 decodes cost a fraction of a
+  full decode; shared/reference/performance.md), with the accurate DCT, then resized
+  on the half-pixel grid. Faster on large JPEGs; its pixels are not the reference's
+  (``bench/serve_bench.py`` prints how far);
+- ``ANTIALIAS``: full-size IFAST decode, then PIL's antialiased bilinear.
+PNG and other formats are decoded by Pillow (lossless, so any decoder agrees), grey
+replicated to RGB. RAW records are the stored pixels: the assembler serves them only
+at the size and with the method they were packed with. The output is a pure function
+of (record bytes, size, method), whichever process computes it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import simplejpeg
 from PIL import Image
 
 from sampler_server.errors import DataLoss
-from sampler_server.imaging import ResizeMethod, resize_square, to_rgb_array
+from sampler_server.imaging import ResizeMethod, resize_align_corners, resize_square, to_rgb_array
 from sampler_server.store.record import Encoding, read_header
 
 
@@ -28,10 +34,20 @@ def record_pixels(
     value: bytes | memoryview,
     size: int,
     method: ResizeMethod = ResizeMethod.BILINEAR,
-    *,
-    reduced_scale: bool = True,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """size x size x 3 uint8 pixels of one stored record value."""
+    """size x size x 3 uint8 pixels of one stored record value.
+
+    Args:
+        value: a stored record (header + payload).
+        size: the side of the square output.
+        method: the resize method (which also decides the JPEG decode, see above).
+        out: a contiguous size x size x 3 uint8 array to fill (the default path then
+            writes there without an intermediate copy).
+
+    Returns:
+        ``out`` if given, else a new array.
+    """
     encoding, width, height, channels, offset = read_header(value)
     payload = memoryview(value)[offset:]
     if encoding is Encoding.RAW:
@@ -39,20 +55,28 @@ def record_pixels(
         if channels == 1:
             pixels = np.repeat(pixels, 3, axis=2)
     elif encoding is Encoding.JPEG:
-        pixels = _decode_jpeg(payload, size if reduced_scale else 0)
+        fast = method is ResizeMethod.FAST_BILINEAR
+        pixels = _decode_jpeg(payload, min_side=size if fast else 0, fastdct=not fast)
     else:
         pixels = _decode_with_pillow(payload)
-    return resize_square(pixels, size, method)
+    if method is ResizeMethod.BILINEAR and pixels.shape[:2] != (size, size):
+        return resize_align_corners(pixels, size, out)
+    resized = resize_square(pixels, size, method)
+    if out is None:
+        return resized
+    out[...] = resized
+    return out
 
 
-def _decode_jpeg(payload: memoryview, min_side: int) -> np.ndarray:
+def _decode_jpeg(payload: memoryview, min_side: int, fastdct: bool) -> np.ndarray:
     try:
         return simplejpeg.decode_jpeg(
-            payload, colorspace="RGB", min_height=min_side, min_width=min_side, strict=True
+            payload, colorspace="RGB", fastdct=fastdct, min_height=min_side, min_width=min_side, strict=True
         )
     except ValueError:
-        # damaged data (strict mode) or a layout libjpeg-turbo will not convert: Pillow
-        # decodes what is decodable and raises DataLoss for the rest
+        # damaged data (strict mode) or a layout libjpeg-turbo will not convert (CMYK):
+        # Pillow decodes what is decodable (with its own DCT, so not bit-exact with the
+        # reference) and raises DataLoss for the rest
         return _decode_with_pillow(payload, draft_side=min_side)
 
 
@@ -67,14 +91,8 @@ def _decode_with_pillow(payload: memoryview, draft_side: int = 0) -> np.ndarray:
     return to_rgb_array(image)
 
 
-def decode_into(
-    out: np.ndarray,
-    values: list[bytes],
-    method: ResizeMethod = ResizeMethod.BILINEAR,
-    *,
-    reduced_scale: bool = True,
-) -> None:
+def decode_into(out: np.ndarray, values: list[bytes], method: ResizeMethod = ResizeMethod.BILINEAR) -> None:
     """Fill ``out`` (N x S x S x 3) with the decoded records, in order."""
     size = out.shape[1]
     for position, value in enumerate(values):
-        out[position] = record_pixels(value, size, method, reduced_scale=reduced_scale)
+        record_pixels(value, size, method, out[position])

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from sampler_server.imaging import ResizeMethod
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, split_counts
 from sampler_server.pack.plan import ConverterOptions
@@ -30,6 +31,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--labels", type=Path, help="VGG Flower / Traffic Signs: class names, one per line")
     parser.add_argument("--max-side", type=int, help="downscale so the longer side is at most N (re-encodes)")
     parser.add_argument("--raw-size", type=int, help="store every image decoded and resized to S x S raw uint8 RGB")
+    parser.add_argument(
+        "--raw-resize", choices=[m.value for m in ResizeMethod], default=ResizeMethod.BILINEAR.value,
+        help="how --raw-size resizes: bilinear (default: the MD reference's pixels), fast_bilinear or antialias; "
+        "the store then serves only that method",
+    )
+    parser.add_argument(
+        "--lossless-derived", action="store_true",
+        help="store derived images (crops, inverted Omniglot, Quick Draw bitmaps) and non-JPEG originals losslessly "
+        "(PNG / as they are) instead of as the MD reference's quality-75 JPEGs",
+    )
     parser.add_argument("--on-error", choices=("fail", "skip"), default="fail", help="bad image files: fail (default) or skip and count")
     parser.add_argument("--workers", type=int, default=0, help="worker processes (default: one per CPU core)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing different store")
@@ -42,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     options = PackOptions(
         max_side=args.max_side,
         raw_size=args.raw_size,
+        raw_resize=ResizeMethod(args.raw_resize),
+        lossless_derived=args.lossless_derived,
         on_error=args.on_error,
         workers=args.workers,
         name=args.name,

@@ -3,6 +3,17 @@
 Runs in pool processes, so it takes and returns plain picklable values and never
 raises for a bad input file: a problem comes back as ``Failed`` naming the file,
 and the pipeline decides (``--on-error``) whether it stops the pack.
+
+What is stored (``DeriveOptions.reference_encoding``, on for the Meta-Dataset
+sources): the reference converter keeps an original file's bytes only when it is an
+RGB JPEG it does not change; anything it derives (crop, inversion, bitmap row) or
+that is not an RGB JPEG (PNG, PPM, grey or CMYK JPEG) it converts to RGB and writes
+as a JPEG at PIL's default quality, 75. We store the same, so served pixels can
+match its pixels. With ``lossless_derived`` (or for non-MD sources) derived images
+are PNG instead and originals are kept whatever their format: no generation loss,
+but not the reference's pixels. ``--raw-size`` records hold exactly what serving
+the corresponding encoded record at that size gives (same decoder, same resize).
+None of this enters the content fingerprint, which covers the derivation only.
 """
 
 from __future__ import annotations
@@ -17,22 +28,31 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from sampler_server.assembly.decode import record_pixels
 from sampler_server.errors import DataLoss
-from sampler_server.imaging import ResizeMethod, resize_square, to_rgb_array
+from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.plan import SourceItem
-from sampler_server.store.record import Encoding, Record
+from sampler_server.store.record import Encoding, Record, encode_record
 
 _SINGLE_CHANNEL_MODES = {"1", "L", "LA", "I", "I;16", "F"}
 _KEEP_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "PPM": "PPM"}
 _NPY_CACHE: "OrderedDict[str, np.ndarray]" = OrderedDict()
 _NPY_CACHE_SIZE = 4
+REFERENCE_JPEG_QUALITY = 75  # PIL's default, which the reference converter saves with
 
 
 @dataclass(frozen=True)
 class DeriveOptions:
     max_side: int | None = None
     raw_size: int | None = None
-    jpeg_quality: int = 95
+    jpeg_quality: int = 95  # for --max-side re-encodes
+    raw_resize: ResizeMethod = ResizeMethod.BILINEAR
+    reference_encoding: bool = False
+    lossless_derived: bool = False
+
+    @property
+    def as_reference(self) -> bool:
+        return self.reference_encoding and not self.lossless_derived
 
 
 @dataclass(frozen=True)
@@ -144,31 +164,41 @@ def derive_item(item: SourceItem, options: DeriveOptions) -> Derived | Failed:
         source_format = "PNG" if bitmap is not None else str(image.format)
         metadata = {"origin": item.origin, **dict(item.metadata)}
         too_large = bool(options.max_side) and max(image.size) > options.max_side
-        needs_pixels = derivation.changes_pixels or bool(options.raw_size) or too_large
+        as_reference = options.as_reference and (
+            derivation.changes_pixels or source_format != "JPEG" or image.mode != "RGB"
+        )
+        needs_pixels = derivation.changes_pixels or as_reference or too_large
         if not needs_pixels:
             encoding = Encoding.from_pil_format(source_format)
             record = Record(encoding, image.width, image.height, _channels(image), data, metadata)
-            return Derived(record, item.origin, derivation.describe(), digest)
-        if derivation.crop is not None:
-            box = _clip_box(derivation.crop, image.width, image.height)
-            image = image.crop(box)
-            metadata["crop"] = list(box)
-        if derivation.invert:
-            image = ImageOps.invert(image.convert("L" if _channels(image) == 1 else "RGB"))
+        else:
+            if as_reference:  # the reference converts to RGB first, then crops and inverts
+                image = image.convert("RGB")
+            if derivation.crop is not None:
+                box = _clip_box(derivation.crop, image.width, image.height)
+                image = image.crop(box)
+                metadata["crop"] = list(box)
+            if derivation.invert:
+                image = ImageOps.invert(image.convert("L" if _channels(image) == 1 else "RGB"))
+            if too_large:
+                if image.mode in ("1", "P"):
+                    image = image.convert("L" if image.mode == "1" else "RGB")
+                scale = options.max_side / max(image.size)  # type: ignore[operator]
+                new_size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+                image = image.resize(new_size, Image.Resampling.LANCZOS)
+                out_format, quality = _KEEP_FORMATS.get(source_format, "PNG"), options.jpeg_quality
+            elif as_reference:
+                out_format, quality = "JPEG", REFERENCE_JPEG_QUALITY
+            else:  # lossless: the derived pixels exactly
+                out_format, quality = "PNG", options.jpeg_quality
+            payload = _encode(image, out_format, quality)
+            encoding = Encoding.from_pil_format(out_format)
+            record = Record(encoding, image.width, image.height, _channels(image), payload, metadata)
         if options.raw_size:
-            pixels = resize_square(to_rgb_array(image), options.raw_size, ResizeMethod.BILINEAR)
+            # what serving the encoded record at this size gives: same decoder, same resize
+            pixels = record_pixels(encode_record(record), options.raw_size, options.raw_resize)
             size = options.raw_size
-            record = Record(Encoding.RAW, size, size, 3, pixels.tobytes(), metadata)
-            return Derived(record, item.origin, derivation.describe(), digest)
-        if options.max_side and max(image.size) > options.max_side:
-            if image.mode in ("1", "P"):
-                image = image.convert("L" if image.mode == "1" else "RGB")
-            scale = options.max_side / max(image.size)
-            new_size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-            image = image.resize(new_size, Image.Resampling.LANCZOS)
-        out_format = _KEEP_FORMATS.get(source_format, "PNG")
-        payload = _encode(image, out_format, options.jpeg_quality)
-        record = Record(Encoding.from_pil_format(out_format), image.width, image.height, _channels(image), payload, metadata)
+            record = Record(Encoding.RAW, size, size, 3, pixels.tobytes(), record.metadata)
         return Derived(record, item.origin, derivation.describe(), digest)
     except (_BadInput, DataLoss) as error:
         return Failed(item.origin, str(item.path), str(error))

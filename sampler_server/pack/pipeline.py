@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from sampler_server import __version__
 from sampler_server.errors import FailedPrecondition, InputFormatError, InvalidArgument
+from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
 from sampler_server.pack.plan import SourceItem, SourcePlan
 from sampler_server.store.fingerprint import ContentFingerprint
@@ -46,8 +47,16 @@ class PackOptions:
     overwrite: bool = False
     progress: bool = True
     jpeg_quality: int = 95
+    raw_resize: ResizeMethod = ResizeMethod.BILINEAR  # how --raw-size records are resized
+    lossless_derived: bool = False  # derived images as PNG instead of the reference's JPEG q75
 
     def __post_init__(self) -> None:
+        if not isinstance(self.raw_resize, ResizeMethod):
+            try:
+                object.__setattr__(self, "raw_resize", ResizeMethod(self.raw_resize))
+            except ValueError:
+                allowed = ", ".join(m.value for m in ResizeMethod)
+                raise InvalidArgument(f"--raw-resize must be one of {allowed}, got {self.raw_resize!r}") from None
         if self.max_side is not None and not 1 <= self.max_side <= 65535:
             raise InvalidArgument(f"--max-side must be in [1, 65535], got {self.max_side}")
         if self.raw_size is not None and not 1 <= self.raw_size <= 4096:
@@ -69,7 +78,14 @@ class PackOptions:
     def recorded(self) -> dict[str, Any]:
         """What the manifest keeps (encoding choices only; none enters the fingerprint)."""
         return {"max_side": self.max_side, "raw_size": self.raw_size, "on_error": self.on_error,
-                "jpeg_quality": self.jpeg_quality if (self.max_side or self.raw_size) else None}
+                "jpeg_quality": self.jpeg_quality if (self.max_side or self.raw_size) else None,
+                **self.encoding()}
+
+    def encoding(self) -> dict[str, Any]:
+        """The options that decide what a store holds; a rerun with others is refused."""
+        return {"max_side": self.max_side, "raw_size": self.raw_size,
+                "raw_resize": self.raw_resize.value if self.raw_size else None,
+                "lossless_derived": self.lossless_derived}
 
 
 @dataclass
@@ -138,12 +154,13 @@ def _check_existing(final_dir: Path, plan: SourcePlan, options: PackOptions) -> 
             f"{final_dir}: already holds a store of source {existing.source!r}; "
             f"pass --overwrite to replace it or choose another --name"
         )
-    encoding = {"max_side": options.max_side, "raw_size": options.raw_size}
-    if {key: existing.pack_options.get(key) for key in encoding} != encoding:
+    encoding = options.encoding()
+    held = {key: existing.pack_options.get(key) for key in encoding}
+    if held != encoding:
+        described = lambda values: ", ".join(f"{key}={value}" for key, value in values.items())  # noqa: E731
         raise FailedPrecondition(
-            f"{final_dir}: already holds a store of source {plan.source!r} packed with "
-            f"max_side={existing.pack_options.get('max_side')}, raw_size={existing.pack_options.get('raw_size')}; "
-            f"this pack asks for max_side={options.max_side}, raw_size={options.raw_size}; "
+            f"{final_dir}: already holds a store of source {plan.source!r} packed with {described(held)}; "
+            f"this pack asks for {described(encoding)}; "
             f"pass --overwrite to replace it or choose another --name"
         )
     return existing
@@ -172,7 +189,14 @@ def _anonymous_rss_mb() -> float | None:
 def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
     """Pack a converter's plan into ``output_root/<name>``; atomic on success, nothing on failure."""
     name = options.name or plan.source
-    derive_options = DeriveOptions(options.max_side, options.raw_size, options.jpeg_quality)
+    derive_options = DeriveOptions(
+        max_side=options.max_side,
+        raw_size=options.raw_size,
+        jpeg_quality=options.jpeg_quality,
+        raw_resize=options.raw_resize,
+        reference_encoding=plan.reference_encoding,
+        lossless_derived=options.lossless_derived,
+    )
     output_root = Path(output_root)
     final_dir = output_root / name
     existing = _check_existing(final_dir, plan, options)

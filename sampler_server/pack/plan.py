@@ -75,13 +75,19 @@ class ClassPlan:
 
 @dataclass(frozen=True)
 class SourcePlan:
-    """Classes in final id order, and how their split was decided."""
+    """Classes in final id order, and how their split was decided.
+
+    ``reference_encoding``: store records as the Meta-Dataset reference converter
+    does (originals only when they are RGB JPEGs it leaves alone, everything else an
+    RGB JPEG at quality 75; ``pack.derive``). On for the MD sources.
+    """
 
     source: str
     classes: tuple[ClassPlan, ...]
     split_rule: str
     hierarchy: str | None = None
     notes: Mapping[str, Any] = field(default_factory=dict)
+    reference_encoding: bool = False
 
 
 @dataclass(frozen=True)

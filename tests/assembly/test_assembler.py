@@ -13,7 +13,7 @@ from PIL import Image
 
 from sampler_server.assembly.assembler import Assembler, decode_records
 from sampler_server.assembly.decode import record_pixels
-from sampler_server.errors import DataLoss
+from sampler_server.errors import DataLoss, FailedPrecondition
 from sampler_server.imaging import ResizeMethod, resize_square, to_rgb_array
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import encode_record, decode_record, record_key
@@ -33,12 +33,14 @@ def test_decode_matches_a_direct_computation(stores):
     for record_id in range(reader.num_records):
         record = reader.read(record_id)
         image = Image.open(io.BytesIO(record.payload))
-        if image.format == "PNG":  # no reduced-scale path: exactly decode + bilinear resize
-            expected = resize_square(to_rgb_array(image), 40, ResizeMethod.BILINEAR)
-            assert np.array_equal(record_pixels(reader.read_value(record_id), 40), expected)
-        full = record_pixels(reader.read_value(record_id), 40, reduced_scale=False)
-        expected_full = resize_square(to_rgb_array(image), 40, ResizeMethod.BILINEAR)
-        assert np.abs(full.astype(int) - expected_full).mean() < 3  # libjpeg-turbo vs Pillow's IDCT
+        expected = resize_square(to_rgb_array(image), 40, ResizeMethod.BILINEAR)
+        exact = record_pixels(reader.read_value(record_id), 40)
+        if image.format == "PNG":  # lossless: exactly decode + align-corners bilinear
+            assert np.array_equal(exact, expected)
+        else:  # libjpeg-turbo's IFAST DCT (the reference's) vs Pillow's accurate one
+            assert np.abs(exact.astype(int) - expected).mean() < 3
+        out = np.zeros((40, 40, 3), np.uint8)
+        assert record_pixels(reader.read_value(record_id), 40, out=out) is out and np.array_equal(out, exact)
 
 
 @pytest.mark.parametrize("method", list(ResizeMethod))
@@ -64,9 +66,9 @@ def test_raw_store_is_copied_and_equals_decoding_at_pack_size(stores):
     for position, record_id in enumerate(ids):
         payload = raw.read(record_id).payload
         assert out[position].tobytes() == payload
-        original = to_rgb_array(Image.open(io.BytesIO(reader.read(record_id).payload)))
-        assert np.array_equal(out[position], resize_square(original, 32))
-    assert assembler.images("raw", ids, 20).shape == (3, 20, 20, 3)  # other size: resized
+        assert np.array_equal(out[position], record_pixels(reader.read_value(record_id), 32))
+    with pytest.raises(FailedPrecondition, match="image_size 20"):  # no source bytes to resize from
+        assembler.images("raw", ids, 20)
 
 
 def test_corrupt_record_is_data_loss_naming_the_record(stores, tmp_path):

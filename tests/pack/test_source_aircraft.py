@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from reference_encoding import reference_jpeg
 
 from conftest import generate_fixture, pack_fixture
 from conftest import copy_fixture as _copy
@@ -42,19 +43,6 @@ def _pixels(record: Record) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(record.payload)).convert("RGB"), dtype=np.int16)
 
 
-def _crop_difference(got: np.ndarray, original: Image.Image, box: tuple[int, ...]) -> float:
-    """Mean absolute difference to ``original.crop(box)`` (JPEG q95 re-encoding leaves a
-    few levels on noisy content); a box one pixel off must be clearly worse."""
-    expected = np.asarray(original.crop(box), dtype=np.int16)
-    assert got.shape == expected.shape
-    difference = float(np.abs(got - expected).mean())
-    step = 1 if box[2] < original.width and box[3] < original.height else -1
-    shifted = tuple(value + step for value in box)
-    off_by_one = float(np.abs(got - np.asarray(original.crop(shifted), dtype=np.int16)).mean())
-    assert difference < 0.5 * off_by_one
-    return difference
-
-
 def _plan(input_dir: Path, **options: object) -> SourcePlan:
     return aircraft.plan(input_dir, ConverterOptions(**options))
 
@@ -82,7 +70,7 @@ def test_records_are_the_md_crops_of_their_boxes(fixture: Fixture, packed: PackS
         assert record.encoding is Encoding.JPEG
         assert (record.width, record.height) == (box[2] - box[0], box[3] - box[1])
         original = Image.open(fixture.input_dir / record.origin).convert("RGB")
-        assert _crop_difference(_pixels(record), original, box) < 6.0, record.origin
+        assert record.payload == reference_jpeg(original.crop(box)), record.origin  # MD: crop -> JPEG q75
     origins = {}
     for class_name, record in records:
         origins.setdefault(class_name, []).append(record.origin)
@@ -234,3 +222,13 @@ def test_fixture_is_deterministic_and_scales(tmp_path: Path) -> None:
     other = generate_fixture(SOURCE, tmp_path / "c", seed=4, num_classes=7, images_per_class=6)
     box_file = Path("data") / "images_box.txt"
     assert (first.input_dir / box_file).read_bytes() != (other.input_dir / box_file).read_bytes()
+
+
+def test_lossless_derived_stores_the_exact_crops(fixture: Fixture, packed: PackSummary, tmp_path: Path) -> None:
+    summary = pack_fixture(fixture, tmp_path, lossless_derived=True)
+    assert summary.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(summary.store_dir):
+        box = tuple(fixture.expected["crops"][record.origin])
+        assert record.encoding is Encoding.PNG
+        original = Image.open(fixture.input_dir / record.origin).convert("RGB")
+        assert np.array_equal(_pixels(record), np.asarray(original.crop(box)))

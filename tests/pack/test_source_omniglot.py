@@ -11,7 +11,8 @@ import pytest
 from conftest import generate_fixture, pack_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
-from PIL import Image
+from PIL import Image, ImageOps
+from reference_encoding import reference_jpeg
 
 from sampler_server.errors import InputFormatError, InvalidArgument
 from sampler_server.fixtures import omniglot as omniglot_fixture
@@ -74,9 +75,25 @@ def test_records_are_the_inverted_originals(generated: Fixture, packed: PackSumm
         assert class_name == f"{alphabet}-{character}"
         with Image.open(original) as image:
             assert image.mode == "1" and image.size == (105, 105)
+            inverted = ImageOps.invert(image.convert("RGB"))
+        # the reference's encoding: RGB, inverted, JPEG at PIL's default quality 75
+        assert record.encoding is Encoding.JPEG and record.channels == 3
+        assert record.payload == reference_jpeg(inverted)
+
+
+def test_lossless_derived_stores_the_inverted_drawings_as_png(generated: Fixture, packed: PackSummary,
+                                                              tmp_path: Path) -> None:
+    lossless = pack_fixture(generated, tmp_path, lossless_derived=True)
+    assert lossless.manifest.fingerprint == packed.manifest.fingerprint  # encoding only
+    assert lossless.manifest.pack_options["lossless_derived"] is True
+    jpeg_error = []
+    for (_, record), (_, reference) in zip(_records(lossless.store_dir), _records(packed.store_dir)):
+        with Image.open(generated.input_dir / record.origin) as image:
             expected = 255 - np.asarray(image.convert("L"), dtype=np.uint8)
         assert record.encoding is Encoding.PNG and record.channels == 1
         assert np.array_equal(_pixels(record), expected)
+        jpeg_error.append(np.abs(_pixels(reference)[..., 0].astype(int) - expected).max())
+    assert max(jpeg_error) > 8  # q75 JPEG moves pixels: the two encodings are not interchangeable
 
 
 def test_items_in_file_order(packed: PackSummary) -> None:

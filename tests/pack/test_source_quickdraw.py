@@ -13,6 +13,7 @@ from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
 from PIL import Image
+from reference_encoding import reference_jpeg
 
 from sampler_server.errors import InputFormatError, InvalidArgument
 from sampler_server.fixtures import quickdraw as quickdraw_fixture
@@ -65,8 +66,9 @@ def test_records_are_the_bitmap_rows_not_inverted(generated: Fixture, packed: Pa
     for class_name, record in records:
         file_name, row = record.origin.split("#")
         assert file_name == f"{class_name}.npy"
-        assert record.encoding is Encoding.PNG and (record.width, record.height, record.channels) == (28, 28, 1)
-        assert np.array_equal(_pixels(record), arrays[file_name][int(row)].reshape(28, 28))
+        assert record.encoding is Encoding.JPEG and (record.width, record.height, record.channels) == (28, 28, 3)
+        bitmap = Image.fromarray(arrays[file_name][int(row)].reshape(28, 28))
+        assert record.payload == reference_jpeg(bitmap)  # the reference: row -> RGB -> JPEG q75
         seen.setdefault(class_name, []).append(int(row))
     assert all(rows == list(range(8)) for rows in seen.values())
 
@@ -82,9 +84,22 @@ def test_boolean_bitmaps(tmp_path: Path) -> None:
     rows = np.zeros((2, 784), dtype=bool)
     rows[1, 100:200] = True
     np.save(root / "line.npy", rows)
-    summary = pack_fixture(Fixture(source=SOURCE, input_dir=root, class_images={"line": 2}), tmp_path / "s")
+    fixture = Fixture(source=SOURCE, input_dir=root, class_images={"line": 2})
+    summary = pack_fixture(fixture, tmp_path / "s", lossless_derived=True)
     stored = [_pixels(record) for _, record in _records(summary.store_dir)]
     assert np.array_equal(stored[1].reshape(-1), rows[1].astype(np.uint8) * 255)
+    reference = pack_fixture(fixture, tmp_path / "r")
+    expected = Image.fromarray((rows[1].astype(np.uint8) * 255).reshape(28, 28))
+    assert _records(reference.store_dir)[1][1].payload == reference_jpeg(expected)
+
+
+def test_lossless_derived_stores_the_rows_as_png(generated: Fixture, tmp_path: Path) -> None:
+    arrays = {p.name: np.load(p) for p in generated.input_dir.glob("*.npy")}
+    summary = pack_fixture(generated, tmp_path, lossless_derived=True)
+    for _, record in _records(summary.store_dir):
+        file_name, row = record.origin.split("#")
+        assert record.encoding is Encoding.PNG and record.channels == 1
+        assert np.array_equal(_pixels(record), arrays[file_name][int(row)].reshape(28, 28))
 
 
 def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:

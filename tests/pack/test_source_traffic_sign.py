@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+from reference_encoding import reference_jpeg
 from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
@@ -67,8 +69,9 @@ def test_records_are_whole_ppms_with_roi_in_shuffled_order(generated: Fixture, p
     assert len(records) == generated.num_images
     origins: dict[str, list[str]] = {}
     for class_name, record in records:
-        assert record.encoding is Encoding.PPM and record.channels == 3
-        assert record.payload == (generated.input_dir / record.origin).read_bytes()
+        # the reference re-encodes every non-JPEG original: RGB JPEG at quality 75
+        assert record.encoding is Encoding.JPEG and record.channels == 3
+        assert record.payload == reference_jpeg(Image.open(generated.input_dir / record.origin))
         assert record.metadata["roi"] == generated.expected["roi"][record.origin]
         origins.setdefault(class_name, []).append(record.origin)
     for class_id, (class_name, names) in enumerate(sorted(origins.items())):
@@ -188,3 +191,11 @@ def test_corrupt_image_fails_or_is_skipped(generated: Fixture, tmp_path: Path) -
     summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
     assert summary.manifest.num_skipped == 1
     assert summary.manifest.num_records == generated.num_images - 1
+
+
+def test_lossless_derived_keeps_the_ppm_files(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
+    summary = pack_fixture(generated, tmp_path, use_split_file=False, lossless_derived=True)
+    assert summary.manifest.fingerprint == packed.manifest.fingerprint
+    for _, record in _records(summary.store_dir):
+        assert record.encoding is Encoding.PPM and record.channels == 3
+        assert record.payload == (generated.input_dir / record.origin).read_bytes()

@@ -60,6 +60,7 @@ class ClassEntry:
 class PlanBuilder:
     source: str
     entries: list[ClassEntry] = field(default_factory=list)
+    reference_encoding: bool = True  # a Meta-Dataset source: store what its reference converter stores
 
     def add(self, entry: ClassEntry) -> None:
         self.entries.append(entry)
@@ -93,6 +94,7 @@ class PlanBuilder:
             split_rule=rule,
             hierarchy=hierarchy,
             notes=notes or {},
+            reference_encoding=self.reference_encoding,
         )
 
 

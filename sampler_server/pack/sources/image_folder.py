@@ -1,7 +1,8 @@
 """Generic converter: one sub-folder per class, images inside (any PIL format).
 
 Class name = folder name. Splits come from ``--class-splits`` or the default
-70/15/15 rule. Files with other suffixes are ignored; sub-sub-folders too.
+70/15/15 rule. Files with other suffixes are ignored; sub-sub-folders too. Not a
+Meta-Dataset source, so files are stored as they are (no reference re-encoding).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ ACCEPTS = ("class_splits",)
 def plan(input_dir: Path, options: ConverterOptions) -> SourcePlan:
     reject_unused(SOURCE, options, ACCEPTS)
     root = require_dir(Path(input_dir), "input")
-    builder = PlanBuilder(SOURCE)
+    builder = PlanBuilder(SOURCE, reference_encoding=False)
     for class_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         builder.add(ClassEntry(class_dir.name, lambda d=class_dir: file_items(root, list_images(d))))
     return builder.build(options)
