@@ -2,6 +2,12 @@
 
 ImageNet's split is computed from WordNet 3.0 and the store's wnids (or a wnid list
 the user passes), never read from a file; Omniglot's from the store's alphabets.
+
+ImageNet also reports coverage, for every variant (MD-v1's three splits and MD-v2's
+train) whatever ``--variant`` says: the leaves no eligible node spans at the span cap
+(``--max-span-leaves``, default the reference's 392), which hierarchical episodes
+never show, with wnid and WordNet name, and the smallest cap that covers every leaf
+(a request's ``EpisodeConfig.max_span_leaves`` opts into it).
 """
 
 from __future__ import annotations
@@ -11,7 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sampler_server.core.hierarchy.imagenet import ImageNetSplit, ImageNetVariant, build_imagenet_split
+from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.hierarchy import MAX_SPAN_LEAVES
+from sampler_server.core.hierarchy.imagenet import (
+    ImageNetSplit,
+    ImageNetVariant,
+    SplitHierarchy,
+    build_imagenet_split,
+    smallest_covering_max_span,
+)
 from sampler_server.core.split import Split
 from sampler_server.errors import InputFormatError, InvalidArgument, NotFound
 from sampler_server.store.manifest import Manifest, load_manifest
@@ -31,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--wnids", type=Path, help="imagenet without a store: a file of wnids (one per line, or a JSON list/object)")
     parser.add_argument("--variant", choices=[v.value for v in ImageNetVariant], default=ImageNetVariant.MD.value,
                         help="md: carnivore/device split; md_v2: every class in train (VTAB+MD)")
+    parser.add_argument("--max-span-leaves", type=int, metavar="N",
+                        help=f"imagenet: most leaves an eligible node spans (default {MAX_SPAN_LEAVES}, the reference's)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 
@@ -76,9 +92,26 @@ def imagenet_report(split: ImageNetSplit) -> dict[str, Any]:
             "eligible_nodes": len(hierarchy.eligible),
             "eligible_nodes_over_50_leaves": sum(1 for node in hierarchy.eligible if len(node.leaves) > 50),
             "uncovered_leaves": list(hierarchy.uncovered_leaves()),
+            "smallest_covering_max_span": smallest_covering_max_span(hierarchy) if hierarchy.leaves else None,
             "wnids": list(hierarchy.leaves),
         }
     return out
+
+
+def _coverage(hierarchy: SplitHierarchy) -> dict[str, Any]:
+    return {
+        "classes": len(hierarchy.leaves),
+        "uncovered_leaves": [{"wnid": w, "name": hierarchy.name_of(w)} for w in hierarchy.uncovered_leaves()],
+        "smallest_covering_max_span": smallest_covering_max_span(hierarchy),
+    }
+
+
+def coverage_report(splits: dict[ImageNetVariant, ImageNetSplit]) -> dict[str, Any]:
+    """Per variant and non-empty split: the leaves in no eligible node, and the smallest covering cap."""
+    return {
+        variant.value: {s.value: _coverage(split.for_split(s)) for s in Split if split.for_split(s).leaves}
+        for variant, split in splits.items()
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +126,14 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"store {manifest.name!r} has classes without a wnid; it is not an ImageNet store")
     else:
         wnids = _read_wnids(args.wnids)
-    report = imagenet_report(build_imagenet_split(wnids, variant=ImageNetVariant(args.variant)))
+    try:
+        cap = EpisodeConfig(max_span_leaves=args.max_span_leaves).span_cap  # validated as a request's is
+    except InvalidArgument as error:
+        raise InvalidArgument(f"--{error}".replace("max_span_leaves:", "max-span-leaves:", 1)) from None
+    splits = {v: build_imagenet_split(wnids, variant=v, max_span=cap) for v in ImageNetVariant}
+    report = imagenet_report(splits[ImageNetVariant(args.variant)])
+    report["max_span_leaves"] = cap
+    report["coverage"] = coverage_report(splits)
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -106,6 +146,16 @@ def run(args: argparse.Namespace) -> int:
               + (f"  {len(info['uncovered_leaves'])} leaves under no eligible node" if info["uncovered_leaves"] else ""))
     for name, info in report["splits"].items():
         print(f"{name} wnids: " + " ".join(info["wnids"]))
+    print(f"Coverage at max_span_leaves={cap}" + (" (the reference's cap, the default)" if cap == MAX_SPAN_LEAVES else "")
+          + ": leaves under no eligible node never appear in hierarchical episodes")
+    for variant, per_split in report["coverage"].items():
+        for name, info in per_split.items():
+            missing = info["uncovered_leaves"]
+            state = f"{len(missing)} under no eligible node" if missing else "all under an eligible node"
+            print(f"  {variant:6} {name:5} {info['classes']:4} leaves: {state}; "
+                  f"smallest covering max_span_leaves {info['smallest_covering_max_span']}")
+            for leaf in missing:
+                print(f"      {leaf['wnid']} {leaf['name']}")
     return 0
 
 

@@ -19,6 +19,14 @@ images) is checked when a sampler is built for a spec, before any sampling.
 ``canonical_json`` (sorted keys, every field, shortest round-trip floats) and
 ``config_hash`` (its SHA-256) identify a config; the hash enters every episode's
 fingerprint.
+
+``max_span_leaves`` (WordNet-split sources such as ILSVRC-2012; ignored by the
+others) caps how many leaves an eligible internal node may span; unset means the
+reference's 392. It is the one optional field that appears in ``to_json`` (and so
+in the canonical JSON and the hash) only when set: it was added after episodes were
+published, and leaving it out when unset keeps every earlier config hash, hence
+every earlier episode fingerprint, unchanged. Setting it, even to 392, is a
+different config (its hash differs; the compositions at 392 are the same).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import math
 from typing import Any
 
 from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.hierarchy import MAX_SPAN_LEAVES, MIN_SPAN_LEAVES
 from sampler_server.errors import InvalidArgument
 
 MAX_COUNT = 2**31 - 1
@@ -36,6 +45,7 @@ MAX_COUNT = 2**31 - 1
 MAX_ABS_LOG_WEIGHT = 64.0
 """Log-weights beyond +-64 would overflow nothing but mean nothing either; they are refused."""
 CONFIG_KIND = "meta_dataset.episode/v1"
+_OMITTED_WHEN_UNSET = frozenset({"max_span_leaves"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,6 +65,7 @@ class EpisodeConfig:
     max_log_weight: float = math.log(2.0)
     min_examples_in_class: int = 0
     ignore_hierarchy_probability: float = 0.0
+    max_span_leaves: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_ways", "num_support", "num_query"):
@@ -66,6 +77,8 @@ class EpisodeConfig:
         _check_int("max_support_set_size", self.max_support_set_size, 1)
         _check_int("max_support_size_contrib_per_class", self.max_support_size_contrib_per_class, 1)
         _check_int("min_examples_in_class", self.min_examples_in_class, 0)
+        if self.max_span_leaves is not None:
+            _check_int("max_span_leaves", self.max_span_leaves, MIN_SPAN_LEAVES)
         if not isinstance(self.all_classes, bool):
             raise InvalidArgument(f"all_classes: got {self.all_classes!r}, expected true or false")
         if self.all_classes and self.num_ways is not None:
@@ -94,10 +107,17 @@ class EpisodeConfig:
     def variable_ways(self) -> bool:
         return self.num_ways is None and not self.all_classes
 
+    @property
+    def span_cap(self) -> int:
+        """The most leaves an eligible node may span: ``max_span_leaves``, or 392 when unset."""
+        return MAX_SPAN_LEAVES if self.max_span_leaves is None else self.max_span_leaves
+
     def to_json(self) -> dict[str, Any]:
-        """Every field (defaults included) plus the config kind."""
+        """Every field (defaults included) plus the config kind; ``max_span_leaves`` only when set."""
         out: dict[str, Any] = {"kind": CONFIG_KIND}
         for item in dataclasses.fields(self):
+            if item.name in _OMITTED_WHEN_UNSET and getattr(self, item.name) is None:
+                continue  # fields added later: absent when unset, so older hashes stay valid
             out[item.name] = getattr(self, item.name)
         return out
 

@@ -5,10 +5,13 @@ leaves splits to the hierarchy). ``imagenet_spec`` computes them with
 ``hierarchy.imagenet.build_imagenet_split`` from the shipped WordNet 3.0 graph:
 MD: valid = leaves under carnivore, test = leaves under device, train = the rest
 (712 / 158 / 130 with the ILSVRC-2012 classes); MD_V2: every class in train. Each
-split's eligible nodes (5 to 392 leaves) become ``NodeSpec``s sorted by wnid, their
-leaves sorted class ids. Splits already present in a manifest are ignored: the
-hierarchy is the only authority for these sources. The result is a pure function
-of the manifest, the variant and the graph.
+split's internal nodes spanning at least 5 leaves, with NO upper bound, become
+``NodeSpec``s sorted by wnid, their leaves sorted class ids: the span cap is a
+per-request choice (``EpisodeConfig.max_span_leaves``, default the reference's 392)
+that ``sampling.plan`` applies, so one cached spec per (store, variant) serves every
+cap. Splits already present in a manifest are ignored: the hierarchy is the only
+authority for these sources. The result is a pure function of the manifest, the
+variant and the graph.
 
 ``spec_for_manifest`` picks the right builder for any manifest.
 """
@@ -19,7 +22,7 @@ from typing import Any
 
 import networkx as nx
 
-from sampler_server.core.hierarchy.imagenet import ImageNetVariant, build_imagenet_split
+from sampler_server.core.hierarchy.imagenet import MIN_SPAN, ImageNetVariant, build_imagenet_split
 from sampler_server.core.spec import ClassSpec, DatasetSpec, HierarchySpec, NodeSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument
@@ -46,7 +49,8 @@ def imagenet_spec(
             + (f"; class {missing[0]!r} has none" if missing else "; the store has no classes")
         )
     id_of = {str(info.wnid): int(info.id) for info in infos}
-    split_hierarchy = build_imagenet_split(list(id_of), graph=graph, variant=variant)
+    # No upper bound here: a node spans at most every class, and the plan applies the request's cap.
+    split_hierarchy = build_imagenet_split(list(id_of), graph=graph, variant=variant, max_span=max(len(id_of), MIN_SPAN))
     split_of: dict[int, Split] = {}
     hierarchy: dict[Split, HierarchySpec] = {}
     for split in Split:

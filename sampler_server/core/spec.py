@@ -2,9 +2,11 @@
 
 A spec holds, per class, its id, name, contiguous record range [start, start +
 count), split and (optionally) wnid or group, plus for WordNet-structured sources
-the eligible internal nodes of each split. It is built from a store's manifest
-(``DatasetSpec.from_manifest``), from the ImageNet glue (``core.imagenet_spec``) or
-in memory (``DatasetSpec.from_counts``) for tests; samplers never see LMDB.
+the candidate internal nodes of each split (every node spanning at least 5 leaves;
+a request's span cap selects among them when its plan is built). It is built from a
+store's manifest (``DatasetSpec.from_manifest``), from the ImageNet glue
+(``core.imagenet_spec``) or in memory (``DatasetSpec.from_counts``) for tests;
+samplers never see LMDB.
 
 Invariants checked on construction (``InvalidArgument`` otherwise):
 - class ids are positions 0..n-1; records are contiguous: class i starts where
@@ -49,14 +51,18 @@ class ClassSpec:
 
 @dataclasses.dataclass(frozen=True)
 class NodeSpec:
-    """An eligible internal node: its id (a wnid) and the sorted class ids of the leaves it spans."""
+    """A candidate internal node: its id (a wnid) and the sorted class ids of the leaves it spans.
+
+    A request's span cap (``EpisodeConfig.max_span_leaves``) picks the nodes it may
+    draw from by ``len(leaves)``; the spec lists every candidate, whatever the cap.
+    """
 
     id: str
     leaves: tuple[int, ...]
 
 
 HierarchySpec = tuple[NodeSpec, ...]
-"""The eligible nodes of one split, sorted by node id."""
+"""The candidate nodes of one split (before a request's span cap), sorted by node id."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ _DTYPES = {np.dtype(np.uint8): pb.DTYPE_UINT8, np.dtype(np.int32): pb.DTYPE_INT3
 _CONFIG_FIELDS = (
     "num_ways", "num_support", "num_query", "min_ways", "max_ways_upper_bound", "max_num_query",
     "max_support_set_size", "max_support_size_contrib_per_class", "min_log_weight", "max_log_weight",
-    "min_examples_in_class", "ignore_hierarchy_probability",
+    "min_examples_in_class", "ignore_hierarchy_probability", "max_span_leaves",
 )
 
 

@@ -45,7 +45,7 @@ def test_hash_identifies_the_config() -> None:
         "num_ways": 5, "num_support": 1, "num_query": 1, "all_classes": True, "min_ways": 4,
         "max_ways_upper_bound": 40, "max_num_query": 9, "max_support_set_size": 400,
         "max_support_size_contrib_per_class": 90, "min_log_weight": -0.5, "max_log_weight": 0.5,
-        "min_examples_in_class": 2, "ignore_hierarchy_probability": 0.5,
+        "min_examples_in_class": 2, "ignore_hierarchy_probability": 0.5, "max_span_leaves": 522,
     }
     assert set(changed) == {f.name for f in dataclasses.fields(EpisodeConfig)}
     hashes = {EpisodeConfig().config_hash()}
@@ -55,6 +55,18 @@ def test_hash_identifies_the_config() -> None:
             overrides = {"all_classes": True}
         hashes.add(EpisodeConfig(**overrides).config_hash())
     assert len(hashes) == 1 + len(changed)
+
+
+def test_span_cap_enters_the_hash_only_when_set() -> None:
+    # Unset, the field is absent from the canonical JSON: every earlier hash (and so every
+    # earlier episode fingerprint) is unchanged.
+    assert "max_span_leaves" not in EpisodeConfig().to_json()
+    assert EpisodeConfig().span_cap == 392
+    capped = EpisodeConfig(max_span_leaves=522)
+    assert capped.span_cap == 522 and capped.to_json()["max_span_leaves"] == 522
+    assert capped.canonical_json() == DEFAULT_JSON.replace('"max_support_set_size"', '"max_span_leaves":522,"max_support_set_size"')
+    # Setting the reference's value is still a different config (the same compositions).
+    assert EpisodeConfig(max_span_leaves=392).config_hash() != EpisodeConfig().config_hash()
 
 
 def test_keyword_only_and_frozen() -> None:
@@ -87,6 +99,10 @@ def test_keyword_only_and_frozen() -> None:
         ({"ignore_hierarchy_probability": "0.5"}, "ignore_hierarchy_probability: got '0.5', expected a number"),
         ({"all_classes": 1}, "all_classes: got 1, expected true or false"),
         ({"all_classes": True, "num_ways": 5}, "num_ways: got 5 with all_classes=true, expected no num_ways"),
+        ({"max_span_leaves": 4}, f"max_span_leaves: got 4, expected an integer in [5, {MAX_COUNT}]"),
+        ({"max_span_leaves": 0}, "max_span_leaves: got 0, expected an integer in [5, "),
+        ({"max_span_leaves": 2**32}, f"max_span_leaves: got {2**32}, expected an integer in [5, {MAX_COUNT}]"),
+        ({"max_span_leaves": 500.0}, "max_span_leaves: got 500.0, expected an integer"),
     ],
 )
 def test_invalid_configs(kwargs: dict, message: str) -> None:

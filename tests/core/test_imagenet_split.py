@@ -119,8 +119,33 @@ def test_md_v2_puts_every_class_in_train(md: ImageNetSplit, ilsvrc: list[str]) -
     assert v2.valid.leaves == v2.test.leaves == () and v2.valid.root is None
     # On the 1000-leaf graph the 392 bound leaves 6 classes under no eligible node
     # (the smallest covering bound there is 522); MD only fixed 392 on its train graph.
-    assert len(v2.train.uncovered_leaves()) == 6
+    assert [(w, v2.train.name_of(w)) for w in v2.train.uncovered_leaves()] == MD_V2_UNCOVERED
     assert smallest_covering_max_span(v2.train) == 522
+
+
+MD_V2_UNCOVERED = [
+    ("n03814906", "necklace"),
+    ("n03938244", "pillow"),
+    ("n04296562", "stage"),
+    ("n04399382", "teddy"),
+    ("n11939491", "daisy"),
+    ("n12057211", "yellow_lady's_slipper"),
+]
+
+
+def test_md_v2_smallest_covering_cap_reaches_every_leaf(ilsvrc: list[str]) -> None:
+    covering = build_imagenet_split(ilsvrc, variant=ImageNetVariant.MD_V2, max_span=522)
+    assert covering.train.uncovered_leaves() == ()
+    assert len(covering.train.eligible) == 148  # 145 at 392, 152 with no upper cap
+    narrower = build_imagenet_split(ilsvrc, variant=ImageNetVariant.MD_V2, max_span=521)
+    assert narrower.train.uncovered_leaves() != ()
+    # uncovered_leaves(max_span) restricts a wider build to the same answer as a narrower one.
+    assert covering.train.uncovered_leaves(max_span=392) == tuple(w for w, _ in MD_V2_UNCOVERED)
+
+
+def test_md_v1_splits_cover_every_leaf_at_the_default_cap(md: ImageNetSplit) -> None:
+    assert [smallest_covering_max_span(md.for_split(s)) for s in Split] == [392, 158, 130]
+    assert all(md.for_split(s).uncovered_leaves() == () for s in Split)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

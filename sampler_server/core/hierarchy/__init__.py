@@ -15,4 +15,9 @@ from __future__ import annotations
 
 from sampler_server.core.split import Split
 
-__all__ = ["Split"]
+MIN_SPAN_LEAVES = 5
+"""Internal nodes spanning fewer leaves are never eligible (Meta-Dataset's lower bound)."""
+MAX_SPAN_LEAVES = 392
+"""Meta-Dataset's upper bound: the smallest that covers every leaf of its 712-class train graph."""
+
+__all__ = ["MAX_SPAN_LEAVES", "MIN_SPAN_LEAVES", "Split"]

@@ -11,6 +11,13 @@ WordNet 3.0 noun graph and a list of class wnids (the leaves):
 3. eligible nodes: internal nodes spanning between 5 and 392 leaves inclusive.
 With the 1000 ILSVRC-2012 classes: 712 / 158 / 130 leaves, 113 / 18 / 15 eligible.
 
+Coverage: 392 is the smallest cap under which MD's eligible nodes cover every leaf
+of its 712-class train graph. On MD-v2's train graph (all 1000 classes) the same cap
+leaves 6 leaves in no eligible node (necklace, pillow, stage, teddy, daisy, yellow
+lady's slipper): hierarchical episodes never show them. The reference behaviour
+(392) stays the default; ``smallest_covering_max_span`` gives the cap that covers
+every leaf (522 there), which a request may choose (``EpisodeConfig.max_span_leaves``).
+
 Determinism: every tuple is sorted by wnid, graphs are rebuilt with nodes and edges
 in sorted order, and the single-child removal sweeps nodes in wnid order, so the
 result is a function of the inputs alone. Equality of results compares leaves,
@@ -26,15 +33,15 @@ from collections.abc import Iterable, Mapping
 
 import networkx as nx
 
-from sampler_server.core.hierarchy import Split
+from sampler_server.core.hierarchy import MAX_SPAN_LEAVES, MIN_SPAN_LEAVES, Split
 from sampler_server.core.hierarchy.wordnet import is_a_parents, is_wnid, load_wordnet_graph
 from sampler_server.errors import InvalidArgument
 
 ENTITY_WNID = "n00001740"
 VALID_ROOT_WNID = "n02075296"  # carnivore
 TEST_ROOT_WNID = "n03183080"  # device
-MIN_SPAN = 5
-MAX_SPAN = 392
+MIN_SPAN = MIN_SPAN_LEAVES
+MAX_SPAN = MAX_SPAN_LEAVES
 
 
 class ImageNetVariant(enum.Enum):
@@ -72,10 +79,19 @@ class SplitHierarchy:
         """Sorted wnids of the nodes that have children."""
         return tuple(sorted(node for node in self.graph if self.graph.out_degree(node) > 0))
 
-    def uncovered_leaves(self) -> tuple[str, ...]:
-        """Leaves no eligible node spans (empty for every MD split)."""
-        covered = {leaf for node in self.eligible for leaf in node.leaves}
+    def uncovered_leaves(self, max_span: int | None = None) -> tuple[str, ...]:
+        """Leaves no eligible node spans (empty for every MD-v1 split; 6 on MD-v2 train).
+
+        ``max_span`` further restricts the eligible nodes to those spanning at most
+        that many leaves (None: the bound the hierarchy was built with).
+        """
+        nodes = self.eligible if max_span is None else [n for n in self.eligible if len(n.leaves) <= max_span]
+        covered = {leaf for node in nodes for leaf in node.leaves}
         return tuple(leaf for leaf in self.leaves if leaf not in covered)
+
+    def name_of(self, wnid: str) -> str:
+        """The WordNet name (first lemma) of a node of this graph."""
+        return str(self.graph.nodes[wnid].get("name", wnid))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

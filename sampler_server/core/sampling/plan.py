@@ -13,6 +13,10 @@ Rules (where the paper is silent, the choice is stated):
   fixed q only, q + 1 (so shots >= 1); otherwise 2 (q = floor(n/2) >= 1 and one
   support image). A smaller class is an error that names ``min_examples_in_class``
   as the way to leave such classes out; the sampler never skips them silently.
+- Span cap (WordNet-split sources): the eligible nodes are the spec's nodes spanning
+  at most ``config.span_cap`` leaves of the split (``max_span_leaves``, unset = the
+  reference's 392); with the default, the nodes and their order are exactly those
+  the spec held before the cap became a request field, so episodes are unchanged.
 - Hierarchy: a source with eligible nodes (ImageNet-like) or class groups
   (Omniglot-like alphabets) draws a group uniformly among its *candidate groups*:
   groups with at least ``min_ways`` candidate classes (``num_ways`` when the ways
@@ -178,8 +182,12 @@ def _candidate_groups(
     """Groups with enough candidate classes; empty when the hierarchy is never used."""
     if structure is ClassStructure.FLAT or config.all_classes or config.ignore_hierarchy_probability >= 1.0:
         return ()
+    capped = 0
     if structure is ClassStructure.NODES:
-        raw = tuple((node.id, node.leaves) for node in spec.nodes_in(split) or ())
+        # The span cap counts every leaf a node spans in the split, not only the candidates.
+        nodes = spec.nodes_in(split) or ()
+        raw = tuple((node.id, node.leaves) for node in nodes if len(node.leaves) <= config.span_cap)
+        capped = len(nodes) - len(raw)
         kind = "eligible node"
     else:
         raw = spec.groups_in(split) or ()
@@ -194,6 +202,7 @@ def _candidate_groups(
             f"{parameter}: got {needed}, expected at most {largest} (the most candidate classes any {kind} "
             f"of {where} has; {len(filtered)} {kind}s); set ignore_hierarchy_probability=1 to draw across "
             f"{kind}s or lower {parameter}"
+            + (f"; max_span_leaves={config.span_cap} leaves out {capped} larger nodes" if capped else "")
         )
     return groups
 
