@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture
 
@@ -211,3 +212,90 @@ def test_help(capsys) -> None:
     out, _ = capsys.readouterr()
     for flag in ("--data", "--source", "--split", "--seed", "--index", "--count", "--ways", "--shots", "--query", "--json"):
         assert flag in out
+
+
+# ---- --png ---------------------------------------------------------------------------
+
+
+def _png_episode(capsys, data: Path, png: Path, *extra: str) -> tuple[dict, str]:
+    code, out, err = _run(capsys, "episode", "--data", str(data), "--split", "train", "--seed", "5", "--index", "3",
+                          "--json", "--png", str(png), *extra)
+    assert code == 0, err
+    (record,) = _json_lines(out)
+    return record, err
+
+
+@pytest.mark.parametrize("resize", ["bilinear", "antialias"])
+def test_png_tiles_are_the_served_pixels(data: Path, tmp_path: Path, capsys, resize: str) -> None:
+    from PIL import Image
+
+    from sampler_server.assembly.assembler import decode_records
+    from sampler_server.cli.episode_cmd import PngLayout
+    from sampler_server.imaging import ResizeMethod
+    from sampler_server.store.reader import StoreReader
+
+    png = tmp_path / "episode.png"
+    record, err = _png_episode(capsys, data, png, "--source", "folder", "--ways", "3", "--shots", "2", "--query", "3",
+                               "--image-size", "32", "--resize", resize)
+    picture = np.asarray(Image.open(png).convert("RGB"))
+    # The size follows from ways, shots and query: 3 rows; 2 support + 3 query columns of 32 px.
+    layout = PngLayout(ways=3, support_columns=2, query_columns=3, size=32)
+    width = layout.MARGIN + 2 * (32 + layout.GAP) - layout.GAP + layout.SEPARATOR + 3 * (32 + layout.GAP) - layout.GAP + layout.PAD
+    height = layout.HEADER + 3 * (max(32, layout.TEXT_HEIGHT) + layout.ROW_GAP) - layout.ROW_GAP + layout.PAD
+    assert picture.shape == (height, width, 3) == (layout.height, layout.width, 3)
+    assert f"wrote {png} ({width}x{height})" in err
+    reader = StoreReader(data / "folder")
+    for row, entry in enumerate(record["classes"]):
+        for part, ids in (("support", entry["support"]), ("query", entry["query"])):
+            served = decode_records(reader, ids, 32, ResizeMethod(resize))
+            for column, pixels in enumerate(served):
+                x, y = layout.tile(row, column, query=part == "query")
+                assert np.array_equal(picture[y : y + 32, x : x + 32], pixels), (row, part, column)
+
+
+def test_png_caps_wide_rows(data: Path, tmp_path: Path, capsys) -> None:
+    from PIL import Image
+
+    from sampler_server.cli.episode_cmd import PngLayout
+
+    png = tmp_path / "wide.png"
+    record, _ = _png_episode(capsys, data, png, "--source", "folder", "--ways", "2", "--shots", "7", "--query", "5",
+                             "--png-max-tiles", "4")
+    assert record["shots"] == [7, 7]
+    with Image.open(png) as picture:
+        layout = PngLayout(ways=2, support_columns=4, query_columns=4, size=84)  # default image size 84
+        assert picture.size == (layout.width, layout.height)
+
+
+def test_png_of_a_raw_store_needs_its_size(data: Path, tmp_path: Path, capsys) -> None:
+    png = tmp_path / "raw.png"
+    argv = ["episode", "--data", str(data), "--source", "folder_raw32", "--split", "train", "--seed", "1", "--png", str(png)]
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and "--image-size: got 84, but store 'folder_raw32' holds raw 32x32 pixels" in err
+    assert not png.exists()
+    code, _, _ = _run(capsys, *argv, "--image-size", "32")
+    assert code == 0 and png.is_file()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--count", "2"], "--png: got --count 2, expected 1 (one episode per picture)"),
+        (["--image-size", "0"], "--image-size: got 0, expected an integer in [1, 1024]"),
+        (["--png-max-tiles", "0"], "--png-max-tiles: got 0, expected at least 1"),
+    ],
+)
+def test_bad_png_options(data: Path, tmp_path: Path, capsys, extra: list[str], message: str) -> None:
+    code, out, err = _run(capsys, "episode", "--data", str(data), "--source", "folder", "--split", "test",
+                          "--seed", "1", "--png", str(tmp_path / "x.png"), *extra)
+    assert code == 2 and not out and message in err
+
+
+def test_max_span_leaves_option_reaches_the_config(data: Path, capsys) -> None:
+    argv = ["episode", "--data", str(data), "--source", "ilsvrc_2012", "--split", "train", "--seed", "4", "--json"]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0 and "max_span_leaves" not in _json_lines(out)[0]["config"]
+    code, out, _ = _run(capsys, *argv, "--max-span-leaves", "40")
+    assert code == 0 and _json_lines(out)[0]["config"]["max_span_leaves"] == 40
+    code, _, err = _run(capsys, *argv, "--max-span-leaves", "4")
+    assert code == 2 and "max_span_leaves: got 4, expected an integer in [5, " in err
