@@ -7,6 +7,13 @@ the next index it has not yet delivered, so the caller sees exactly the sequence
 unbroken stream would have produced: no gap, no repeat. Errors that retrying cannot
 fix (a bad request, an unknown source, corrupt data) are raised at once with the
 server's message.
+
+Names are the server's: a source is named by its store name or its source kind
+(``omniglot``) and a preset by its variant (``md-v1``, ``md-v2``); the client passes
+them unchanged and the server resolves them (or refuses them with NOT_FOUND /
+INVALID_ARGUMENT naming what it serves). Every episode keeps the request it came
+from, so ``SamplerClient.report_episode`` (or a ``Reporter``) can report it after
+evaluation without the caller building any protobuf.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import numpy as np
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_server.wire.tensors import RawTensor, split_tensors
+
+from clients.reporting import PROTOCOL, Reporter, episode_report, run_config_json  # noqa: F401 (public)
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
@@ -72,7 +81,14 @@ def to_array(tensor: pb.Tensor) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EpisodeArrays:
-    """One episode as NumPy arrays; labels index ``class_ids`` / ``class_names``."""
+    """One episode as NumPy arrays; labels index ``class_ids`` / ``class_names``.
+
+    ``support_images`` / ``query_images``: uint8 [N, S, S, 3] RGB, values 0..255, S =
+    ``image_size``; ``support_labels`` / ``query_labels``: int64 [N], values 0 ..
+    ways - 1 (label l is class ``class_ids[l]``). ``request`` is the request the
+    episode came from (what a report of it carries); ``preset`` the variant whose
+    class splits were used.
+    """
 
     source: str
     split: str
@@ -89,26 +105,29 @@ class EpisodeArrays:
     query_record_ids: tuple[int, ...]
     image_size: int
     resize: str
+    preset: str = ""
+    request: pb.EpisodeRequest | None = None
 
     @property
     def ways(self) -> int:
         return len(self.class_ids)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "EpisodeArrays":
+    def from_bytes(cls, data: bytes, request: pb.EpisodeRequest | None = None) -> "EpisodeArrays":
         """Parse a serialised Episode; pixel arrays are zero-copy views of ``data``."""
         rest, tensors = split_tensors(data, _EPISODE_TENSORS)
         message = pb.Episode.FromString(rest)
         arrays = {field: _raw_array(tensor) for field, tensor in tensors.items()}
         empty = np.empty((0, message.image_size, message.image_size, 3), dtype=np.uint8)
-        return cls._build(message, arrays.get(_SUPPORT_IMAGES, empty), arrays.get(_QUERY_IMAGES, empty))
+        return cls._build(message, arrays.get(_SUPPORT_IMAGES, empty), arrays.get(_QUERY_IMAGES, empty), request)
 
     @classmethod
-    def from_message(cls, message: pb.Episode) -> "EpisodeArrays":
-        return cls._build(message, to_array(message.support_images), to_array(message.query_images))
+    def from_message(cls, message: pb.Episode, request: pb.EpisodeRequest | None = None) -> "EpisodeArrays":
+        return cls._build(message, to_array(message.support_images), to_array(message.query_images), request)
 
     @classmethod
-    def _build(cls, message: pb.Episode, support: np.ndarray, query: np.ndarray) -> "EpisodeArrays":
+    def _build(cls, message: pb.Episode, support: np.ndarray, query: np.ndarray,
+               request: pb.EpisodeRequest | None) -> "EpisodeArrays":
         return cls(
             source=message.source,
             split=pb.Split.Name(message.split).removeprefix("SPLIT_").lower(),
@@ -125,11 +144,16 @@ class EpisodeArrays:
             query_record_ids=tuple(message.query_record_ids),
             image_size=message.image_size,
             resize=pb.ResizeMethod.Name(message.resize).removeprefix("RESIZE_METHOD_").lower(),
+            preset=message.preset,
+            request=request,
         )
 
 
 @dataclass(frozen=True)
 class BatchArrays:
+    """One plain batch: ``images`` uint8 [B, S, S, 3] (0..255), ``labels`` int64 [B] with
+    values 0 .. num_classes - 1 (the class's position among the split's classes)."""
+
     source: str
     index: int
     epoch: int
@@ -151,7 +175,15 @@ class BatchArrays:
 
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """What to ask for (everything but the indices); a value, so it can cross processes."""
+    """What to ask for (everything but the indices); a value, so it can cross processes.
+
+    ``sources``: store names or source kinds (several = MD multi-source episodes);
+    empty = the preset's sources for ``split``. ``preset``: the benchmark variant whose
+    class splits apply ("md-v1", the server's default when empty, or "md-v2"); it may
+    be combined with ``sources``. ``ways`` / ``shots`` / ``query`` fix the episode shape
+    (None = Meta-Dataset's variable ways and shots); ``config`` sets any other
+    ``EpisodeConfig`` field by name.
+    """
 
     sources: tuple[str, ...] = ()
     preset: str = ""
@@ -177,6 +209,19 @@ class EpisodeSpec:
             sources=list(self.sources), preset=self.preset, split=_SPLITS[self.split], config=config, seed=self.seed,
             images=pb.ImageOptions(image_size=self.image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[self.resize]),
         )
+
+
+def batch_request(source: str, split: str, batch_size: int, *, seed: int = 0, image_size: int = 84,
+                  resize: str = "bilinear", preset: str = "") -> pb.StreamBatchesRequest:
+    """The StreamBatches request of a split (without its index window); names checked by the server."""
+    if split not in _SPLITS:
+        raise ValueError(f"split: got {split!r}, expected one of {', '.join(_SPLITS)}")
+    if resize not in _RESIZE:
+        raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
+    return pb.StreamBatchesRequest(
+        source=source, split=_SPLITS[split], seed=seed, batch_size=batch_size, preset=preset,
+        images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]),
+    )
 
 
 @dataclass(frozen=True)
@@ -271,18 +316,57 @@ class SamplerClient:
         time.sleep(delay)
         return attempt
 
-    def list_sources(self) -> list[pb.SourceSummary]:
-        return list(self._call("ListSources", pb.ListSourcesRequest()).sources)
+    def list_sources(self, preset: str = "") -> list[pb.SourceSummary]:
+        """Every served store, its class counts under ``preset``'s class splits."""
+        return list(self._call("ListSources", pb.ListSourcesRequest(preset=preset)).sources)
 
-    def describe_source(self, name: str) -> pb.SourceDescription:
-        return self._call("DescribeSource", pb.DescribeSourceRequest(name=name))
+    def describe_source(self, name: str, preset: str = "") -> pb.SourceDescription:
+        """One source (a store name or source kind, resolved by the server) with its classes."""
+        return self._call("DescribeSource", pb.DescribeSourceRequest(name=name, preset=preset))
 
     def episode(self, spec: EpisodeSpec, index: int) -> EpisodeArrays:
-        return EpisodeArrays.from_message(self._call("GetEpisode", pb.GetEpisodeRequest(request=spec.to_request(), index=index)))
+        """Episode ``index`` of ``spec``'s request (it keeps the request, for reporting)."""
+        request = spec.to_request()
+        return EpisodeArrays.from_message(self._call("GetEpisode", pb.GetEpisodeRequest(request=request, index=index)),
+                                          request)
 
     def report(self, reports: Sequence[pb.MetricReport], run_config_json: str = "") -> pb.ReportMetricsResponse:
         """Idempotent on the server, so retrying after a lost reply is safe."""
         return self._call("ReportMetrics", pb.ReportMetricsRequest(reports=list(reports), run_config_json=run_config_json))
+
+    def report_episode(
+        self,
+        run_id: str,
+        episode: EpisodeArrays | Mapping[str, Any],
+        predictions: Any,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        run_config: Mapping[str, Any] | None = None,
+    ) -> pb.ReportMetricsResponse:
+        """Report one evaluated episode under ``run_id``: the server checks its fingerprint
+        and stores it once (resending the same result is acknowledged as a duplicate).
+
+        Args:
+            run_id: the run the report belongs to (1 to 200 printable characters).
+            episode: the episode as this client delivered it (it carries its request), or
+                an item of ``clients.torch.EpisodeDataset`` / ``clients.tf.EpisodeSource``.
+            predictions: the predicted label of each query image, in query order (a
+                sequence of ints, a NumPy array or a CPU tensor; values 0 .. ways - 1).
+            metrics: further per-episode metrics (e.g. ``{"loss": 0.41}``); "accuracy" is
+                computed from ``predictions`` unless given.
+            run_config: JSON-able configuration of the run, stored once per run on the
+                server (send the same one with every report of a run, or only the first).
+
+        Returns:
+            The server's counts: ``stored`` (new) and ``duplicates`` (already held).
+
+        Raises:
+            ValueError: predictions or metrics that do not fit the episode.
+            SamplerClientError: the server refused the report (e.g. FAILED_PRECONDITION:
+                another result for this episode, or another configuration for this run).
+        """
+        report = episode_report(run_id, episode, predictions, metrics)
+        return self.report([report], run_config_json=run_config_json(run_config))
 
     def get_report(self, run_ids: Sequence[str], fmt: str = "table") -> str:
         return self._call("GetReport", pb.GetReportRequest(run_ids=list(run_ids), format=fmt)).text
@@ -293,13 +377,16 @@ class SamplerClient:
         """Episodes start, start + step, ... (count of them; 0 = unbounded), resumed across failures."""
         request = spec.to_request()
 
+        def parse(data: bytes) -> EpisodeArrays:
+            return EpisodeArrays.from_bytes(data, request)
+
         def open_stream(next_index: int, remaining: int) -> Iterator[EpisodeArrays]:
             self._connect()
             assert self._channel is not None
             call = self._channel.unary_stream(
                 "/sampler.v1.Sampler/StreamEpisodes",
                 request_serializer=pb.StreamEpisodesRequest.SerializeToString,
-                response_deserializer=EpisodeArrays.from_bytes,
+                response_deserializer=parse,
             )
             return call(pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining,
                                                  index_step=step))
@@ -308,10 +395,12 @@ class SamplerClient:
 
     def batches(
         self, source: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0, step: int = 1,
-        image_size: int = 84, resize: str = "bilinear",
+        image_size: int = 84, resize: str = "bilinear", preset: str = "",
     ) -> Iterator[BatchArrays]:
-        """Plain labelled batches of a split, resumed across failures like ``episodes``."""
-        images = pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize])
+        """Plain labelled batches of a split, resumed across failures like ``episodes``.
+        ``source``: a store name or source kind; ``preset``: whose class splits apply."""
+        base = batch_request(source, split, batch_size, seed=seed, image_size=image_size, resize=resize,
+                             preset=preset)
 
         def open_stream(next_index: int, remaining: int) -> Iterator[BatchArrays]:
             self._connect()
@@ -321,8 +410,10 @@ class SamplerClient:
                 request_serializer=pb.StreamBatchesRequest.SerializeToString,
                 response_deserializer=BatchArrays.from_bytes,
             )
-            return call(pb.StreamBatchesRequest(source=source, split=_SPLITS[split], seed=seed, batch_size=batch_size,
-                                                start_index=next_index, count=remaining, index_step=step, images=images))
+            request = pb.StreamBatchesRequest()
+            request.CopyFrom(base)
+            request.start_index, request.count, request.index_step = next_index, remaining, step
+            return call(request)
 
         yield from self._resumable(open_stream, start, count, step, "StreamBatches")
 

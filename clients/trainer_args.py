@@ -5,9 +5,12 @@ arguments, so a run can be repeated in the other framework by changing the modul
 name only. Parsing validates every value: bad input ends in ONE line on stderr
 (``<prog>: error: <what>, got <value>``) and exit status 2, never a traceback.
 
-Helpers here resolve what the arguments leave implicit (the training sources of a
-preset, the default evaluation sources) and build the run configuration that is
-stored on the server with the run's reports.
+Names are the server's: ``--sources`` and ``--eval-sources`` take store names or
+source kinds and ``--preset`` a benchmark variant, passed to the server unchanged
+(it resolves them, or refuses them naming what it serves). ``--preset`` alone trains
+on the preset's sources; combined with ``--sources`` it selects whose class splits
+apply. What needs one stream per source (evaluation, the baseline's batches) needs
+the sources named. ``run_config`` builds the configuration stored with the reports.
 """
 
 from __future__ import annotations
@@ -18,14 +21,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from sampler_server.core.sampling.presets import Benchmark, benchmark_sources
-
 FRAMEWORKS = ("torch", "tf")
 MODELS = ("protonet", "baseline")
 BACKBONES = ("conv4", "resnet18")
 SPLITS = ("train", "valid", "test")
 DEVICES = ("auto", "cpu", "cuda")
-PRESETS = tuple(b.value for b in Benchmark)
 MAX_RUN_ID = 200  # the metrics store's limit
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 
@@ -108,9 +108,11 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
                        help="attempts per call or stream before a fault is reported (exit 3)")
 
     data = parser.add_argument_group("training data")
-    which = data.add_mutually_exclusive_group(required=True)
-    which.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME", help="training source store names")
-    which.add_argument("--preset", choices=PRESETS, help="a named Meta-Dataset source set")
+    data.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME",
+                      help="training sources: store names or source kinds (default with --preset: its sources)")
+    data.add_argument("--preset", type=_source_name, metavar="NAME",
+                      help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
+                           "without --sources, protonet trains on its sources")
     data.add_argument("--image-size", type=_int_at_least(8), default=84, metavar="PIXELS", help="image side")
     data.add_argument("--ways", type=_int_at_least(2), default=None, metavar="N",
                       help="fixed ways of training episodes (default: MD variable ways)")
@@ -137,8 +139,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     evaluation.add_argument("--eval-episodes", type=_int_at_least(0), default=600, metavar="N",
                             help="evaluation episodes per source (0: no evaluation)")
     evaluation.add_argument("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME",
-                            help="sources evaluated one at a time (default: the training sources; with --preset, "
-                                 "the preset's sources of --eval-split)")
+                            help="sources evaluated one at a time (default: --sources)")
     evaluation.add_argument("--eval-split", choices=SPLITS, default="test", help="split of the evaluation episodes")
     evaluation.add_argument("--eval-seed", type=_int_at_least(0), default=0, help="seed of the evaluation episodes")
     evaluation.add_argument("--eval-only", action="store_true",
@@ -159,6 +160,12 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Cross-argument checks argparse cannot express; each failure is one parser.error line."""
+    if args.sources is None and args.preset is None:
+        parser.error("arguments --sources/--preset: expected at least one of them")
+    if args.model == "baseline" and args.sources is None and not args.eval_only:
+        parser.error("argument --model baseline: expected --sources (one batch stream per named source)")
+    if args.eval_episodes and args.eval_sources is None and args.sources is None:
+        parser.error("argument --eval-sources: expected the sources to evaluate (or --sources, or --eval-episodes 0)")
     if args.sources is not None and len(set(args.sources)) != len(args.sources):
         parser.error(f"argument --sources: got {' '.join(args.sources)}, expected each source once")
     if args.eval_sources is not None and len(set(args.eval_sources)) != len(args.eval_sources):
@@ -176,51 +183,29 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Na
     return build_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
 
 
-def train_sources(args: argparse.Namespace) -> tuple[str, ...]:
-    """The training sources: --sources, or the preset's training sources."""
-    if args.sources is not None:
-        return tuple(args.sources)
-    return benchmark_sources(args.preset, "train")
-
-
 def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
-    """Sources evaluated one at a time: --eval-sources, else --sources, else the preset's for --eval-split."""
+    """Sources evaluated one at a time, as named: --eval-sources, else --sources."""
     if args.eval_sources is not None:
         return tuple(args.eval_sources)
-    if args.sources is not None:
-        return tuple(args.sources)
-    return benchmark_sources(args.preset, args.eval_split)
+    return tuple(args.sources or ())
+
+
+# How a run was operated, not what defines its results: left out of the run configuration,
+# so evaluating a checkpoint again (--eval-only, another address) sends the same one.
+OPERATIONAL = ("server", "connect_timeout", "retries", "eval_only", "report_batch", "checkpoint_dir",
+               "checkpoint_every", "log_every", "json_summary")
 
 
 def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    """Every argument (by its option name, dashes as underscores) plus ``extra`` (framework,
-    versions, device, parameter count, ...); JSON-serialisable. Where ``extra`` resolves an
-    argument (``device``), the argument as given stays under ``requested_<name>``."""
+    """Every argument that defines the results (by its option name, dashes as underscores;
+    not those in ``OPERATIONAL``) plus ``extra`` (framework, versions, device, parameter
+    count, ...); JSON-serialisable. Where ``extra`` resolves an argument (``device``), the
+    argument as given stays under ``requested_<name>``."""
     config: dict[str, Any] = {key: (list(value) if isinstance(value, tuple) else value)
-                              for key, value in sorted(vars(args).items())}
-    config["train_sources"] = list(train_sources(args))
+                              for key, value in sorted(vars(args).items()) if key not in OPERATIONAL}
+    config["train_sources"] = list(args.sources or ())
     config["eval_sources"] = list(eval_sources(args))
     for key in set(config) & set(extra):  # e.g. device: 'auto' asked, 'cuda:0' used
         config[f"requested_{key}"] = config[key]
     config.update(extra)
     return config
-
-
-class UnknownSource(LookupError):
-    """A source name that is neither a served store nor the kind of one."""
-
-
-def resolve_store(name: str, summaries: Sequence[Any], image_size: int) -> str:
-    """The served store for ``name``: a store name as is, else the store of that source kind,
-    preferring one packed raw at ``image_size``, then an encoded one (the server's rule for
-    presets). ``summaries`` are ListSources' SourceSummary messages."""
-    by_name = {s.name: s for s in summaries}
-    if name in by_name:
-        return name
-    candidates = sorted((s for s in summaries if s.source == name), key=lambda s: s.name)
-    if not candidates:
-        served = ", ".join(sorted(by_name)) or "none"
-        raise UnknownSource(f"unknown source {name!r}: no store or source kind of that name is served (served: {served})")
-    exact = [s for s in candidates if s.raw_size == image_size]
-    encoded = [s for s in candidates if not s.raw_size]
-    return (exact or encoded or candidates)[0].name

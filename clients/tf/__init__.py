@@ -1,4 +1,6 @@
-"""TensorFlow adapter (imports tensorflow, never torch): ``episode_dataset``, ``batch_dataset``."""
+"""TensorFlow adapter (imports tensorflow, never torch): resumable ``EpisodeSource`` and
+``BatchSource`` (``.dataset()`` is a ``tf.data.Dataset``), and the one-shot
+``episode_dataset`` / ``batch_dataset``; see ``clients.tf.dataset`` for the element schema."""
 
 import os
 
@@ -6,6 +8,14 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from clients.tf.dataset import batch_dataset, episode_dataset, episode_signature  # noqa: E402
+from clients.tf.dataset import (  # noqa: E402
+    BatchSource,
+    EpisodeSource,
+    batch_dataset,
+    batch_signature,
+    episode_dataset,
+    episode_signature,
+)
 
-__all__ = ["batch_dataset", "episode_dataset", "episode_signature"]
+__all__ = ["BatchSource", "EpisodeSource", "batch_dataset", "batch_signature", "episode_dataset",
+           "episode_signature"]

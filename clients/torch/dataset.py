@@ -1,16 +1,32 @@
-"""``torch.utils.data.IterableDataset``s over the service.
+"""``torch.utils.data.IterableDataset``s over the service, resumable from a small state.
 
-Sharding: the requested window of indices [start, start + count) is one canonical
-index space; DataLoader worker w of rank r takes the indices i with
-(i - start) % (world_size * num_workers) == r * num_workers + w. Together the shards
-cover every index exactly once, whatever the worker and rank counts, and each
-index's episode is the server's pure function of (request, seed, index).
-Use ``DataLoader(dataset, batch_size=None)``: one item is one episode.
+Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or batch):
+
+- ``EpisodeDataset``: a dict with ``support_images`` / ``query_images`` torch.uint8
+  [N, S, S, 3] (NHWC, RGB, values 0..255, S = the spec's ``image_size``),
+  ``support_labels`` / ``query_labels`` torch.int64 [N] with values 0 .. ways - 1,
+  ``index`` (int), ``fingerprint`` (str), ``source`` (str, the source kind), ``ways``
+  (int) and ``request`` (the request it came from): the item itself can be passed to
+  ``SamplerClient.report_episode``.
+- ``BatchDataset``: ``images`` torch.uint8 [B, S, S, 3], ``labels`` torch.int64 [B]
+  with values 0 .. num_classes - 1, ``index``, ``fingerprint``, ``num_classes``.
+
+Sharding: the window [start, start + count) is one canonical index space; DataLoader
+worker w of rank r (W ranks, n workers each) takes the indices i with
+(i - start) % (W * n) == w * W + r. Together the shards cover every index exactly
+once whatever the worker and rank counts, and each rank consumes start + r,
+start + r + W, ... in order, whatever its worker count.
+
+Resume (``clients.state``): ``state_dict()`` is the window's next index. Iterating
+the dataset in this process (no DataLoader workers) advances it; with workers the
+items are made in other processes, so pass the ``index`` of the last item you
+consumed: ``dataset.state_dict(last_index=item["index"])``. A new dataset of the
+same request and window that loads the state yields the rest of the window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,8 +39,10 @@ from clients.core import (
     EpisodeArrays,
     EpisodeSpec,
     SamplerClient,
+    batch_request,
     shard_window,
 )
+from clients.state import StreamCursor
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -32,6 +50,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 
 def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
+    """An episode as the dict ``EpisodeDataset`` yields (tensors copied out of the message)."""
     return {
         "support_images": _tensor(episode.support_images),
         "support_labels": _tensor(episode.support_labels),
@@ -41,23 +60,83 @@ def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
         "fingerprint": episode.fingerprint,
         "source": episode.source,
         "ways": episode.ways,
+        "request": episode.request,
     }
 
 
-def _shard(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(shard id, shard count) of this process and DataLoader worker."""
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if rank is None or world_size is None:
         if dist.is_available() and dist.is_initialized():
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-        else:
-            rank, world_size = 0, 1
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank: got {rank}, expected 0 to {world_size - 1}")
+    return rank, world_size
+
+
+def _shard(rank: int, world_size: int) -> tuple[int, int]:
+    """(shard id, shard count) of this process and DataLoader worker: worker-major, so a
+    rank's consumer sees its indices in order whatever its worker count."""
     info = get_worker_info()
     workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-    return rank * workers + worker, world_size * workers
+    return worker * world_size + rank, world_size * workers
 
 
-class EpisodeDataset(IterableDataset):
+class _Resumable(IterableDataset):
+    """The shared part: a cursor over the window, sharded iteration, state."""
+
+    kind = ""
+
+    def __init__(self, address: str, request: Any, start: int, count: int, rank: int | None,
+                 world_size: int | None, client_options: Mapping[str, Any] | None) -> None:
+        super().__init__()
+        self.address = address
+        self.rank, self.world_size = rank, world_size
+        self.client_options = dict(client_options or {})
+        self.cursor = StreamCursor(self.kind, request, start, count)
+
+    @property
+    def start(self) -> int:
+        return self.cursor.start
+
+    @property
+    def count(self) -> int:
+        return self.cursor.count
+
+    def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _client(self) -> SamplerClient:
+        return SamplerClient(self.address, **self.client_options)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        rank, ranks = _ranks(self.rank, self.world_size)
+        shard, shards = _shard(rank, ranks)
+        first, left = self.cursor.begin_pass()
+        start, count, step = shard_window(first, left, shard, shards)
+        if count < 0:
+            return
+        in_process = get_worker_info() is None
+        with self._client() as client:
+            for item in self._read(client, start, count, step):
+                if in_process:  # consumed once handed over (the consumer's own order)
+                    self.cursor.consumed(item["index"], ranks)
+                yield item
+
+    def state_dict(self, last_index: int | None = None) -> dict[str, Any]:
+        """The resume state (JSON-able). Without ``last_index``: the items this process
+        iterated; with DataLoader workers pass the ``index`` of the last item consumed."""
+        return self.cursor.state_dict(None if last_index is None else int(last_index), _ranks(self.rank, self.world_size)[1])
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the state's next index (a state of this request and window only)."""
+        self.cursor.load_state_dict(state)
+
+
+class EpisodeDataset(_Resumable):
     """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request."""
+
+    kind = "episodes"
 
     def __init__(
         self,
@@ -71,28 +150,23 @@ class EpisodeDataset(IterableDataset):
         prefetch: int = 2,
         client_options: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
-        self.address = address
         self.spec = spec
-        self.start = start
-        self.count = count
-        self.rank = rank
-        self.world_size = world_size
         self.prefetch = prefetch
-        self.client_options = dict(client_options or {})
+        super().__init__(address, spec.to_request(), start, count, rank, world_size, client_options)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        shard, shards = _shard(self.rank, self.world_size)
-        start, count, step = shard_window(self.start, self.count, shard, shards)
-        if count < 0:
-            return
-        with SamplerClient(self.address, prefetch=self.prefetch, **self.client_options) as client:
-            for episode in client.episodes(self.spec, start, count, step):
-                yield episode_to_torch(episode)
+    def _client(self) -> SamplerClient:
+        return SamplerClient(self.address, prefetch=self.prefetch, **self.client_options)
+
+    def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[dict[str, Any]]:
+        for episode in client.episodes(self.spec, start, count, step):
+            yield episode_to_torch(episode)
 
 
-class BatchDataset(IterableDataset):
-    """Plain labelled batches of a split (non-episodic training), sharded like episodes."""
+class BatchDataset(_Resumable):
+    """Plain labelled batches of a split (non-episodic training), sharded like episodes.
+    ``source``: a store name or source kind; ``preset``: whose class splits apply."""
+
+    kind = "batches"
 
     def __init__(
         self,
@@ -105,27 +179,25 @@ class BatchDataset(IterableDataset):
         start: int = 0,
         count: int = 0,
         image_size: int = 84,
+        resize: str = "bilinear",
+        preset: str = "",
         rank: int | None = None,
         world_size: int | None = None,
         client_options: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
-        self.address, self.source, self.split, self.batch_size = address, source, split, batch_size
-        self.seed, self.start, self.count, self.image_size = seed, start, count, image_size
-        self.rank, self.world_size = rank, world_size
-        self.client_options = dict(client_options or {})
+        self.source, self.split, self.batch_size = source, split, batch_size
+        self.seed, self.image_size, self.resize, self.preset = seed, image_size, resize, preset
+        request = batch_request(source, split, batch_size, seed=seed, image_size=image_size, resize=resize,
+                                preset=preset)
+        super().__init__(address, request, start, count, rank, world_size, client_options)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        shard, shards = _shard(self.rank, self.world_size)
-        start, count, step = shard_window(self.start, self.count, shard, shards)
-        if count < 0:
-            return
-        with SamplerClient(self.address, **self.client_options) as client:
-            for batch in client.batches(self.source, self.split, self.batch_size, self.seed, start, count, step,
-                                        image_size=self.image_size):
-                yield _batch_to_torch(batch)
+    def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[dict[str, Any]]:
+        for batch in client.batches(self.source, self.split, self.batch_size, self.seed, start, count, step,
+                                    image_size=self.image_size, resize=self.resize, preset=self.preset):
+            yield batch_to_torch(batch)
 
 
-def _batch_to_torch(batch: BatchArrays) -> dict[str, Any]:
+def batch_to_torch(batch: BatchArrays) -> dict[str, Any]:
+    """A batch as the dict ``BatchDataset`` yields."""
     return {"images": _tensor(batch.images), "labels": _tensor(batch.labels), "index": batch.index,
             "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}

@@ -47,7 +47,7 @@ def test_tf_signature_is_complete(served):
     assert signature["support_images"].shape.as_list() == [None, 24, 24, 3]
     assert signature["query_labels"].dtype == tf.int64
     assert set(signature) == {"support_images", "support_labels", "query_images", "query_labels", "index",
-                              "fingerprint", "source", "ways"}
+                              "fingerprint", "source", "ways", "request"}
 
 
 def test_each_adapter_imports_only_its_framework():

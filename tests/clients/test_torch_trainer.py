@@ -47,7 +47,7 @@ def test_protonet_learns_and_its_reports_land(served, tmp_path):
                    "--eval-episodes", "20", "--report-batch", "8", "--seed", "0")
     assert summary["start_index"] == 0 and summary["next_index"] == 60
     train = summary["train"]
-    assert train["steps"] == 60 and train["episodes_per_s"] > 0 and 0 <= train["data_wait_fraction"] < 1
+    assert train["steps"] == 60 and train["steps_per_s"] > 0 and 0 <= train["data_wait_fraction"] < 1
     result = summary["eval"]["folder"]
     assert result["episodes"] == 20
     assert result["mean_accuracy"] > 2 * result["mean_chance"], result  # seeds 0-4 give 0.51-0.69, chance 0.19
@@ -82,7 +82,7 @@ def test_resumed_run_continues_at_the_next_index(served, tmp_path, capfd):
     assert (second["start_index"], second["next_index"], second["train"]["steps"]) == (10, 20, 10)
     assert "resumed from" in capfd.readouterr().err
     state = torch.load(checkpoints / CHECKPOINT)
-    assert state["next_index"] == 20 and state["config"]["train_episodes"] == 20
+    assert state["next_index"] == 20 and state["resume"]["backbone"] == "conv4"
 
     # --eval-only evaluates that checkpoint without training
     only = _run(served, "torch-resume-eval", tmp_path, *common[:-2], "--eval-only", "--eval-episodes", "3")
@@ -102,6 +102,7 @@ def test_baseline_trains_on_batches_and_reports(served, tmp_path):
     summary = _run(served, "torch-baseline", tmp_path, "--model", "baseline", "--sources", "folder",
                    "--train-steps", "30", "--batch-size", "32", "--eval-episodes", "10")
     assert summary["train"]["unit"] == "batch" and summary["train"]["steps"] == 30
+    assert summary["train"]["start_index"] == 0 and summary["next_index"] == 30
     assert summary["eval"]["folder"]["episodes"] == 10
     assert summary["eval"]["folder"]["mean_accuracy"] > summary["eval"]["folder"]["mean_chance"]
     assert [r.index for r in _stored(served, "torch-baseline")] == list(range(10))

@@ -1,0 +1,478 @@
+"""One run of a trainer, framework-free: the part the PyTorch and TensorFlow trainers share.
+
+``run_main(framework, argv)`` parses the trainer command line (``clients.trainer_args``),
+checks the named sources with the server, builds the framework's model, resumes
+from its checkpoint, trains, evaluates test episodes one source at a time,
+reports every evaluated episode (``clients.reporting.Reporter``), logs progress on
+stderr, prints the summary and writes it as JSON (``RunSummary``, one schema for
+both frameworks). A framework supplies only a ``Framework``: model, training step,
+evaluation forward pass and checkpoint files.
+
+Guarantees:
+
+- Resume is exact. Training item i is the server's pure function of (request, seed,
+  i): episode i, or for the baseline batch t // S of source t % S (S sources). A
+  checkpoint holds the model, the optimizer and the next index, and records the
+  arguments that fix the model and that sequence (``RESUME_KEYS``); resuming with
+  other values is refused (exit 2) rather than silently mixed. On any fault the
+  progress made since the last checkpoint is saved before the run ends.
+- Names are the server's: source names (store names or kinds) and the preset go to
+  the server unchanged and are checked there before anything runs.
+- Reports are repeatable: evaluating the same checkpoint again reports identical
+  results, which the server acknowledges as duplicates. The run configuration
+  (``trainer_args.run_config``: what defines the results, not how the run was
+  operated) is sent with the reports; the server keeps the first one of a run.
+- Faults end cleanly, as one line on stderr: exit 2 for bad local input, 3 for a
+  server fault (unreachable after retries, an unknown source, a refused request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clients.core import EpisodeArrays, EpisodeSpec, Reporter, RetryPolicy, SamplerClient, SamplerClientError
+from clients.trainer_args import eval_sources, parse_args, run_config
+from sampler_server.metrics.intervals import mean_ci95
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+EXIT_BAD_INPUT = 2
+EXIT_SERVER = 3
+# The arguments that fix the model and the training sequence: a checkpoint resumes only under the same values.
+RESUME_KEYS = ("framework", "model", "backbone", "image_size", "sources", "preset", "seed", "ways", "shots", "query",
+               "batch_size")
+EVAL_KEYS = ("framework", "model", "backbone", "image_size")  # what --eval-only must match
+_PLURAL = {"episode": "episodes", "batch": "batches"}
+
+
+class UsageError(Exception):
+    """Bad local input found after parsing (a checkpoint, a device): one line, exit 2."""
+
+
+# ---- the summary: one schema for both frameworks ------------------------------------------
+
+
+@dataclass
+class TrainSummary:
+    unit: str                    # "episode" (protonet) or "batch" (baseline)
+    start_index: int             # the index training (re)started at
+    next_index: int              # the index a resumed run would start at
+    steps: int = 0               # items trained on in this run
+    seconds: float = 0.0         # whole steps: waiting for data + compute
+    steps_per_s: float = 0.0
+    images: int = 0
+    images_per_s: float = 0.0
+    data_wait_seconds: float = 0.0
+    first_wait_seconds: float = 0.0  # the first item's wait holds the stream's start-up
+    data_wait_fraction: float = 0.0
+    final_loss: float | None = None  # mean training loss over the last --log-every steps
+
+
+@dataclass
+class EvalSummary:
+    source: str                  # the source kind the episodes came from
+    split: str
+    episodes: int
+    mean_accuracy: float
+    ci95: float | None           # ``intervals.mean_ci95``: None for one episode
+    mean_loss: float
+    mean_chance: float           # mean of 1 / ways
+    stored: int                  # reports the server stored new
+    duplicates: int              # reports it already held (a repeated evaluation)
+    seconds: float
+    episodes_per_s: float
+
+
+@dataclass
+class RunSummary:
+    run: str
+    framework: str
+    model: str
+    backbone: str
+    device: str
+    precision: str
+    parameter_count: int
+    resumed_from: str | None     # the checkpoint this run started from
+    start_index: int
+    next_index: int
+    train: TrainSummary
+    eval: dict[str, EvalSummary] = field(default_factory=dict)  # by the name given in --eval-sources
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+
+# ---- what a framework supplies --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One baseline training step: images uint8 [B, S, S, 3], labels int64 [B] over the
+    union of the training sources' train classes."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+
+class Framework:
+    """The framework part of a trainer. ``build`` seeds and builds the model (with a linear
+    head over ``num_classes`` classes for the baseline); ``train_step`` takes an
+    ``EpisodeArrays`` (protonet) or a ``Batch`` (baseline) and returns (loss, accuracy);
+    ``evaluate`` returns an episode's query predictions and loss in inference mode."""
+
+    name = ""
+    device = ""
+    precision = "float32"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def build(self, num_classes: int) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Run-configuration entries: versions, device, parameter counts."""
+        raise NotImplementedError
+
+    def parameter_count(self) -> int:
+        raise NotImplementedError
+
+    def checkpoint(self) -> tuple[str, dict[str, Any]] | None:
+        """(path, resume config stored with it) of the latest checkpoint, without loading it."""
+        raise NotImplementedError
+
+    def restore(self, path: str) -> int:
+        """Load the checkpoint at ``path`` (only the embedding under --eval-only); the next index."""
+        raise NotImplementedError
+
+    def save(self, next_index: int, resume: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def train_step(self, item: Any) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
+        raise NotImplementedError
+
+    def episode_items(self, spec: EpisodeSpec, start: int, count: int,
+                      options: dict[str, Any]) -> Iterator[tuple[int, Any, int]] | None:
+        """Optionally, the training episodes as (index, step input, images); None = from
+        ``SamplerClient`` in this process."""
+        return None
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        """(exit status, one line) for a framework error a run can end with, else None."""
+        return None
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Timer:
+    summary: TrainSummary
+    window: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    accuracies: list[float] = field(default_factory=list)
+
+    def add(self, wait: float, total: float, images: int, loss: float, accuracy: float) -> None:
+        s = self.summary
+        if s.steps == 0:
+            s.first_wait_seconds = wait
+        s.steps += 1
+        s.images += images
+        s.data_wait_seconds += wait
+        s.seconds += total
+        self.window.append(total)
+        self.losses.append(loss)
+        self.accuracies.append(accuracy)
+
+    def finish(self, log_every: int) -> TrainSummary:
+        s = self.summary
+        if s.seconds > 0:
+            s.steps_per_s = s.steps / s.seconds
+            s.images_per_s = s.images / s.seconds
+            s.data_wait_fraction = s.data_wait_seconds / s.seconds
+        s.seconds, s.data_wait_seconds, s.first_wait_seconds = (round(s.seconds, 3), round(s.data_wait_seconds, 3),
+                                                                round(s.first_wait_seconds, 3))
+        s.final_loss = float(np.mean(self.losses[-log_every:])) if self.losses else None
+        return s
+
+
+class Run:
+    """One trainer run over one ``Framework``; ``execute`` returns the summary."""
+
+    def __init__(self, framework: Framework, log: Callable[[str], None]) -> None:
+        self.framework = framework
+        self.args = args = framework.args
+        self.log = log
+        self.options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout}
+        self.protonet = args.model == "protonet"
+        self.unit = "episode" if self.protonet else "batch"
+        self.class_counts: list[int] = []
+        self.next_index = 0
+
+    def client(self, prefetch: int = 2) -> SamplerClient:
+        return SamplerClient(self.args.server, prefetch=prefetch, **self.options)
+
+    # ---- set-up: names checked by the server before anything runs -------------------------
+
+    def check_names(self) -> None:
+        args = self.args
+        with self.client() as client:
+            if args.preset:
+                client.list_sources(args.preset)  # INVALID_ARGUMENT for an unknown preset
+            train = list(args.sources or ()) if not args.eval_only else []
+            for name in train:
+                described = client.describe_source(name, args.preset or "")
+                if not self.protonet:
+                    count = sum(1 for c in described.classes if c.split == pb.SPLIT_TRAIN)
+                    if count == 0:
+                        raise SamplerClientError(f"source {name!r} has no train classes to train the baseline on")
+                    self.class_counts.append(count)
+            for name in eval_sources(args) if args.eval_episodes else ():
+                if name not in train:
+                    client.describe_source(name, args.preset or "")
+
+    def resume_config(self) -> dict[str, Any]:
+        return {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
+
+    def restore(self) -> str | None:
+        args = self.args
+        found = self.framework.checkpoint()
+        if found is None:
+            if args.eval_only:
+                raise UsageError(f"argument --eval-only: no checkpoint in {args.checkpoint_dir}")
+            return None
+        path, stored = found
+        wanted = json.loads(json.dumps(self.resume_config()))
+        keys = EVAL_KEYS if args.eval_only else RESUME_KEYS
+        differences = [f"--{key.replace('_', '-')} {stored.get(key)!r} there, {wanted[key]!r} here"
+                       for key in keys if stored.get(key) != wanted[key]]
+        if differences:
+            raise UsageError(f"checkpoint {path} was made with other settings ({'; '.join(differences)}); "
+                             "use another --checkpoint-dir")
+        self.next_index = self.framework.restore(path)
+        return path
+
+    def config(self) -> dict[str, Any]:
+        return run_config(self.args, {**self.framework.describe(), "framework": self.framework.name,
+                                      "baseline_classes": self.class_counts, "trained_to_index": self.next_index})
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def _episodes(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
+        args = self.args
+        spec = EpisodeSpec(sources=tuple(args.sources or ()), preset=args.preset or "", split="train",
+                           seed=args.seed, image_size=args.image_size, ways=args.ways, shots=args.shots,
+                           query=args.query)
+        items = self.framework.episode_items(spec, start, total - start, self.options)
+        if items is not None:
+            yield from items
+            return
+        with self.client(prefetch=4) as client:
+            stream = client.episodes(spec, start, total - start)
+            try:
+                for episode in stream:
+                    yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
+            finally:
+                stream.close()  # type: ignore[attr-defined]
+
+    def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
+        """Step t takes batch t // S of source t % S (S sources), its labels offset by the
+        classes of the sources before it, so one head spans the union of the train classes."""
+        args, names, classes = self.args, list(self.args.sources), self.class_counts
+        period = len(names)
+        offsets = np.cumsum([0, *classes[:-1]])
+        clients = [self.client() for _ in names]
+        streams: list[Iterator[Any] | None] = []
+        for residue, (client, name) in enumerate(zip(clients, names, strict=True)):
+            first = steps_before(start, residue, period)
+            count = steps_before(total, residue, period) - first
+            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed, start=first, count=count,
+                                          image_size=args.image_size, preset=args.preset or "")
+                           if count > 0 else None)
+        try:
+            for position in range(start, total):
+                residue = position % period
+                stream = streams[residue]
+                assert stream is not None
+                batch = next(stream)
+                if batch.index != position // period or batch.num_classes != classes[residue]:
+                    raise SamplerClientError(f"{names[residue]}: batch {batch.index} of {batch.num_classes} classes, "
+                                             f"expected batch {position // period} of {classes[residue]}")
+                yield position, Batch(batch.images, batch.labels + offsets[residue]), len(batch.images)
+        finally:
+            for stream in streams:
+                if stream is not None:
+                    stream.close()  # type: ignore[attr-defined]
+            for client in clients:
+                client.close()
+
+    def train(self) -> TrainSummary:
+        args, framework = self.args, self.framework
+        total = args.train_episodes if self.protonet else args.train_steps
+        start = self.next_index
+        timer = _Timer(TrainSummary(self.unit, start, start))
+        if start >= total:
+            self.log(f"nothing to train: the checkpoint is at {self.unit} {start}, the run ends at {total}")
+            return timer.finish(args.log_every)
+        self.log(f"training {args.model} {args.backbone} on {framework.device}, {_PLURAL[self.unit]} "
+                 f"{start}..{total - 1}")
+        items = self._episodes(start, total) if self.protonet else self._batches(start, total)
+        saved = start
+        try:
+            for position in range(start, total):
+                began = time.perf_counter()
+                index, item, images = next(items)
+                fetched = time.perf_counter()
+                if index != position:
+                    raise SamplerClientError(f"training stream sent {self.unit} {index}, expected {position}")
+                loss, accuracy = framework.train_step(item)
+                timer.add(fetched - began, time.perf_counter() - began, images, loss, accuracy)
+                self.next_index = timer.summary.next_index = done = position + 1
+                if done % args.checkpoint_every == 0 or done == total:
+                    framework.save(done, self.resume_config())
+                    saved = done
+                if done % args.log_every == 0 or done == total:
+                    recent = timer.window[-args.log_every:]
+                    self.log(f"{self.unit} {done}/{total}: loss {np.mean(timer.losses[-args.log_every:]):.4f}, "
+                             f"accuracy {np.mean(timer.accuracies[-args.log_every:]):.3f}; "
+                             f"{len(recent) / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
+                             f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
+        finally:
+            if self.next_index != saved:  # a fault mid-run keeps the progress made
+                framework.save(self.next_index, self.resume_config())
+            items.close()  # type: ignore[attr-defined]
+        return timer.finish(args.log_every)
+
+    # ---- evaluation and reports ---------------------------------------------------------------
+
+    def evaluate(self) -> dict[str, EvalSummary]:
+        """Every eval source, one at a time: --eval-episodes episodes each, all reported."""
+        args = self.args
+        config = self.config()
+        results: dict[str, EvalSummary] = {}
+        with self.client(prefetch=4) as client, self.client() as report_client:
+            for name in eval_sources(args):
+                spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split=args.eval_split,
+                                   seed=args.eval_seed, image_size=args.image_size)
+                accuracies: list[float] = []
+                losses: list[float] = []
+                chances: list[float] = []
+                kind = name
+                began = time.perf_counter()
+                with Reporter(report_client, args.run, run_config=config, batch=args.report_batch) as reporter:
+                    for episode in client.episodes(spec, 0, args.eval_episodes):
+                        predictions, loss = self.framework.evaluate(episode)
+                        accuracies.append(reporter.add(episode, predictions, {"loss": loss}))
+                        losses.append(loss)
+                        chances.append(1.0 / episode.ways)
+                        kind = episode.source
+                if len(accuracies) != args.eval_episodes:
+                    raise SamplerClientError(f"evaluation stream of {name!r} ended after {len(accuracies)} episodes")
+                seconds = time.perf_counter() - began
+                mean, ci95 = mean_ci95(accuracies)
+                results[name] = EvalSummary(
+                    source=kind, split=args.eval_split, episodes=len(accuracies), mean_accuracy=mean, ci95=ci95,
+                    mean_loss=float(np.mean(losses)), mean_chance=float(np.mean(chances)), stored=reporter.stored,
+                    duplicates=reporter.duplicates, seconds=round(seconds, 3),
+                    episodes_per_s=len(accuracies) / seconds if seconds > 0 else 0.0)
+                self.log(f"eval {name} ({kind}) {args.eval_split}: accuracy {mean:.4f} ± {_ci(ci95)} over "
+                         f"{len(accuracies)} episodes (chance {results[name].mean_chance:.3f}); reported "
+                         f"{reporter.stored} new, {reporter.duplicates} again as run {args.run!r}")
+        return results
+
+    # ---- all of it ------------------------------------------------------------------------------
+
+    def execute(self) -> RunSummary:
+        args, framework = self.args, self.framework
+        self.check_names()
+        framework.build(sum(self.class_counts))
+        resumed_from = self.restore()
+        start = self.next_index
+        self.log(f"run {args.run}: {args.model} on {args.backbone} ({framework.parameter_count()} parameters), "
+                 f"{framework.device}, server {args.server}"
+                 + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
+                    if resumed_from else ""))
+        train = TrainSummary(self.unit, start, start) if args.eval_only else self.train()
+        results = self.evaluate() if args.eval_episodes else {}
+        return RunSummary(
+            run=args.run, framework=framework.name, model=args.model, backbone=args.backbone, device=framework.device,
+            precision=framework.precision, parameter_count=framework.parameter_count(), resumed_from=resumed_from,
+            start_index=start, next_index=self.next_index, train=train, eval=results)
+
+
+def steps_before(limit: int, residue: int, period: int) -> int:
+    """How many t in [0, limit) have t % period == residue."""
+    return max(0, -(-(limit - residue) // period))
+
+
+def _ci(ci95: float | None) -> str:
+    return f"{ci95:.4f}" if ci95 is not None else "n/a (one episode)"
+
+
+def format_summary(summary: RunSummary) -> str:
+    """The run summary as the few lines printed on stdout."""
+    train = summary.train
+    lines = [f"run {summary.run}: {summary.framework} {summary.model} {summary.backbone} on {summary.device}, "
+             f"{summary.parameter_count} parameters, {train.unit}s {summary.start_index}..{summary.next_index}"]
+    if train.steps:
+        plural = _PLURAL[train.unit]
+        lines.append(f"  train: {train.steps} {plural} in {train.seconds:.1f} s = {train.steps_per_s:.2f} {plural}/s "
+                     f"({train.images_per_s:.0f} images/s), data wait {train.data_wait_fraction:.1%} of step time")
+    for name, result in summary.eval.items():
+        lines.append(f"  eval {name} ({result.split}): accuracy {result.mean_accuracy:.4f} ± {_ci(result.ci95)} "
+                     f"(chance {result.mean_chance:.3f}, loss {result.mean_loss:.4f}, {result.episodes} episodes)")
+    return "\n".join(lines)
+
+
+def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework],
+             argv: Sequence[str] | None = None) -> int:
+    """Parse, run and report one trainer run; the exit status (0 ok, 2 bad input, 3 server
+    fault, 130 interrupted; a framework may map its own errors, e.g. out of memory, to 1)."""
+    prog = f"python -m clients.{framework_name}"
+    try:
+        args = parse_args(framework_name, argv)
+    except SystemExit as stop:  # --help (0) or a one-line argument error (2), already printed
+        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
+
+    def log(message: str) -> None:
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def fail(message: str) -> None:
+        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+    framework: Framework | None = None
+    try:
+        framework = make(args)
+        summary = Run(framework, log).execute()
+    except UsageError as error:
+        fail(str(error))
+        return EXIT_BAD_INPUT
+    except SamplerClientError as error:
+        fail(f"server {args.server}: {error}")
+        return EXIT_SERVER
+    except KeyboardInterrupt:
+        fail("interrupted" + (f"; progress saved in {args.checkpoint_dir}" if args.checkpoint_dir else ""))
+        return 130
+    except Exception as error:
+        mapped = framework.classify(error) if framework is not None else None
+        if mapped is None:
+            raise
+        fail(mapped[1])
+        return mapped[0]
+    print(format_summary(summary), flush=True)
+    if args.json_summary:
+        path = Path(args.json_summary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(summary.to_json())
+    return 0
