@@ -21,6 +21,8 @@ What the converter applies, and why:
   a 0-based half-open box, so MD's crops lose the box's first column and first row. We
   keep that convention, ``Derivation(crop=(xmin, ymin, xmax, ymax))``, so records match
   MD's pixel for pixel. The file's numbers are kept in the record metadata as ``bbox``.
+  Crops are stored as the reference writes them, RGB JPEG at quality 75
+  (``--lossless-derived``: PNG).
 - Splits: ``--class-splits`` (MD's ``aircraft_splits.json``) or the default 70/15/15 rule.
 """
 

@@ -23,6 +23,8 @@ What the converter applies, and why (facts checked against the MD reference conv
   right = min(round(x + w - 0.5) + 1, width), lower = min(round(y + h - 0.5) + 1, height),
   with Python 3's ``round`` (halves to even), the float operations in the reference's
   order. The image size is the one its 'images' entry gives, so no file is opened here.
+  Crops are stored as the reference writes them, RGB JPEG at quality 75
+  (``--lossless-derived``: PNG).
 - A box of zero width or height still yields a crop one pixel wide or high (the
   reference keeps those). A crop that is empty after clipping (a box wholly outside its
   image) makes the reference skip the annotation; we skip it too and count it in the

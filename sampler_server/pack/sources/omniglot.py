@@ -18,7 +18,10 @@ What the converter applies, and why:
   Ojibwe, Inuktitut, Tagalog and Alphabet_of_the_Magi. A split file is therefore
   not accepted.
 - Images are inverted when written (``Derivation(invert=True)``), as the reference
-  does, so stored images have the opposite polarity of the original drawings.
+  does, so stored images have the opposite polarity of the original drawings. They
+  are stored as the reference stores them, RGB JPEG at quality 75 (its lossy
+  re-encoding is part of its pixels: p99 16, max 45 levels from the lossless drawing
+  at 105 px); ``--lossless-derived`` stores greyscale PNG instead.
 - Images within a character are in file-name order; classes in the canonical
   order (split, then name).
 """

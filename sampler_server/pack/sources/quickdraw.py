@@ -11,8 +11,10 @@ What the converter applies, and why:
 - One class per file, named by the file name before its first ``.`` (the
   reference's names, which the official split file uses).
 - One record per row (``Derivation(npy_row=i)``, origin ``<file>#<i>``), in row
-  order; the pipeline turns the row into a 28x28 greyscale PNG on a worker. Pixels
-  are NOT inverted: the reference keeps the bitmaps' polarity.
+  order; the pipeline turns the row into a 28x28 image on a worker, stored as the
+  reference stores it (RGB JPEG at quality 75; greyscale PNG with
+  ``--lossless-derived``). Pixels are NOT inverted: the reference keeps the bitmaps'
+  polarity.
 - Only each file's .npy header is read when planning, so listing a class never
   loads its array; a file whose header is not a 2-D uint8 (or bool) array of
   square bitmaps is an input error. A truncated data section fails row by row when

@@ -18,8 +18,9 @@ What the converter applies, and why:
   ``--labels FILE`` (``#`` comment lines, then one name per line in class-id
   order), else from ``--class-splits`` entries matched by their numeric prefix,
   else the name is just ``'%02d'``.
-- Whole images are stored as they are (PPM bytes): Meta-Dataset does not crop to
-  the region of interest. The ROI from the CSV goes into each record's metadata
+- Whole images, not cropped to the region of interest (Meta-Dataset does not crop).
+  The reference re-encodes every non-JPEG file as RGB JPEG at quality 75, so the
+  PPMs are stored that way; ``--lossless-derived`` keeps the PPM bytes. The ROI from the CSV goes into each record's metadata
   (``roi`` = [x1, y1, x2, y2]) for anyone who wants it.
 - All classes are test by default (Traffic Signs is evaluation-only in MD).
 - The CSV is read when planning: a missing or malformed one, a row naming an
