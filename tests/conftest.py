@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,26 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
 
+OPT_OUT_VARIABLE = "SAMPLER_TESTS_WITHOUT_SHARED"
+"""Set to 1 to skip, instead of fail, the tests that read ../shared/reference (CI always has it)."""
+
+
+def require_reference(relative: str | Path = "") -> Path:
+    """The path under ../shared/reference a test reads. Missing, the test FAILS (CI always
+    has ../shared beside the repo, so a skip there would let the test pass vacuously),
+    unless $SAMPLER_TESTS_WITHOUT_SHARED=1 says this checkout deliberately has none."""
+    path = SHARED_REFERENCE / relative
+    if path.exists():
+        return path
+    message = f"{path} is missing: CI provides ../shared beside the repo"
+    if os.environ.get(OPT_OUT_VARIABLE) == "1":
+        pytest.skip(f"{message} ({OPT_OUT_VARIABLE}=1)")
+    pytest.fail(f"{message}; set {OPT_OUT_VARIABLE}=1 to skip the tests that read it")
+
+
 @pytest.fixture(scope="session")
 def shared_reference() -> Path:
-    if not SHARED_REFERENCE.is_dir():
-        pytest.fail(f"{SHARED_REFERENCE} is missing: CI provides ../shared beside the repo")
-    return SHARED_REFERENCE
+    return require_reference()
 
 
 def generate_fixture(source: str, root: Path, **kwargs: Any) -> Fixture:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+from conftest import require_reference
+
 from sampler_server.core.config import EpisodeConfig
 from sampler_server.core.sampling import (
     ClassStructure,
@@ -127,11 +129,10 @@ def spec_with_split(
     )
 
 
-def reference_spec(name: str) -> DatasetSpec | None:
-    """A spec with the reference's per-class image counts and splits (None when ../shared is absent)."""
-    path = MD_SPECS / f"{name}_dataset_spec.json"
-    if not path.is_file():
-        return None
+def reference_spec(name: str) -> DatasetSpec:
+    """A spec with the reference's per-class image counts and splits (``require_reference``:
+    a missing ../shared fails the test unless the opt-out variable is set)."""
+    path = require_reference(f"md_specs/{name}_dataset_spec.json")
     data = json.loads(path.read_text())
     counts = {int(k): int(v) for k, v in data["images_per_class"].items()}
     if "classes_per_split" in data:
@@ -150,11 +151,9 @@ def reference_spec(name: str) -> DatasetSpec | None:
     )
 
 
-def ilsvrc_manifest() -> SimpleNamespace | None:
+def ilsvrc_manifest() -> SimpleNamespace:
     """A manifest-like object with the 1000 ILSVRC-2012 wnids and their image counts, split None."""
-    path = MD_SPECS / "ilsvrc_2012_num_leaf_images.json"
-    if not path.is_file():
-        return None
+    path = require_reference("md_specs/ilsvrc_2012_num_leaf_images.json")
     images = json.loads(path.read_text())
     classes, start = [], 0
     for index, wnid in enumerate(sorted(images)):

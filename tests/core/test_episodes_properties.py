@@ -164,9 +164,8 @@ def test_imagenet_like_within_one_node(spec: DatasetSpec, probability: float, se
 
 
 @functools.cache
-def _ilsvrc(variant: str) -> DatasetSpec | None:
-    manifest = ilsvrc_manifest()
-    return None if manifest is None else imagenet_spec(manifest, variant=variant)
+def _ilsvrc(variant: str) -> DatasetSpec:
+    return imagenet_spec(ilsvrc_manifest(), variant=variant)
 
 
 @functools.cache
@@ -178,8 +177,6 @@ def _reference(name: str) -> DatasetSpec | None:
 @given(split=splits, seed=seeds, index=indices)
 def test_real_imagenet_episodes_inside_one_eligible_node(split: Split, seed: int, index: int) -> None:
     spec = _ilsvrc("md")
-    if spec is None:
-        pytest.skip("reference ILSVRC counts absent")
     config = EpisodeConfig()
     sampler = EpisodeSampler(spec, split, config)
     for offset in range(5):
@@ -197,8 +194,6 @@ def test_real_imagenet_episodes_inside_one_eligible_node(split: Split, seed: int
 )
 def test_reference_class_sizes(name: str, split: Split, seed: int, index: int) -> None:
     spec = _reference(name)
-    if spec is None:
-        pytest.skip("reference dataset specs absent")
     if not spec.classes_in(split):
         return
     _check_indices(spec, split, EpisodeConfig(), seed, index)

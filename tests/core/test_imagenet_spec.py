@@ -8,6 +8,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+from conftest import require_reference
 from episode_checks import ilsvrc_manifest
 
 from sampler_server.core.config import EpisodeConfig
@@ -18,7 +19,9 @@ from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument
 from sampler_server.store.manifest import ClassInfo
 
-pytestmark = pytest.mark.skipif(ilsvrc_manifest() is None, reason="reference ILSVRC counts absent")
+@pytest.fixture(autouse=True, scope="module")
+def _reference_counts() -> None:
+    require_reference("md_specs/ilsvrc_2012_num_leaf_images.json")  # fails when ../shared is absent
 
 
 @functools.cache

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import require_reference
+
 from sampler_server.core.hierarchy import Split
 from sampler_server.core.hierarchy.imagenet import (
     ENTITY_WNID,
@@ -26,7 +28,9 @@ from sampler_server.errors import InvalidArgument
 REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference"
 LEAF_IMAGES = REFERENCE / "md_specs" / "ilsvrc_2012_num_leaf_images.json"
 
-pytestmark = pytest.mark.skipif(not LEAF_IMAGES.is_file(), reason=f"reference data {LEAF_IMAGES} absent")
+@pytest.fixture(autouse=True, scope="module")
+def _reference_counts() -> None:
+    require_reference("md_specs/ilsvrc_2012_num_leaf_images.json")  # fails when ../shared is absent
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import require_reference
+
 from sampler_server.core.hierarchy import Split
 from sampler_server.core.hierarchy.omniglot import OmniglotFolder, build_omniglot_split, omniglot_class_name
 from sampler_server.errors import InvalidArgument
@@ -33,7 +35,7 @@ def _real_omniglot() -> list[tuple[str, str, str]]:
     The reference spec numbers superclasses train (25), valid (5), test (20) and lists
     classes superclass by superclass; train and valid alphabets are the background ones.
     """
-    spec = json.loads(SPEC.read_text())
+    spec = json.loads(require_reference(SPEC.relative_to(REFERENCE)).read_text())
     counts = spec["classes_per_superclass"]
     names = [spec["class_names"][str(i)] for i in range(len(spec["class_names"]))]
     background = spec["superclasses_per_split"]["TRAIN"] + spec["superclasses_per_split"]["VALID"]
@@ -48,7 +50,6 @@ def _real_omniglot() -> list[tuple[str, str, str]]:
     return rows
 
 
-@pytest.mark.skipif(not SPEC.is_file(), reason=f"reference data {SPEC} absent")
 def test_real_omniglot_splits_25_5_20_alphabets_883_81_659_characters() -> None:
     rows = _real_omniglot()
     assert len(rows) == 1623
@@ -67,7 +68,6 @@ def test_real_omniglot_splits_25_5_20_alphabets_883_81_659_characters() -> None:
         assert all(list(a.characters) == sorted(a.characters) for a in alphabets)
 
 
-@pytest.mark.skipif(not SPEC.is_file(), reason=f"reference data {SPEC} absent")
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_result_ignores_input_order(seed: int) -> None:
