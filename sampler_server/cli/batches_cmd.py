@@ -6,8 +6,9 @@ for the same request (record ids, labels, epoch, fingerprint), one JSON object p
 batch with ``--json``. ``--preset`` names the benchmark variant whose class splits
 apply (md-v1, the default, or md-v2): only WordNet-split stores (ILSVRC-2012)
 differ, 712 train classes under md-v1 and all 1000 under md-v2. ``--image-size``
-only picks the store when a source kind is served by several (as the server does:
-one packed raw at that size first). Only manifests are read.
+and ``--resize`` only pick the store when a source kind is served by several (as
+the server does: one packed raw at that size and method first). Only manifests
+are read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sampler_server.core.sampling.plan import parse_split
 from sampler_server.core.sampling.presets import IMAGENET_SPLIT, Benchmark
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.errors import InvalidArgument
+from sampler_server.imaging import ResizeMethod
 from sampler_server.store.manifest import load_manifest
 from sampler_server.store.naming import StoreName, pick_store
 
@@ -50,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="benchmark variant whose class splits apply (default md-v1)")
     parser.add_argument("--image-size", type=int, default=DEFAULT_IMAGE_SIZE,
                         help=f"picks among stores of one source kind as the server would (default {DEFAULT_IMAGE_SIZE})")
+    parser.add_argument("--resize", default=ResizeMethod.BILINEAR.value, choices=[m.value for m in ResizeMethod],
+                        help="with --image-size, picks among stores as the server would (default bilinear)")
     parser.add_argument("--json", action="store_true", help="one JSON object per batch, one per line")
     parser.set_defaults(func=run)
 
@@ -93,11 +97,8 @@ def run(args: argparse.Namespace) -> int:
     split = parse_split(args.split)
     benchmark = Benchmark(args.preset)
     manifests = {path.name: load_manifest(path) for path in find_stores(args.data)}
-    names = [
-        StoreName(name, m.source, int(m.pack_options["raw_size"]) if m.pack_options.get("raw_size") else None)
-        for name, m in manifests.items()
-    ]
-    store = pick_store(names, args.source, args.image_size, where=f" under {args.data}").name
+    names = [StoreName.of(name, m.source, m.pack_options) for name, m in manifests.items()]
+    store = pick_store(names, args.source, args.image_size, args.resize, where=f" under {args.data}").name
     spec = spec_for_manifest(manifests[store], imagenet_variant=IMAGENET_SPLIT[benchmark])
     sampler = BatchSampler(spec, split, args.batch_size, preset=benchmark.value)
     for index in range(args.index, args.index + args.count):

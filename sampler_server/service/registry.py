@@ -69,10 +69,10 @@ class StoreRegistry:
             raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
         return cls(stores)
 
-    def get(self, name: str, image_size: int | None = None) -> ServedStore:
+    def get(self, name: str, image_size: int | None = None, resize: str | None = None) -> ServedStore:
         """The store a request names: a store name or a source kind (``store.naming``)."""
-        names = [StoreName(s.name, s.source, s.raw_size) for s in self.stores.values()]
-        return self.stores[pick_store(names, name, image_size).name]
+        names = [StoreName.of(s.name, s.source, s.manifest.pack_options) for s in self.stores.values()]
+        return self.stores[pick_store(names, name, image_size, resize).name]
 
     def spec(self, name: str, preset: Benchmark | str = Benchmark.MD_V1) -> DatasetSpec:
         """The sampler spec of a store; WordNet-split stores get the class splits of ``preset``."""
@@ -95,7 +95,7 @@ class StoreRegistry:
         return spec
 
     def resolve(
-        self, names: Sequence[str], preset: str, split: Split, image_size: int
+        self, names: Sequence[str], preset: str, split: Split, image_size: int, resize: str | None = None
     ) -> tuple[dict[str, DatasetSpec], dict[str, ServedStore]]:
         """(spec by source kind, store by source kind) for a request's sources (store names
         or source kinds) or, when it names none, its preset's sources for ``split``."""
@@ -108,7 +108,7 @@ class StoreRegistry:
         specs: dict[str, DatasetSpec] = {}
         stores: dict[str, ServedStore] = {}
         for name in names:
-            store = self.get(name, image_size)
+            store = self.get(name, image_size, resize)
             if store.source in stores:
                 raise InvalidArgument(
                     f"sources: got {stores[store.source].name!r} and {name!r}, both of source {store.source!r}; "

@@ -34,7 +34,8 @@ class EpisodeReplayer:
             split = messages.split_from_wire(request.split, "request.split")
             images = messages.images_from_wire(request.images)
             config = messages.config_from_wire(request.config)
-            specs, _ = self.registry.resolve(list(request.sources), request.preset, split, images.size)
+            specs, _ = self.registry.resolve(list(request.sources), request.preset, split, images.size,
+                                             images.resize.value)
             sampler = MultiSourceSampler(specs, list(specs), split, config)
             with self._lock:
                 self._samplers[key] = sampler

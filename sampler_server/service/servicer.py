@@ -114,7 +114,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         split = messages.split_from_wire(request.split, "request.split")
         images = messages.images_from_wire(request.images)
         config = messages.config_from_wire(request.config)
-        specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size)
+        specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size,
+                                              images.resize.value)
         sampler = MultiSourceSampler(specs, list(specs), split, config)
         seed = request.seed
         preset = parse_preset(request.preset).value
@@ -228,7 +229,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         split = messages.split_from_wire(request.split, "split")
         images = messages.images_from_wire(request.images)
         benchmark = parse_preset(request.preset)
-        store = self.registry.get(request.source, images.size)
+        store = self.registry.get(request.source, images.size, images.resize.value)
         sampler = BatchSampler(self.registry.spec(store.name, benchmark), split, request.batch_size,
                                preset=benchmark.value)
         last_index = (messages.MAX_INDEX + 1) // sampler.batch_size - 1  # its last position fits an int64

@@ -217,6 +217,15 @@ def test_source_kinds_resolve_like_store_names(served, stub):
     assert _array(by_kind.support_images).tobytes() == _array(by_name.support_images).tobytes()
     described = stub.DescribeSource(pb.DescribeSourceRequest(name="image_folder"))
     assert described.summary.name == "folder"  # the encoded store: 40 px is no raw store's size
+    # at the raw store's size a kind picks it only for the method it was packed with
+    raw = _request(source="image_folder", size=32)
+    by_kind = stub.GetEpisode(pb.GetEpisodeRequest(request=raw, index=4))
+    assert _array(by_kind.support_images).tobytes() == _array(stub.GetEpisode(
+        pb.GetEpisodeRequest(request=_request(source="folder_raw32", size=32), index=4)).support_images).tobytes()
+    raw.images.resize = pb.RESIZE_METHOD_ANTIALIAS
+    antialiased = stub.GetEpisode(pb.GetEpisodeRequest(request=raw, index=4))  # the encoded store, not a refusal
+    raw.sources[:] = ["folder"]
+    assert antialiased.support_images.data == stub.GetEpisode(pb.GetEpisodeRequest(request=raw, index=4)).support_images.data
     with pytest.raises(grpc.RpcError) as caught:
         stub.GetEpisode(pb.GetEpisodeRequest(request=_request(source="nope"), index=0))
     assert "source kinds: image_folder" in caught.value.details()
