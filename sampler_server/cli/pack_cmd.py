@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, split_counts
 from sampler_server.pack.plan import ConverterOptions
+from sampler_server.pack.reference_notes import reference_warnings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,9 +68,12 @@ def run(args: argparse.Namespace) -> int:
         class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels
     )
     plan = converter.plan(args.input, converter_options)
+    warnings = reference_warnings(args.source, converter_options)
+    for line in warnings:
+        print(line, file=sys.stderr)
     summary = run_pack(plan, args.output, options)
     if args.json:
-        print(json.dumps(summary_json(summary), indent=1))
+        print(json.dumps({**summary_json(summary), "warnings": warnings}, indent=1))
     else:
         print(format_summary(summary))
     return 0

@@ -62,3 +62,24 @@ def test_help_for_every_subcommand(capsys):
             main([command, "--help"])
         assert exit_info.value.code == 0
         assert "usage: sampler-server " + command in capsys.readouterr().out
+
+
+def test_packs_without_the_official_files_warn_that_results_will_not_match(tmp_path, capsys):
+    original = tmp_path / "original"
+    _run(capsys, "fixtures", "dtd", "ilsvrc_2012", "--output", str(original))
+    code, out, err = _run(capsys, "pack", "dtd", "--input", str(original / "dtd"), "--output", str(tmp_path / "a"),
+                          "--quiet", "--json")
+    assert code == 0
+    assert "warning: dtd packed without --class-splits" in err and "will not match published" in err
+    assert "meta_dataset/dataset_conversion/splits/dtd_splits.json" in err
+    assert json.loads(out)["warnings"] == err.strip().splitlines()
+    split_file = next(original.glob("dtd*splits*.json"))
+    code, out, err = _run(capsys, "pack", "dtd", "--input", str(original / "dtd"), "--output", str(tmp_path / "b"),
+                          "--class-splits", str(split_file), "--quiet", "--json")
+    assert code == 0 and err == "" and json.loads(out)["warnings"] == []
+    ilsvrc = next(p for p in original.iterdir() if p.is_dir() and p.name != "dtd")
+    code, _, err = _run(capsys, "pack", "ilsvrc_2012", "--input", str(ilsvrc), "--output", str(tmp_path / "c"),
+                        "--quiet")
+    assert code == 0
+    assert "warning: ilsvrc_2012 packed without --duplicates" in err
+    assert "ImageNet_CUBirds_duplicates.txt" in err
