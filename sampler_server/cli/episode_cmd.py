@@ -46,9 +46,10 @@ from sampler_server.core.sampling.presets import IMAGENET_SPLIT
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument, NotFound
+from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.manifest import Manifest, load_manifest
+from sampler_server.store.naming import StoreName, pick_store
 
 MAX_COUNT = 100_000
 """Most episodes one command prints (a larger request is a typo, not a use)."""
@@ -89,7 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--ignore-hierarchy-probability", type=float, default=0.0, metavar="P",
         help="probability of sampling ImageNet/Omniglot like a flat source (default 0; 1 = never use the hierarchy)",
     )
-    parser.add_argument("--imagenet-split", help="WordNet split of ILSVRC stores: md (default) or md_v2")
+    parser.add_argument("--preset", choices=[b.value for b in Benchmark],
+                        help="benchmark variant whose class splits apply to the named sources (default md-v1)")
+    parser.add_argument("--imagenet-split", help="WordNet split of ILSVRC stores: md (default) or md_v2 "
+                        "(the same as --preset md-v1 / md-v2)")
     parser.add_argument(
         "--max-span-leaves", type=int, metavar="N",
         help=f"ILSVRC: most leaves an eligible WordNet node spans (default {MAX_SPAN_LEAVES}, the reference's; "
@@ -153,33 +157,22 @@ def _requested_sources(source: str, split: Split) -> tuple[tuple[str, ...], str 
     return names, None
 
 
-def _manifests(data: Path, wanted: tuple[str, ...]) -> dict[str, tuple[Path, Manifest]]:
-    """The stores selected by ``wanted`` (store names first, else source names): (path, manifest) by source."""
+def _manifests(
+    data: Path, wanted: tuple[str, ...], image_size: int | None, resize: str | None
+) -> dict[str, tuple[Path, Manifest]]:
+    """The stores ``wanted`` names (store names or source kinds, resolved as the server
+    resolves them: ``store.naming``), as (path, manifest) by source kind."""
     # The reader pulls in LMDB: import it here, at the edge, and only to list stores.
     from sampler_server.store.reader import find_stores
 
-    stores = [(path, load_manifest(path)) for path in find_stores(data)]
+    stores = {path.name: (path, load_manifest(path)) for path in find_stores(data)}
+    names = [StoreName.of(name, manifest.source, manifest.pack_options) for name, (_, manifest) in stores.items()]
     out: dict[str, tuple[Path, Manifest]] = {}
-    missing = []
     for name in wanted:
-        matches = [(p, m) for p, m in stores if name in (m.name, p.name)]
-        matches = matches or [(p, m) for p, m in stores if m.source == name]
-        if not matches:
-            missing.append(name)
-            continue
-        if len(matches) > 1:
-            where = ", ".join(p.name for p, _ in matches)
-            raise InvalidArgument(f"--source: {name!r} matches {len(matches)} stores ({where}); expected one: name a store")
-        path, manifest = matches[0]
+        path, manifest = stores[pick_store(names, name, image_size, resize, where=f" under {data}").name]
         if manifest.source in out:
             raise InvalidArgument(f"--source: source {manifest.source!r} is selected more than once")
         out[manifest.source] = (path, manifest)
-    if missing:
-        available = ", ".join(sorted({m.name for _, m in stores} | {m.source for _, m in stores})) or "none"
-        raise NotFound(
-            f"--source: no packed store named or of source {', '.join(repr(m) for m in missing)} under {data}; "
-            f"available: {available}"
-        )
     return out
 
 
@@ -188,8 +181,11 @@ def run(args: argparse.Namespace) -> int:
     split = parse_split(args.split)
     config = config_from_args(args)
     names, preset = _requested_sources(args.source, split)
+    if preset and args.preset and args.preset != preset:
+        raise InvalidArgument(f"--preset: got {args.preset!r} with --source {preset!r}, expected the same or none")
+    preset = preset or args.preset
     variant = parse_variant(args.imagenet_split or (IMAGENET_SPLIT[Benchmark(preset)] if preset else "md"))
-    stores = _manifests(args.data, names)
+    stores = _manifests(args.data, names, args.image_size, args.resize)
     specs: dict[str, DatasetSpec] = {
         source: spec_for_manifest(manifest, imagenet_variant=variant) for source, (_, manifest) in stores.items()
     }

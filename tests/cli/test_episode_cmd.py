@@ -94,6 +94,28 @@ def test_encodings_do_not_change_episodes(data: Path, capsys) -> None:
     assert outputs[0] == outputs[1]
 
 
+def test_a_source_kind_names_the_store_the_server_would_pick(data: Path, capsys) -> None:
+    from sampler_server.service.registry import StoreRegistry
+
+    registry = StoreRegistry.from_data_dir(data)
+    for size, resize in ((84, "bilinear"), (32, "bilinear"), (32, "antialias")):
+        expected = registry.get("image_folder", size, resize).name
+        code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "image_folder", "--split", "train",
+                            "--seed", "2", "--image-size", str(size), "--resize", resize, "--json")
+        by_kind = _json_lines(out)
+        code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", expected, "--split", "train",
+                            "--seed", "2", "--json")
+        assert code == 0 and by_kind == _json_lines(out)
+    assert registry.get("image_folder", 32, "bilinear").name == "folder_raw32"
+    assert registry.get("image_folder", 32, "antialias").name == "folder"
+
+
+def test_preset_sets_the_class_splits_of_named_sources(data: Path, capsys) -> None:
+    common = ["episode", "--data", str(data), "--source", "ilsvrc_2012", "--seed", "4", "--split", "train", "--json"]
+    assert _run(capsys, *common, "--preset", "md-v2")[1] == _run(capsys, *common, "--imagenet-split", "md_v2")[1]
+    assert _run(capsys, *common, "--preset", "md-v1")[1] == _run(capsys, *common)[1]
+
+
 def test_fixed_ways_shots_query(data: Path, capsys) -> None:
     code, out, _ = _run(capsys, "episode", "--data", str(data), "--source", "folder", "--split", "train",
                         "--seed", "1", "--ways", "5", "--shots", "3", "--query", "4", "--count", "4", "--json")
@@ -181,9 +203,9 @@ def test_independent_of_python_hash_seed(data: Path) -> None:
         (["--source", "folder", "--seed", "-1"], "--seed: got -1, expected an integer in [0, 18446744073709551615]"),
         (["--source", "folder", "--index", "-1"], "--index: got -1, expected an integer in [0, "),
         (["--source", "folder", "--count", "0"], "--count: got 0, expected an integer in [1, 100000]"),
-        (["--source", "image_folder"], "--source: 'image_folder' matches 2 stores (folder, folder_raw32); expected one"),
-        (["--source", "nosuch"], "--source: no packed store named or of source 'nosuch' under"),
-        (["--source", "md-v1"], "--source: no packed store named or of source 'aircraft', 'cu_birds', 'dtd', 'fungi', 'mscoco', 'quickdraw', 'traffic_sign', 'vgg_flower' under"),
+        (["--source", "nosuch"], "source 'nosuch' is not served under"),
+        (["--source", "md-v1"], "source 'aircraft' is not served under"),
+        (["--source", "md-v1", "--preset", "md-v2"], "--preset: got 'md-v2' with --source 'md-v1', expected the same or none"),
         (["--source", "folder,folder_raw32"], "--source: source 'image_folder' is selected more than once"),
         (["--source", "omniglot", "--ways", "10"], "num_ways: got 10, expected at most 9 (the most candidate classes any group of source 'omniglot' split 'test'"),
         (["--source", "folder", "--imagenet-split", "v3"], "imagenet split: got 'v3', expected one of md, md_v2"),
