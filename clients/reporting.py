@@ -49,8 +49,9 @@ def _episode_fields(episode: Any) -> tuple[str, int, str, pb.EpisodeRequest | No
         return (episode.source, int(episode.index), episode.fingerprint, episode.request,
                 np.asarray(episode.query_labels), int(episode.ways))
     request = episode.get("request")
-    if request is not None and not isinstance(request, pb.EpisodeRequest):
-        request = pb.EpisodeRequest.FromString(_labels(request).item() if hasattr(request, "numpy") else request)
+    if request is not None and not isinstance(request, pb.EpisodeRequest):  # serialised (bytes, a tf.string)
+        data = _labels(request).item() if hasattr(request, "numpy") else request
+        request = pb.EpisodeRequest.FromString(data) if data else None
     return (_text(episode["source"]), int(_labels(episode["index"])), _text(episode["fingerprint"]), request,
             _labels(episode["query_labels"]), int(_labels(episode["ways"])))
 

@@ -6,7 +6,8 @@ Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or 
   [N, S, S, 3] (NHWC, RGB, values 0..255, S = the spec's ``image_size``),
   ``support_labels`` / ``query_labels`` torch.int64 [N] with values 0 .. ways - 1,
   ``index`` (int), ``fingerprint`` (str), ``source`` (str, the source kind), ``ways``
-  (int) and ``request`` (the request it came from): the item itself can be passed to
+  (int) and ``request`` (bytes: the serialised request it came from, plain bytes so
+  items cross DataLoader worker processes): the item itself can be passed to
   ``SamplerClient.report_episode``.
 - ``BatchDataset``: ``images`` torch.uint8 [B, S, S, 3], ``labels`` torch.int64 [B]
   with values 0 .. num_classes - 1, ``index``, ``fingerprint``, ``num_classes``.
@@ -60,7 +61,7 @@ def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
         "fingerprint": episode.fingerprint,
         "source": episode.source,
         "ways": episode.ways,
-        "request": episode.request,
+        "request": episode.request.SerializeToString() if episode.request is not None else b"",
     }
 
 

@@ -222,3 +222,18 @@ def test_server_restart_is_ridden_out_and_a_dead_server_ends_cleanly(served, tmp
     finally:
         server[0].kill()
         server[0].wait()
+
+
+def test_weights_are_seeded_from_the_seed_argument():
+    from clients.tf.trainer import TFFramework
+    from clients.trainer_args import parse_args
+
+    def weights(seed: int) -> list[np.ndarray]:
+        framework = TFFramework(parse_args("tf", ["--server", "h:1", "--run", "r", "--sources", "a",
+                                                  "--image-size", "16", "--seed", str(seed), "--device", "cpu"]))
+        framework.build(0)
+        return [v.numpy() for v in framework.backbone.trainable_variables]
+
+    first, again, other = weights(3), weights(3), weights(4)
+    assert len(first) > 0 and all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))

@@ -140,3 +140,44 @@ def test_command_line_bad_input_and_help(capsys):
     assert "--train-episodes" in shown and "--eval-split" in shown and "python -m clients.torch" in shown
     assert main(["--server", "h:1", "--run", "r", "--sources", "a", "--model", "baseline", "--ways", "5"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_weights_are_seeded_from_the_seed_argument():
+    from clients.torch.trainer import TorchFramework
+    from clients.trainer_args import parse_args
+
+    def weights(seed: int) -> list:
+        framework = TorchFramework(parse_args("torch", ["--server", "h:1", "--run", "r", "--sources", "a",
+                                                        "--image-size", "16", "--seed", str(seed)]))
+        framework.build(0)
+        return [p.detach().clone() for p in framework.parameters()]
+
+    first, again, other = weights(3), weights(3), weights(4)
+    assert len(first) > 0 and all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_names_go_to_the_server_as_given(served, tmp_path, capfd):
+    """A source kind and a preset combined with sources run; the names in the run
+    configuration are those given (the server resolved them)."""
+    summary = _run(served, "torch-kinds", tmp_path, "--sources", "image_folder", "--preset", "md-v2", *FIXED,
+                   "--train-episodes", "2", "--eval-episodes", "2", "--eval-sources", "folder_raw32")
+    assert summary["next_index"] == 2 and summary["eval"]["folder_raw32"]["source"] == "image_folder"
+    config = served.server.metrics.run_config("torch-kinds")
+    assert (config["train_sources"], config["eval_sources"], config["preset"]) == (["image_folder"], ["folder_raw32"],
+                                                                                    "md-v2")
+    capfd.readouterr()
+    assert main(["--server", served.address, "--run", "torch-bad-preset", "--preset", "md-v9", "--sources", "folder",
+                 "--eval-episodes", "0"]) == 3
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "md-v9" in err and "md-v1" in err
+
+
+def test_arguments_that_need_named_sources(capsys):
+    base = ["--server", "h:1", "--run", "r"]
+    for argv, what in ((base, "--sources/--preset"),
+                       ([*base, "--preset", "md-v1", "--model", "baseline"], "--model baseline"),
+                       ([*base, "--preset", "md-v1"], "--eval-sources")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and what in err, err
