@@ -237,3 +237,16 @@ def test_weights_are_seeded_from_the_seed_argument():
     first, again, other = weights(3), weights(3), weights(4)
     assert len(first) > 0 and all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
     assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_summary_schema_is_the_torch_trainers(served, tmp_path, capsys):
+    import dataclasses
+
+    from clients.orchestration import EvalSummary, RunSummary
+
+    code, summary = run_trainer(served, tmp_path, "tf-one-episode", *FIXED, "--train-episodes", "0",
+                                "--eval-episodes", "1")
+    assert code == 0, capsys.readouterr().err
+    assert set(summary) == {f.name for f in dataclasses.fields(RunSummary)}
+    assert set(summary["eval"]["folder"]) == {f.name for f in dataclasses.fields(EvalSummary)}
+    assert summary["eval"]["folder"]["ci95"] is None and summary["framework"] == "tf"

@@ -181,3 +181,22 @@ def test_arguments_that_need_named_sources(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and what in err, err
+
+
+def test_one_evaluation_episode_has_no_interval(served, tmp_path):
+    """One CI convention for both trainers and the report: one episode gives no interval
+    (JSON null), not 0.0. The summary follows the one schema of ``RunSummary``."""
+    import dataclasses
+
+    from clients.orchestration import EvalSummary, RunSummary, TrainSummary
+
+    summary = _run(served, "torch-one-episode", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "0",
+                   "--eval-episodes", "1")
+    result = summary["eval"]["folder"]
+    assert result["episodes"] == 1 and result["ci95"] is None
+    assert set(summary) == {f.name for f in dataclasses.fields(RunSummary)}
+    assert set(summary["train"]) == {f.name for f in dataclasses.fields(TrainSummary)}
+    assert set(result) == {f.name for f in dataclasses.fields(EvalSummary)}
+    with SamplerClient(served.address) as client:
+        cell = json.loads(client.get_report(["torch-one-episode"], "json"))["sources"]["image_folder/test"]
+    assert cell["torch-one-episode"]["ci95"] is None
