@@ -320,6 +320,13 @@ class SamplerClient:
         """Every served store, its class counts under ``preset``'s class splits."""
         return list(self._call("ListSources", pb.ListSourcesRequest(preset=preset)).sources)
 
+    def preset_sources(self, preset: str, split: str) -> tuple[str, ...]:
+        """The source kinds ``preset`` uses for ``split``, as the server knows them (sorted by name)."""
+        if split not in _SPLITS:
+            raise ValueError(f"split: got {split!r}, expected one of {', '.join(_SPLITS)}")
+        reply = self._call("ListSources", pb.ListSourcesRequest(preset=preset, split=_SPLITS[split]))
+        return tuple(reply.preset_sources)
+
     def describe_source(self, name: str, preset: str = "") -> pb.SourceDescription:
         """One source (a store name or source kind, resolved by the server) with its classes."""
         return self._call("DescribeSource", pb.DescribeSourceRequest(name=name, preset=preset))

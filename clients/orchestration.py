@@ -105,6 +105,7 @@ class RunSummary:
     next_index: int
     train: TrainSummary
     eval: dict[str, EvalSummary] = field(default_factory=dict)  # by the name given in --eval-sources
+    config: dict[str, Any] = field(default_factory=dict)  # the run configuration stored with its reports
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -218,6 +219,8 @@ class Run:
         self.protonet = args.model == "protonet"
         self.unit = "episode" if self.protonet else "batch"
         self.class_counts: list[int] = []
+        self.train_names: tuple[str, ...] = tuple(args.sources or ())
+        self.eval_names: tuple[str, ...] = eval_sources(args)
         self.next_index = 0
 
     def client(self, prefetch: int = 2) -> SamplerClient:
@@ -230,7 +233,12 @@ class Run:
         with self.client() as client:
             if args.preset:
                 client.list_sources(args.preset)  # INVALID_ARGUMENT for an unknown preset
-            train = list(args.sources or ()) if not args.eval_only else []
+                # what the preset means comes from the server: its sources for each split
+                if not self.train_names and not self.protonet:
+                    self.train_names = client.preset_sources(args.preset, "train")
+                if not self.eval_names and args.eval_episodes:
+                    self.eval_names = client.preset_sources(args.preset, args.eval_split)
+            train = list(self.train_names) if not args.eval_only else []
             for name in train:
                 described = client.describe_source(name, args.preset or "")
                 if not self.protonet:
@@ -238,7 +246,7 @@ class Run:
                     if count == 0:
                         raise SamplerClientError(f"source {name!r} has no train classes to train the baseline on")
                     self.class_counts.append(count)
-            for name in eval_sources(args) if args.eval_episodes else ():
+            for name in self.eval_names if args.eval_episodes else ():
                 if name not in train:
                     client.describe_source(name, args.preset or "")
 
@@ -265,6 +273,7 @@ class Run:
 
     def config(self) -> dict[str, Any]:
         return run_config(self.args, {**self.framework.describe(), "framework": self.framework.name,
+                                      "train_sources": list(self.train_names), "eval_sources": list(self.eval_names),
                                       "baseline_classes": self.class_counts, "trained_to_index": self.next_index})
 
     # ---- training ---------------------------------------------------------------------------
@@ -289,7 +298,7 @@ class Run:
     def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
         """Step t takes batch t // S of source t % S (S sources), its labels offset by the
         classes of the sources before it, so one head spans the union of the train classes."""
-        args, names, classes = self.args, list(self.args.sources), self.class_counts
+        args, names, classes = self.args, list(self.train_names), self.class_counts
         period = len(names)
         offsets = np.cumsum([0, *classes[:-1]])
         clients = [self.client() for _ in names]
@@ -362,7 +371,7 @@ class Run:
         config = self.config()
         results: dict[str, EvalSummary] = {}
         with self.client(prefetch=4) as client, self.client() as report_client:
-            for name in eval_sources(args):
+            for name in self.eval_names:
                 spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split=args.eval_split,
                                    seed=args.eval_seed, image_size=args.image_size)
                 accuracies: list[float] = []
@@ -408,7 +417,7 @@ class Run:
         return RunSummary(
             run=args.run, framework=framework.name, model=args.model, backbone=args.backbone, device=framework.device,
             precision=framework.precision, parameter_count=framework.parameter_count(), resumed_from=resumed_from,
-            start_index=start, next_index=self.next_index, train=train, eval=results)
+            start_index=start, next_index=self.next_index, train=train, eval=results, config=self.config())
 
 
 def steps_before(limit: int, residue: int, period: int) -> int:

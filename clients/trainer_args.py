@@ -162,10 +162,6 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     """Cross-argument checks argparse cannot express; each failure is one parser.error line."""
     if args.sources is None and args.preset is None:
         parser.error("arguments --sources/--preset: expected at least one of them")
-    if args.model == "baseline" and args.sources is None and not args.eval_only:
-        parser.error("argument --model baseline: expected --sources (one batch stream per named source)")
-    if args.eval_episodes and args.eval_sources is None and args.sources is None:
-        parser.error("argument --eval-sources: expected the sources to evaluate (or --sources, or --eval-episodes 0)")
     if args.sources is not None and len(set(args.sources)) != len(args.sources):
         parser.error(f"argument --sources: got {' '.join(args.sources)}, expected each source once")
     if args.eval_sources is not None and len(set(args.eval_sources)) != len(args.eval_sources):
@@ -184,7 +180,8 @@ def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Na
 
 
 def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
-    """Sources evaluated one at a time, as named: --eval-sources, else --sources."""
+    """Sources evaluated one at a time, as named: --eval-sources, else --sources; empty
+    means the preset's sources for the evaluation split, which the server lists."""
     if args.eval_sources is not None:
         return tuple(args.eval_sources)
     return tuple(args.sources or ())

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from sampler_server.metrics.intervals import mean_ci95
 from sampler_server.metrics.report import ClassPoint, EpisodePoint, Report  # noqa: E402
 
 SHOT_BINS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 31, 51, 101)
@@ -34,10 +35,9 @@ def _series(points: Iterable[tuple[str, int, float]]) -> dict[str, list[tuple[in
     for run, by_x in grouped.items():
         rows = []
         for x in sorted(by_x):
-            ys = by_x[x]
-            mean = sum(ys) / len(ys)
-            sd = math.sqrt(sum((y - mean) ** 2 for y in ys) / (len(ys) - 1)) if len(ys) > 1 else 0.0
-            rows.append((x, mean, 1.96 * sd / math.sqrt(len(ys))))
+            mean, half_width = mean_ci95(by_x[x])
+            # one episode has no interval: NaN leaves a gap in the band rather than claim certainty
+            rows.append((x, mean, math.nan if half_width is None else half_width))
         out[run] = rows
     return out
 

@@ -26,6 +26,7 @@ from google.protobuf import json_format
 
 from sampler_server.assembly.assembler import Assembler, PendingImages
 from sampler_server.core.batches import BatchSampler
+from sampler_server.core.sampling.presets import benchmark_sources
 from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
 from sampler_server.errors import InvalidArgument, ResourceExhausted
@@ -90,9 +91,16 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.unary
     def ListSources(self, request: pb.ListSourcesRequest, context: grpc.ServicerContext) -> pb.ListSourcesResponse:
-        return pb.ListSourcesResponse(
+        response = pb.ListSourcesResponse(
             sources=[self._summary(name, request.preset) for name in sorted(self.registry.stores)]
         )
+        if request.split != pb.SPLIT_UNSPECIFIED:
+            split = messages.split_from_wire(request.split, "split")
+            kinds = benchmark_sources(parse_preset(request.preset), split)
+            for kind in kinds:
+                self.registry.get(kind)  # NOT_FOUND names what is served
+            response.preset_sources[:] = kinds
+        return response
 
     @status.unary
     def DescribeSource(self, request: pb.DescribeSourceRequest, context: grpc.ServicerContext) -> pb.SourceDescription:

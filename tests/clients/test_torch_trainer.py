@@ -173,14 +173,16 @@ def test_names_go_to_the_server_as_given(served, tmp_path, capfd):
     assert len(err.splitlines()) == 1 and "md-v9" in err and "md-v1" in err
 
 
-def test_arguments_that_need_named_sources(capsys):
+def test_arguments_that_need_named_sources(served, capfd):
     base = ["--server", "h:1", "--run", "r"]
-    for argv, what in ((base, "--sources/--preset"),
-                       ([*base, "--preset", "md-v1", "--model", "baseline"], "--model baseline"),
-                       ([*base, "--preset", "md-v1"], "--eval-sources")):
-        assert main(argv) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and what in err, err
+    assert main(base) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--sources/--preset" in err, err
+    # a preset alone means its sources, which the server lists: here it serves none of them
+    argv = ["--server", served.address, "--run", "r", "--preset", "md-v1", "--model", "baseline"]
+    assert main(argv) == 3
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "source 'aircraft' is not served" in err, err
 
 
 def test_one_evaluation_episode_has_no_interval(served, tmp_path):

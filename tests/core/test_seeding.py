@@ -75,8 +75,17 @@ def test_same_key_same_stream_in_any_order() -> None:
 
 
 def test_extreme_seeds_and_indices_work() -> None:
-    for seed, index in ((0, 0), (MAX_SEED, MAX_INDEX), (np.uint64(MAX_SEED), np.int64(5))):
-        derive_rng(seed, MD, "x", Split.TRAIN, index).random_sample()
+    draws = {}
+    for seed, index in ((0, 0), (MAX_SEED, MAX_INDEX), (MAX_SEED, 5)):
+        draw = derive_rng(seed, MD, "x", Split.TRAIN, index).random_sample()
+        assert 0.0 <= draw < 1.0
+        draws[(seed, index)] = draw
+    assert len(set(draws.values())) == 3  # the extremes are distinct keys, not clamped or wrapped
+    # NumPy integer types are the same key as the plain ints they hold
+    assert derive_rng(np.uint64(MAX_SEED), MD, "x", Split.TRAIN, np.int64(5)).random_sample() == draws[(MAX_SEED, 5)]
+    assert derive_rng(np.uint64(MAX_SEED), MD, "x", Split.TRAIN, np.int64(MAX_INDEX)).random_sample() == draws[
+        (MAX_SEED, MAX_INDEX)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -91,10 +91,12 @@ class EncodedImages(_message.Message):
     def __init__(self, data: _Optional[_Iterable[bytes]] = ..., encoding: _Optional[_Iterable[_Union[Encoding, str]]] = ..., width: _Optional[_Iterable[int]] = ..., height: _Optional[_Iterable[int]] = ..., channels: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListSourcesRequest(_message.Message):
-    __slots__ = ("preset",)
+    __slots__ = ("preset", "split")
     PRESET_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
     preset: str
-    def __init__(self, preset: _Optional[str] = ...) -> None: ...
+    split: Split
+    def __init__(self, preset: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ...) -> None: ...
 
 class SourceSummary(_message.Message):
     __slots__ = ("name", "source", "fingerprint", "num_records", "train_classes", "valid_classes", "test_classes", "hierarchy", "raw_size", "preset", "raw_resize")
@@ -123,10 +125,12 @@ class SourceSummary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., fingerprint: _Optional[str] = ..., num_records: _Optional[int] = ..., train_classes: _Optional[int] = ..., valid_classes: _Optional[int] = ..., test_classes: _Optional[int] = ..., hierarchy: _Optional[str] = ..., raw_size: _Optional[int] = ..., preset: _Optional[str] = ..., raw_resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class ListSourcesResponse(_message.Message):
-    __slots__ = ("sources",)
+    __slots__ = ("sources", "preset_sources")
     SOURCES_FIELD_NUMBER: _ClassVar[int]
+    PRESET_SOURCES_FIELD_NUMBER: _ClassVar[int]
     sources: _containers.RepeatedCompositeFieldContainer[SourceSummary]
-    def __init__(self, sources: _Optional[_Iterable[_Union[SourceSummary, _Mapping]]] = ...) -> None: ...
+    preset_sources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sources: _Optional[_Iterable[_Union[SourceSummary, _Mapping]]] = ..., preset_sources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeSourceRequest(_message.Message):
     __slots__ = ("name", "preset")
