@@ -28,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import sys
@@ -123,7 +124,7 @@ class Batch:
     labels: np.ndarray
 
 
-class Framework:
+class Framework(abc.ABC):
     """The framework part of a trainer. ``build`` seeds and builds the model (with a linear
     head over ``num_classes`` classes for the baseline); ``train_step`` takes an
     ``EpisodeArrays`` (protonet) or a ``Batch`` (baseline) and returns (loss, accuracy);
@@ -136,32 +137,40 @@ class Framework:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
 
+    @abc.abstractmethod
     def build(self, num_classes: int) -> None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
         """Run-configuration entries: versions, device, parameter counts."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def parameter_count(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def checkpoint(self) -> tuple[str, dict[str, Any]] | None:
         """(path, resume config stored with it) of the latest checkpoint, without loading it."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def restore(self, path: str) -> int:
         """Load the checkpoint at ``path`` (only the embedding under --eval-only); the next index."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def save(self, next_index: int, resume: dict[str, Any]) -> None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def train_step(self, item: Any) -> tuple[float, float]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
-        raise NotImplementedError
+        ...
 
     def episode_items(self, spec: EpisodeSpec, start: int, count: int,
                       options: dict[str, Any]) -> Iterator[tuple[int, Any, int]] | None:

@@ -105,7 +105,8 @@ class _Resumable(IterableDataset):
         return self.cursor.count
 
     def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[Any]:
-        raise NotImplementedError
+        """The items of this shard's indices (each subclass reads its own stream)."""
+        raise NotImplementedError(f"{type(self).__name__} reads no stream")
 
     def _client(self) -> SamplerClient:
         return SamplerClient(self.address, **self.client_options)
