@@ -29,6 +29,7 @@ from sampler_server.core.shuffle import epoch_permutation
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument
+from sampler_server.quoting import quoted
 
 MAX_BATCH_SIZE = 65536
 BATCH_CONFIG_KIND = "meta_dataset.batches/v2"
@@ -55,7 +56,7 @@ def parse_preset(preset: str) -> str:
         return DEFAULT_PRESET
     if not isinstance(preset, str) or preset not in {b.value for b in Benchmark}:
         allowed = ", ".join(b.value for b in Benchmark)
-        raise InvalidArgument(f"preset: got {preset!r}, expected one of {allowed} (or empty for {DEFAULT_PRESET})")
+        raise InvalidArgument(f"preset: got {quoted(preset)}, expected one of {allowed} (or empty for {DEFAULT_PRESET})")
     return preset
 
 

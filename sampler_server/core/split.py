@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 from sampler_server.errors import NotFound
+from sampler_server.quoting import quoted
 
 
 class Split(str, enum.Enum):
@@ -23,4 +24,4 @@ class Split(str, enum.Enum):
             return cls(value)
         except ValueError:
             allowed = ", ".join(s.value for s in cls)
-            raise NotFound(f"unknown split {value!r}; allowed: {allowed}") from None
+            raise NotFound(f"unknown split {quoted(value)}; allowed: {allowed}") from None

@@ -31,6 +31,7 @@ from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
 from sampler_server.errors import InvalidArgument, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
+from sampler_server.quoting import quoted
 from sampler_server.service import messages, status
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
@@ -289,7 +290,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     def _checked_report(self, report: pb.MetricReport) -> StoredReport:
         if report.protocol != PROTOCOL_MD_EPISODE:
-            raise InvalidArgument(f"reports.protocol: got {report.protocol!r}, expected {PROTOCOL_MD_EPISODE!r}")
+            raise InvalidArgument(f"reports.protocol: got {quoted(report.protocol)}, expected {PROTOCOL_MD_EPISODE!r}")
         split = messages.split_from_wire(report.split, "reports.split")
         if report.request.split != report.split:
             raise InvalidArgument("reports.request.split must equal reports.split")
@@ -300,7 +301,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 f"request (expected {episode.fingerprint[:16]}...); was it computed on another store or config?"
             )
         if report.source != episode.source:
-            raise InvalidArgument(f"reports.source: got {report.source!r}, the episode is from {episode.source!r}")
+            raise InvalidArgument(f"reports.source: got {quoted(report.source)}, the episode is from {episode.source!r}")
         if not report.metrics:
             raise InvalidArgument("reports.metrics: empty; expected at least one metric (e.g. accuracy)")
         request_json = json_format.MessageToDict(report.request, preserving_proto_field_name=True)

@@ -23,6 +23,7 @@ from sampler_server.errors import (
     ResourceExhausted,
     SamplerError,
 )
+from sampler_server.quoting import bounded_message
 from sampler_server.service.handlers import UnparsableRequest
 
 log = logging.getLogger("sampler_server.service")
@@ -64,7 +65,7 @@ def unary(method: F) -> F:
             _check_parsed(request)
             return method(self, request, context)
         except SamplerError as error:
-            context.abort(status_code(error), str(error))
+            context.abort(status_code(error), bounded_message(str(error)))
         except Exception:
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}; see the server log")
@@ -79,7 +80,7 @@ def streaming(method: F) -> F:
             _check_parsed(request)
             yield from method(self, request, context)
         except SamplerError as error:
-            context.abort(status_code(error), str(error))
+            context.abort(status_code(error), bounded_message(str(error)))
         except Exception:
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}; see the server log")

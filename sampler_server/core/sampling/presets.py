@@ -20,6 +20,7 @@ import enum
 
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
+from sampler_server.quoting import quoted
 
 
 class Benchmark(str, enum.Enum):
@@ -32,7 +33,7 @@ class Benchmark(str, enum.Enum):
             return cls(value)
         except ValueError:
             allowed = ", ".join(b.value for b in cls)
-            raise InvalidArgument(f"benchmark: got {value!r}, expected one of {allowed}") from None
+            raise InvalidArgument(f"benchmark: got {quoted(value)}, expected one of {allowed}") from None
 
 
 _V1_TRAIN = ("aircraft", "cu_birds", "dtd", "fungi", "ilsvrc_2012", "omniglot", "quickdraw", "vgg_flower")
