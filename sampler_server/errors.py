@@ -33,6 +33,10 @@ class ResourceExhausted(SamplerError):
     """The request would exceed a configured limit (maps to RESOURCE_EXHAUSTED)."""
 
 
+class DiskFull(ResourceExhausted):
+    """The disk (or quota) holding an output filled up while writing it."""
+
+
 class InputFormatError(DataLoss):
     """An original dataset file is missing, malformed or corrupt (pack time)."""
 

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     started = time.perf_counter()
+    _start_decode_forkserver(args.workers)
     config = ServerConfig(
         data_dir=args.data,
         host=args.host,
@@ -57,3 +58,15 @@ def run(args: argparse.Namespace) -> int:
     server.wait()
     logging.getLogger("sampler_server.service").info("stopped")
     return 0
+
+
+def _start_decode_forkserver(workers: int) -> None:
+    """Start the decode pool's forkserver before any thread or socket exists, so that it
+    (and through it every decode worker) dies with this process, even when SIGKILLed."""
+    import os
+
+    from sampler_server import procutil
+    from sampler_server.assembly import assembler
+
+    if (workers or os.cpu_count() or 1) > 1:
+        procutil.start_forkserver(preload=[assembler.__name__])

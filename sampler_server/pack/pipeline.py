@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as futures
+import errno
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -20,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import lmdb
 from tqdm import tqdm
 
-from sampler_server import __version__
-from sampler_server.errors import FailedPrecondition, InputFormatError, InvalidArgument
+from sampler_server import __version__, procutil
+from sampler_server.errors import DiskFull, FailedPrecondition, InputFormatError, InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
 from sampler_server.pack.plan import SourceItem, SourcePlan
@@ -33,6 +36,8 @@ from sampler_server.store.writer import StoreWriter, is_servable
 
 _BATCH = 32
 _SKIPPED_LISTED = 1000
+_LMDB_OVERHEAD = 1.1
+_FULL_BELOW = 128 << 20  # an LMDB EIO with less free than this (two write transactions) is a full disk
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,61 @@ def _anonymous_rss_mb() -> float | None:
     return None
 
 
+@dataclass
+class _Progress:
+    """How far the writing got (for the disk-full message)."""
+
+    classes: int
+    classes_done: int = 0
+
+
+def _start_pool(workers: int) -> futures.ProcessPoolExecutor:
+    """A pool whose workers all run now (fork starts them all at the first task) and end
+    with this process, whatever ends it."""
+    pool = futures.ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=procutil.die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    pool.submit(os.getpid).result()
+    return pool
+
+
+def _is_disk_full(error: BaseException, directory: Path) -> bool:
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not isinstance(error, lmdb.Error):
+        return False
+    text = str(error)
+    if "No space left" in text or "quota exceeded" in text.lower():
+        return True
+    # LMDB reports a short write (the disk filled in the middle of a page run) as EIO.
+    return "Input/output error" in text and _free_bytes(directory) < _FULL_BELOW
+
+
+def _free_bytes(directory: Path) -> int:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return 0
+
+
+def _disk_full(writer: StoreWriter, progress: _Progress, output_root: Path) -> DiskFull:
+    """One line: the output, what was written, about what the whole store needs, what is free."""
+    written = writer.num_bytes
+    # the classes not reached yet at this rate, and LMDB's pages around the values
+    needed = int(max(written, written * progress.classes // max(progress.classes_done, 1)) * _LMDB_OVERHEAD)
+    free = _free_bytes(output_root)
+    mb = lambda n: f"{n / 1e6:.1f} MB"  # noqa: E731
+    return DiskFull(
+        f"{writer.final_dir}: disk full after writing {mb(written)} ({writer.num_records} images, "
+        f"{progress.classes_done} of {progress.classes} classes); the store needs about {mb(needed)} and "
+        f"{mb(free)} is free on {output_root}: free about {mb(max(needed - free, 0))} more or choose another "
+        f"--output (nothing was kept)"
+    )
+
+
 def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
     """Pack a converter's plan into ``output_root/<name>``; atomic on success, nothing on failure."""
     name = options.name or plan.source
@@ -203,20 +263,32 @@ def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackS
     workers = options.effective_workers()
     started = time.perf_counter()
 
-    pool: futures.ProcessPoolExecutor | None = None
-    if workers > 1:  # started before LMDB is opened: no LMDB handle crosses a fork
-        pool = futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    # Workers start (and die with this process) before the writer takes the store's lock:
+    # a forked child shares the parent's open files, and a lock held by an orphan would
+    # refuse every rerun. No LMDB handle crosses a fork either.
+    pool = _start_pool(workers) if workers > 1 else None
     writer = StoreWriter(output_root, name)
+    progress = _Progress(classes=len(plan.classes))
+    refused = False
     try:
-        writer.open()
+        try:
+            writer.open()
+        except FailedPrecondition:  # another pack holds the lock: its partial store is not ours to remove
+            refused = True
+            raise
         results = (
             _results_pooled(plan, derive_options, pool, in_flight=2 * workers + 2)
             if pool is not None
             else _results_inline(plan, derive_options)
         )
-        summary = _write_all(plan, results, writer, options, existing, started)
-    except BaseException:
+        summary = _write_all(plan, results, writer, options, existing, started, progress)
+    except BaseException as error:
+        if refused:
+            raise
+        full = _is_disk_full(error, output_root)
         writer.abort()
+        if full:
+            raise _disk_full(writer, progress, output_root) from None
         raise
     finally:
         if pool is not None:
@@ -233,6 +305,7 @@ def _write_all(
     options: PackOptions,
     existing: Manifest | None,
     started: float,
+    progress: _Progress,
 ) -> PackSummary:
     fingerprint = ContentFingerprint(plan.source)
     classes: list[ClassInfo] = []
@@ -251,6 +324,7 @@ def _write_all(
     current = -1
 
     def close_class(index: int) -> None:
+        progress.classes_done = index + 1
         bar.update(1)
         bar.set_postfix(images=writer.num_records, skipped=num_skipped, refresh=False)
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import process_tree
 import pytest
-from conftest import REPO_ROOT, generate_fixture
+from conftest import REPO_ROOT, generate_fixture, pack_fixture
 
-from sampler_server.errors import NotFound
+from sampler_server.errors import FailedPrecondition, NotFound
 from sampler_server.store.manifest import load_manifest
 from sampler_server.store.reader import StoreReader, find_stores
 
@@ -51,3 +53,52 @@ def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
     reader = StoreReader(output / "image_folder")
     assert reader.num_records == fixture.num_images
     assert sorted(p.name for p in output.iterdir()) == ["image_folder"]
+
+
+@pytest.mark.slow
+def test_sigkill_with_workers_leaves_no_orphans_and_rerun_succeeds_at_once(tmp_path):
+    """Pool workers die with a SIGKILLed pack and never hold its lock, so the rerun is not refused."""
+    fixture = generate_fixture("image_folder", tmp_path, num_classes=60, images_per_class=40)
+    output = tmp_path / "store"
+    command = [
+        sys.executable, "-m", "sampler_server", "pack", "image_folder",
+        "--input", str(fixture.input_dir), "--output", str(output),
+        "--max-side", "24", "--workers", "2", "--quiet",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    partial_data = output / ".image_folder.partial" / "data.mdb"
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline:
+        workers |= process_tree.children(process.pid)
+        if partial_data.exists() and partial_data.stat().st_size > 64 * 1024 and len(workers) >= 2:
+            break
+        assert process.poll() is None, "pack finished before it could be killed; make the fixture larger"
+        time.sleep(0.01)
+    else:
+        pytest.fail(f"the pack never started writing with its workers (children seen: {workers})")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert find_stores(output) == [output / "image_folder"]
+    assert StoreReader(output / "image_folder").num_records == fixture.num_images
+    left = process_tree.wait_gone(workers, timeout=5)
+    assert not left, f"workers outlived the killed pack: {process_tree.describe(left)}"
+
+
+def test_a_refused_rerun_leaves_the_running_packs_partial_store_alone(tmp_path):
+    """While another pack holds the lock, a second one is refused in one line and removes nothing of it."""
+    fixture = generate_fixture("image_folder", tmp_path, num_classes=3, images_per_class=4)
+    output = tmp_path / "store"
+    partial = output / ".image_folder.partial"
+    partial.mkdir(parents=True)
+    (partial / "data.mdb").write_bytes(b"being written")
+    with open(output / ".image_folder.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running pack holds
+        with pytest.raises(FailedPrecondition, match="another pack is writing this store right now"):
+            pack_fixture(fixture, output, workers=2)
+    assert (partial / "data.mdb").read_bytes() == b"being written"

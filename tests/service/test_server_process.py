@@ -7,8 +7,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import grpc
+import process_tree
 import pytest
 from conftest import REPO_ROOT
 
@@ -44,3 +46,58 @@ def test_sigterm_drains_open_streams_and_exits_cleanly(served):
     stream_lines = [entry for entry in log.splitlines() if "stream episodes" in entry]
     assert len(stream_lines) == 1, log
     assert "folder train seed=0 start=0 step=1 count=unbounded" in stream_lines[0]
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table, encoding="ascii").read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    found: set[str] = set()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[len("socket:["):-1])
+    return found
+
+
+@pytest.mark.slow
+def test_sigkill_of_serve_leaves_no_workers_or_helpers_and_no_helper_holds_the_port(served):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port", "0", "--workers", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line + process.stderr.read()
+        address = line.split()[2]
+        with grpc.insecure_channel(address) as channel:
+            request = pb.EpisodeRequest(sources=["folder"], split=pb.SPLIT_TRAIN, images=pb.ImageOptions(image_size=16))
+            stream = pb_grpc.SamplerStub(channel).StreamEpisodes(pb.StreamEpisodesRequest(request=request, count=2))
+            assert [episode.index for episode in stream] == [0, 1]
+        helpers = process_tree.descendants(process.pid)
+        # the decode workers (2), their forkserver and multiprocessing's resource tracker
+        assert len(helpers) >= 4, process_tree.describe(helpers)
+        listening = _listening_inodes(int(address.rsplit(":", 1)[1]))
+        assert listening and listening <= _socket_inodes(process.pid)
+        holders = {pid for pid in helpers if _socket_inodes(pid) & listening}
+        assert not holders, f"helpers hold the listening socket: {process_tree.describe(holders)}"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    left = process_tree.wait_gone(helpers, timeout=10)
+    assert not left, f"helpers outlived the killed server: {process_tree.describe(left)}"
