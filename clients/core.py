@@ -14,15 +14,26 @@ them unchanged and the server resolves them (or refuses them with NOT_FOUND /
 INVALID_ARGUMENT naming what it serves). Every episode keeps the request it came
 from, so ``SamplerClient.report_episode`` (or a ``Reporter``) can report it after
 evaluation without the caller building any protobuf.
+
+Security: against a server with TLS the client is given the CA that signed the
+server's certificate (``tls_ca``; plus its own certificate and key where the server
+requires client certificates), and against one that checks tokens a bearer token,
+sent as ``authorization: Bearer <token>`` metadata on every call and stream. Unset,
+they come from ``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` (file
+paths) and ``SAMPLER_TOKEN`` (the token itself); with none, the channel is plaintext
+and carries no token (the loopback default). UNAUTHENTICATED and PERMISSION_DENIED are
+not retried: a token does not become valid by asking again.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -232,6 +243,27 @@ class RetryPolicy:
     multiplier: float = 2.0
 
 
+def _tls_material(ca: str | Path | None, cert: str | Path | None,
+                  key: str | Path | None) -> tuple[bytes, bytes | None, bytes | None] | None:
+    """(CA, key, certificate chain) as PEM bytes, or None for plaintext. Bytes, not
+    credentials, so that a client pickles into DataLoader workers."""
+    if ca is None:
+        if cert is not None or key is not None:
+            raise ValueError("tls_cert/tls_key: a client certificate needs tls_ca (the CA of the server's certificate)")
+        return None
+    if (cert is None) != (key is None):
+        raise ValueError("tls_cert and tls_key: give both or neither")
+
+    def read(path: str | Path, what: str) -> bytes:
+        try:
+            return Path(path).read_bytes()
+        except OSError as error:
+            raise ValueError(f"{what}: cannot read {path} ({error.strerror or error})") from None
+
+    return (read(ca, "tls_ca"), read(key, "tls_key") if key is not None else None,
+            read(cert, "tls_cert") if cert is not None else None)
+
+
 class SamplerClient:
     """One channel to a server; safe to use from one thread per stream."""
 
@@ -244,8 +276,30 @@ class SamplerClient:
         max_message_mb: int = 1024,
         connect_timeout: float = 10.0,
         call_timeout: float = 120.0,
+        tls_ca: str | Path | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        token: str | None = None,
     ) -> None:
+        """Args (beyond the connection's tuning):
+            tls_ca: PEM file of the CA that signed the server's certificate; given, the
+                channel uses TLS (default: ``SAMPLER_TLS_CA``; neither: plaintext).
+            tls_cert, tls_key: this client's certificate and key (PEM files), for a server
+                that requires client certificates (default: ``SAMPLER_TLS_CERT`` / ``_KEY``).
+            token: the bearer token sent with every call (default: ``SAMPLER_TOKEN``).
+
+        Raises:
+            ValueError: a TLS file that cannot be read, a certificate without its key, or
+                either without a CA.
+        """
         self.address = address
+        self._tls = _tls_material(
+            tls_ca or os.environ.get("SAMPLER_TLS_CA") or None,
+            tls_cert or os.environ.get("SAMPLER_TLS_CERT") or None,
+            tls_key or os.environ.get("SAMPLER_TLS_KEY") or None,
+        )
+        token = token or os.environ.get("SAMPLER_TOKEN", "").strip() or None
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.call_timeout = call_timeout
         self.retry = retry
         self.prefetch = max(1, prefetch)
@@ -260,12 +314,19 @@ class SamplerClient:
     def _connect(self) -> pb_grpc.SamplerStub:
         """A stub on a channel that is connected now (never waits past connect_timeout)."""
         if self._stub is None:
-            channel = grpc.insecure_channel(self.address, options=self._options)
+            if self._tls is None:
+                channel = grpc.insecure_channel(self.address, options=self._options)
+            else:
+                ca, key, chain = self._tls
+                credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=chain)
+                channel = grpc.secure_channel(self.address, credentials, options=self._options)
             try:
                 grpc.channel_ready_future(channel).result(timeout=self.connect_timeout)
             except grpc.FutureTimeoutError:
                 channel.close()
-                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:g} s") from None
+                tls = " over TLS (is the CA the one that signed the server's certificate? does the server use TLS?)"
+                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:g} s"
+                                   f"{tls if self._tls is not None else ''}") from None
             self._channel = channel
             self._stub = pb_grpc.SamplerStub(channel)
         return self._stub
@@ -297,7 +358,7 @@ class SamplerClient:
         attempt = 0
         while True:
             try:
-                return getattr(self._connect(), method)(request, timeout=self.call_timeout)
+                return getattr(self._connect(), method)(request, timeout=self.call_timeout, metadata=self._metadata)
             except grpc.RpcError as error:
                 attempt = self._after_failure(error, attempt, method)
 
@@ -396,7 +457,7 @@ class SamplerClient:
                 response_deserializer=parse,
             )
             return call(pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining,
-                                                 index_step=step))
+                                                 index_step=step), metadata=self._metadata)
 
         yield from self._resumable(open_stream, start, count, step, "StreamEpisodes")
 
@@ -420,7 +481,7 @@ class SamplerClient:
             request = pb.StreamBatchesRequest()
             request.CopyFrom(base)
             request.start_index, request.count, request.index_step = next_index, remaining, step
-            return call(request)
+            return call(request, metadata=self._metadata)
 
         yield from self._resumable(open_stream, start, count, step, "StreamBatches")
 

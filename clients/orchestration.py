@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from clients.core import EpisodeArrays, EpisodeSpec, Reporter, RetryPolicy, SamplerClient, SamplerClientError
-from clients.trainer_args import eval_sources, parse_args, run_config
+from clients.trainer_args import client_security, eval_sources, parse_args, run_config
 from sampler_server.metrics.intervals import mean_ci95
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 
@@ -224,7 +224,8 @@ class Run:
         self.framework = framework
         self.args = args = framework.args
         self.log = log
-        self.options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout}
+        self.options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
+                        **client_security(args)}
         self.protonet = args.model == "protonet"
         self.unit = "episode" if self.protonet else "batch"
         self.class_counts: list[int] = []

@@ -11,6 +11,10 @@ source kinds and ``--preset`` a benchmark variant, passed to the server unchange
 on the preset's sources; combined with ``--sources`` it selects whose class splits
 apply. What needs one stream per source (evaluation, the baseline's batches) needs
 the sources named. ``run_config`` builds the configuration stored with the reports.
+``--tls-ca`` / ``--tls-cert`` / ``--tls-key`` and ``--token-file`` (or the
+``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` / ``SAMPLER_TOKEN``
+environment, read by the client) reach a server with TLS and tokens; they are
+operational, so not part of the run configuration.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 FRAMEWORKS = ("torch", "tf")
@@ -81,6 +86,34 @@ def _run_id(text: str) -> str:
     return text
 
 
+def _readable_file(text: str) -> str:
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a readable file ({error.strerror or error})") from None
+    return text
+
+
+def _token_file(text: str) -> str:
+    _readable_file(text)
+    try:
+        token = Path(text).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a readable text file ({error})") from None
+    if not token or len(token.split()) != 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a file holding one token (it holds "
+                                         f"{len(token.split())} words)")
+    return text
+
+
+def client_security(args: argparse.Namespace) -> dict[str, Any]:
+    """``SamplerClient`` keyword arguments for TLS and the token (None: the client's
+    environment defaults apply)."""
+    token = Path(args.token_file).read_text(encoding="utf-8").strip() if args.token_file else None
+    return {"tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "token": token}
+
+
 def _source_name(text: str) -> str:
     if not text or not text.isprintable() or text != text.strip():
         raise argparse.ArgumentTypeError(f"got {text!r}, expected a source name")
@@ -106,6 +139,17 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
                        help="give up connecting to the server after this long (per attempt)")
     where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",
                        help="attempts per call or stream before a fault is reported (exit 3)")
+    where.add_argument("--tls-ca", type=_readable_file, default=None, metavar="FILE",
+                       help="PEM file of the CA that signed the server's certificate: connect over TLS "
+                       "(default: $SAMPLER_TLS_CA; neither: plaintext)")
+    where.add_argument("--tls-cert", type=_readable_file, default=None, metavar="FILE",
+                       help="this client's certificate (PEM), where the server requires client certificates "
+                       "(default: $SAMPLER_TLS_CERT)")
+    where.add_argument("--tls-key", type=_readable_file, default=None, metavar="FILE",
+                       help="the key of --tls-cert (PEM; default: $SAMPLER_TLS_KEY)")
+    where.add_argument("--token-file", type=_token_file, default=None, metavar="FILE",
+                       help="file holding the bearer token sent with every call (default: the token in "
+                       "$SAMPLER_TOKEN; neither: no token)")
 
     data = parser.add_argument_group("training data")
     data.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME",
@@ -172,6 +216,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("argument --eval-only: got --eval-episodes 0, so there would be nothing to do")
     if args.eval_only and args.checkpoint_dir is None:
         parser.error("argument --eval-only: expected --checkpoint-dir DIR holding the checkpoint to evaluate")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -190,7 +236,7 @@ def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
 # How a run was operated, not what defines its results: left out of the run configuration,
 # so evaluating a checkpoint again (--eval-only, another address) sends the same one.
 OPERATIONAL = ("server", "connect_timeout", "retries", "eval_only", "report_batch", "checkpoint_dir",
-               "checkpoint_every", "log_every", "json_summary")
+               "checkpoint_every", "log_every", "json_summary", "tls_ca", "tls_cert", "tls_key", "token_file")
 
 
 def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,15 @@ class ResourceExhausted(SamplerError):
     """The request would exceed a configured limit (maps to RESOURCE_EXHAUSTED)."""
 
 
+class Unauthenticated(SamplerError):
+    """A call carries no token, or one the server does not know (maps to UNAUTHENTICATED)."""
+
+
+class PermissionDenied(SamplerError):
+    """The caller is known but may not do this, e.g. write to another token's run
+    (maps to PERMISSION_DENIED)."""
+
+
 class DiskFull(ResourceExhausted):
     """The disk (or quota) holding an output filled up while writing it."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import sys
 import time
@@ -27,18 +28,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-streams", type=int, default=64, help="concurrent streams served at most")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
     parser.add_argument("--metrics", type=Path, help="SQLite file for metric reports (default DATA/metrics.sqlite)")
+    security = parser.add_argument_group("a shared deployment (see README: Running it for a lab)")
+    security.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate chain (PEM): serve TLS")
+    security.add_argument("--tls-key", type=Path, metavar="FILE", help="the key of --tls-cert (PEM)")
+    security.add_argument("--tls-client-ca", type=Path, metavar="FILE",
+                          help="CA (PEM) whose client certificates are required (mutual TLS)")
+    security.add_argument("--tokens", type=Path, metavar="FILE",
+                          help='bearer tokens, JSON lines {"name": ..., "token": ..., "role": "read"|"report"|'
+                          '"admin"}; without it no call is authenticated')
+    security.add_argument("--log-json", action="store_true",
+                          help="log lines (one per call: method, peer, token, status, ms) as JSON objects")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from sampler_server.service.server import RunningServer, ServerConfig
+    from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
     from sampler_server.service.servicer import ServiceLimits
 
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise InvalidArgument("--tls-client-ca: needs --tls-cert and --tls-key (client certificates need TLS)")
+    _configure_logging(args.log_json)
+    if not _is_loopback(args.host) and args.tokens is None:
+        logging.getLogger("sampler_server.service").warning(
+            "listening on %s without --tokens: anyone who reaches this port may read every run and report under "
+            "any run id%s", args.host, "" if args.tls_cert else ", in plaintext (no --tls-cert)")
     started = time.perf_counter()
     _start_decode_forkserver(args.workers)
     config = ServerConfig(
@@ -48,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers or None,
         threads=args.threads,
         metrics_path=args.metrics,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None,
+        tokens=args.tokens,
         limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams),
     )
     server = RunningServer(config).start()
@@ -58,6 +79,26 @@ def run(args: argparse.Namespace) -> int:
     server.wait()
     logging.getLogger("sampler_server.service").info("stopped")
     return 0
+
+
+def _configure_logging(as_json: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if as_json:
+        from sampler_server.service.auth import JsonLogFormatter
+
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 def _start_decode_forkserver(workers: int) -> None:

@@ -13,8 +13,16 @@ A run's configuration is stored once, with its first report that carries one: th
 first write wins, the same configuration again is accepted, and a different one for
 that run is refused (FAILED_PRECONDITION), so a run id cannot silently mix two setups.
 
-Schema version 2 (``PRAGMA user_version``); a version-1 database (key without the
-seed, configuration overwritten on every write) is migrated in place on open.
+A run belongs to the token that created it (its ``owner``, the token's name): once
+the server checks tokens, only that owner or an admin may write to it, and anything
+else is refused with PERMISSION_DENIED (which names no owner). A run written while no
+tokens were configured has no owner (NULL): anyone writes to it without tokens, only
+an admin with them. Reads are filtered by the service, not here.
+
+Schema version 3 (``PRAGMA user_version``). Migrated in place on open: version 2
+(runs without an owner) gains the ``owner`` column, NULL for every existing run;
+version 1 (key without the seed, configuration overwritten on every write) is
+rebuilt.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    config_json TEXT
+    config_json TEXT,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT NOT NULL,
@@ -99,7 +108,9 @@ class MetricsStore:
         old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            if version < SCHEMA_VERSION and "reports" in old_tables:
+            if version == 2 and "runs" in old_tables:
+                self._db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
+            elif version < 2 and "reports" in old_tables:
                 # version 1: the key lacked the seed and '{}' meant "no configuration"
                 self._db.execute("ALTER TABLE reports RENAME TO reports_v1")
                 self._db.execute("ALTER TABLE runs RENAME TO runs_v1")
@@ -126,18 +137,35 @@ class MetricsStore:
         with self._lock:
             self._db.close()
 
-    def add(self, reports: Iterable[StoredReport], run_config_json: str = "") -> tuple[int, int]:
-        """Store reports atomically; returns (stored, duplicates). ``run_config_json`` is
-        recorded for each run these reports belong to that has no configuration yet."""
+    def add(
+        self, reports: Iterable[StoredReport], run_config_json: str = "", *, owner: str | None = None,
+        admin: bool = False,
+    ) -> tuple[int, int]:
+        """Store reports atomically; returns (stored, duplicates).
+
+        Args:
+            reports: the reports; all or none are stored.
+            run_config_json: recorded for each run these reports belong to that has no
+                configuration yet.
+            owner: the writing token's name, recorded on runs it creates; None when the
+                server checks no tokens (then any run may be written).
+            admin: the writer may write to any run (it still owns the runs it creates).
+
+        Raises:
+            PermissionDenied: a run belongs to another owner (or to none, and ``owner`` is
+                given without ``admin``).
+        """
         stored = duplicates = 0
         config = _canonical_config(run_config_json) if run_config_json else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 configured: set[str] = set()
+                claimed: set[str] = set()
                 for report in reports:
-                    validate_run_id(report.run_id)
-                    self._db.execute("INSERT OR IGNORE INTO runs(run_id) VALUES (?)", (report.run_id,))
+                    if report.run_id not in claimed:
+                        self._claim(report.run_id, owner, admin)
+                        claimed.add(report.run_id)
                     if config is not None and report.run_id not in configured:
                         self._set_config_once(report.run_id, config)
                         configured.add(report.run_id)
@@ -169,6 +197,19 @@ class MetricsStore:
                 raise
         return stored, duplicates
 
+    def _claim(self, run_id: str, owner: str | None, admin: bool) -> None:
+        """Create ``run_id`` owned by ``owner``, or check that ``owner`` may write to it."""
+        validate_run_id(run_id)
+        self._db.execute("INSERT OR IGNORE INTO runs(run_id, owner) VALUES (?, ?)", (run_id, owner))
+        if owner is None or admin:
+            return
+        (current,) = self._db.execute("SELECT owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if current != owner:
+            raise PermissionDenied(
+                f"run {run_id!r} belongs to another token (it was created by another team, or before tokens "
+                "were checked); report under a run id of your own"
+            )
+
     def _set_config_once(self, run_id: str, config: str) -> None:
         (current,) = self._db.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if current is None:
@@ -183,21 +224,32 @@ class MetricsStore:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT run_id FROM runs ORDER BY run_id")]
 
-    def run_config(self, run_id: str) -> dict[str, Any]:
+    def _run_row(self, run_id: str) -> tuple[Any, ...]:
         with self._lock:
-            row = self._db.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            row = self._db.execute("SELECT config_json, owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
-            raise NotFound(f"run {run_id!r} has no reports; known runs: {', '.join(self.run_ids()) or 'none'}")
-        return json.loads(row[0] or "{}")
+            # names only the run asked for: a caller who may not read every run learns of no other
+            raise NotFound(f"run {run_id!r} has no reports")
+        return row
 
-    def set_run_config(self, run_id: str, run_config_json: str) -> None:
-        """Record a run's configuration before any report (first write wins, as in ``add``)."""
+    def run_config(self, run_id: str) -> dict[str, Any]:
+        return json.loads(self._run_row(run_id)[0] or "{}")
+
+    def run_owner(self, run_id: str) -> str | None:
+        """The name of the token that created ``run_id`` (None: created without tokens)."""
+        return self._run_row(run_id)[1]
+
+    def set_run_config(
+        self, run_id: str, run_config_json: str, *, owner: str | None = None, admin: bool = False
+    ) -> None:
+        """Record a run's configuration before any report (first write wins and ownership
+        is checked, as in ``add``)."""
         validate_run_id(run_id)
         config = _canonical_config(run_config_json)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("INSERT OR IGNORE INTO runs(run_id) VALUES (?)", (run_id,))
+                self._claim(run_id, owner, admin)
                 self._set_config_once(run_id, config)
                 self._db.execute("COMMIT")
             except BaseException:

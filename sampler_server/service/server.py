@@ -19,7 +19,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sampler_server.assembly.assembler import Assembler
+from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.store import MetricsStore
+from sampler_server.service.auth import AuthInterceptor, load_tokens
 from sampler_server.service.handlers import sampler_handler
 from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.servicer import SamplerServicer, ServiceLimits
@@ -27,6 +29,28 @@ from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 log = logging.getLogger("sampler_server.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sampler"].full_name
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files: the server's certificate chain and key, and optionally the CA whose
+    client certificates are required (mutual TLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        def read(path: Path, flag: str) -> bytes:
+            try:
+                return Path(path).read_bytes()
+            except OSError as error:
+                raise InvalidArgument(f"{flag}: cannot read {path} ({error.strerror or error})") from None
+
+        pair = (read(self.key, "--tls-key"), read(self.cert, "--tls-cert"))
+        client_ca = read(self.client_ca, "--tls-client-ca") if self.client_ca is not None else None
+        return grpc.ssl_server_credentials([pair], root_certificates=client_ca,
+                                           require_client_auth=client_ca is not None)
 
 
 @dataclass(frozen=True)
@@ -39,11 +63,16 @@ class ServerConfig:
     metrics_path: Path | None = None
     limits: ServiceLimits = ServiceLimits()
     grace_seconds: float = 5.0
+    tls: TlsFiles | None = None  # None: plaintext (the loopback default)
+    tokens: Path | None = None  # JSON-lines tokens file (service.auth); None: no authentication
 
 
 class RunningServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        # credentials and tokens first: a bad file fails before any store is opened
+        credentials = config.tls.credentials() if config.tls is not None else None
+        interceptor = AuthInterceptor(load_tokens(config.tokens) if config.tokens is not None else None)
         self.registry = StoreRegistry.from_data_dir(config.data_dir)
         self.assembler = Assembler({name: s.reader for name, s in self.registry.stores.items()}, config.workers)
         self.assembler.warm_up(wait=False)
@@ -53,6 +82,7 @@ class RunningServer:
         message_limit = config.limits.max_message_bytes + (1 << 20)
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="rpc"),
+            interceptors=(interceptor,),
             options=[
                 ("grpc.max_send_message_length", message_limit),
                 ("grpc.max_receive_message_length", 64 << 20),
@@ -63,7 +93,11 @@ class RunningServer:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
+        address = f"{config.host}:{config.port}"
+        if credentials is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
         self._stopped = threading.Event()

@@ -29,10 +29,10 @@ from sampler_server.core.batches import BatchSampler
 from sampler_server.core.sampling.presets import benchmark_sources
 from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
-from sampler_server.errors import InvalidArgument, ResourceExhausted
+from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
-from sampler_server.service import messages, status
+from sampler_server.service import auth, messages, status
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -285,7 +285,11 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             except json.JSONDecodeError as error:
                 raise InvalidArgument(f"run_config_json: not valid JSON ({error})") from None
         checked = [self._checked_report(report) for report in request.reports]
-        stored, duplicates = self.metrics.add(checked, request.run_config_json)
+        caller = auth.current_caller()  # None: no tokens, no owners; read tokens never get here
+        stored, duplicates = self.metrics.add(
+            checked, request.run_config_json, owner=caller and caller.name,
+            admin=caller is not None and caller.role is auth.Role.ADMIN,
+        )
         return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
 
     def _checked_report(self, report: pb.MetricReport) -> StoredReport:
@@ -318,6 +322,15 @@ class SamplerServicer(pb_grpc.SamplerServicer):
     def GetReport(self, request: pb.GetReportRequest, context: grpc.ServicerContext) -> pb.GetReportResponse:
         from sampler_server.metrics.report import build_report, render_report
 
+        caller = auth.current_caller()
+        if caller is not None and not caller.reads_every_run:
+            for run_id in request.run_ids:
+                try:
+                    owner = self.metrics.run_owner(run_id)
+                except NotFound:
+                    owner = None
+                if owner != caller.name:  # another team's run reads exactly as an unknown one
+                    raise NotFound(f"run {run_id!r} has no reports")
         report = build_report(self.metrics, list(request.run_ids), self.replayer)
         return pb.GetReportResponse(text=render_report(report, request.format or "table"))
 

@@ -20,8 +20,10 @@ from sampler_server.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     SamplerError,
+    Unauthenticated,
 )
 from sampler_server.quoting import bounded_message
 from sampler_server.service.handlers import UnparsableRequest
@@ -34,6 +36,8 @@ _CODES: tuple[tuple[type[SamplerError], grpc.StatusCode], ...] = (
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DataLoss, grpc.StatusCode.DATA_LOSS),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pytest
 
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.store import MetricsStore, StoredReport
 
 
@@ -115,3 +116,58 @@ def test_a_version_1_database_is_migrated_with_its_reports(tmp_path):
                             fingerprint="fp3-seed8", metrics={"accuracy": 0.25})], run_config_json='{"lr": 2}')
     assert store.run_config("old") == {"lr": 2}  # '{}' was version 1's "no configuration"
     assert len(list(MetricsStore(path).reports("old"))) == 2
+
+
+def test_a_run_belongs_to_the_owner_that_created_it(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.add([_report(0)], owner="team-a")
+    assert store.add([_report(1)], owner="team-a") == (1, 0)
+    with pytest.raises(PermissionDenied, match="^run 'run-a' belongs to another token") as caught:
+        store.add([_report(2), _report(3, run="run-b")], owner="team-b")
+    assert "team-a" not in str(caught.value)
+    with pytest.raises(NotFound):
+        store.run_owner("run-b")  # rolled back with the refused report
+    with pytest.raises(PermissionDenied):
+        store.set_run_config("run-a", '{"lr": 0.1}', owner="team-b")
+    assert store.add([_report(2)], owner="root", admin=True) == (1, 0)  # admin writes to any run
+    assert store.add([_report(3)]) == (1, 0)  # no tokens configured: no owner, anyone writes
+    assert store.run_owner("run-a") == "team-a"
+    store.add([_report(0, run="open")])
+    assert store.run_owner("open") is None
+    with pytest.raises(PermissionDenied):
+        store.add([_report(1, run="open")], owner="team-a")  # an ownerless run: admin-only once tokens are on
+    with pytest.raises(NotFound, match="^run 'nope' has no reports$"):
+        store.run_owner("nope")
+
+
+def test_unknown_run_names_no_other_run(tmp_path):
+    store = MetricsStore(tmp_path / "m.sqlite")
+    store.add([_report(0, run="secret-run")])
+    with pytest.raises(NotFound) as caught:
+        store.run_config("nope")
+    assert "secret-run" not in str(caught.value)
+
+
+def test_version_2_database_is_migrated_to_owned_runs(tmp_path):
+    path = tmp_path / "v2.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE runs (run_id TEXT PRIMARY KEY, config_json TEXT);
+        CREATE TABLE reports (run_id TEXT NOT NULL, protocol TEXT NOT NULL, source TEXT NOT NULL,
+            split TEXT NOT NULL, idx INTEGER NOT NULL, seed INTEGER NOT NULL, fingerprint TEXT NOT NULL,
+            metrics_json TEXT NOT NULL, request_json TEXT NOT NULL, predicted_json TEXT NOT NULL DEFAULT '[]',
+            PRIMARY KEY (run_id, protocol, source, split, seed, idx));
+        INSERT INTO runs VALUES ('old', '{"lr": 1}');
+        INSERT INTO reports VALUES ('old', 'md-episode', 'omniglot', 'test', 3, 7, 'fp3', '{"accuracy": 0.5}', '{}',
+            '[]');
+        PRAGMA user_version = 2;
+    """)
+    db.commit()
+    db.close()
+    store = MetricsStore(path)
+    assert store.run_owner("old") is None and store.run_config("old") == {"lr": 1}
+    assert len(list(store.reports("old"))) == 1
+    with pytest.raises(PermissionDenied):
+        store.add([_report(0, run="old")], owner="team-a")
+    store.close()
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
