@@ -17,19 +17,36 @@ refused until repacked.
 
 The pixels of an image depend only on its record and (size, resize method): never
 on which worker decoded it or how ids were chunked.
+
+Integrity: every path (pool workers, in-process decode, raw copies, encoded bytes)
+parses each value with ``record.read_header``, which verifies the record's checksum,
+so altered bytes are a ``DataLoss`` naming the store and record, never pixels; the
+server logs each such record once. A decode worker that dies (killed, out of memory,
+a crash in a native decoder) breaks the pool: the episodes it was decoding fail with
+a ``DataLoss`` that says so (not UNAVAILABLE: clients retry that by themselves, and an
+episode whose data crashes a decoder would take the pool down on every retry), the
+pool is replaced at once and later requests are served as before. Workers die with
+the server (``PR_SET_PDEATHSIG``), so none outlives it holding stores mapped.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as futures
-from collections import OrderedDict
+import ctypes
+import logging
 import multiprocessing
 import os
+import re
+import signal
+import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import shared_memory
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -39,14 +56,32 @@ from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, read_header
 
+T = TypeVar("T")
 _MIN_CHUNK = 16
 _WORKER_READERS: dict[str, StoreReader] = {}
 _WORKER_STORES: dict[str, str] = {}
 _WORKER_BUFFERS: "OrderedDict[str, shared_memory.SharedMemory]" = OrderedDict()
 _WORKER_BUFFERS_KEPT = 64
+_PR_SET_PDEATHSIG = 1
+log = logging.getLogger("sampler_server.assembly")
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when its parent (the forkserver, which exits with the
+    server) goes, so no worker outlives a killed server."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _init_worker(stores: Mapping[str, str]) -> None:
+    _die_with_parent()
     import cv2
 
     cv2.setNumThreads(1)
@@ -106,6 +141,29 @@ def _sleep_and_pid(_: int) -> int:
     return os.getpid()
 
 
+_RECORD_NAMED = re.compile(r"store '(?P<store>[^']*)', record (?P<record>\d+)")
+
+
+class _DataLossLog:
+    """Logs each damaged record once per server (a client retrying it must not flood the log)."""
+
+    def __init__(self, keep: int = 100_000) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self._keep = keep
+
+    def report(self, error: DataLoss) -> None:
+        message = str(error)
+        match = _RECORD_NAMED.search(message)
+        key = f"{match['store']}/{match['record']}" if match else message
+        with self._lock:
+            if key in self._seen:
+                return
+            if len(self._seen) < self._keep:
+                self._seen.add(key)
+        log.error("data loss: %s", message)
+
+
 class _BufferPool:
     """Reusable shared-memory blocks (fresh ones would page-fault on every episode)."""
 
@@ -161,8 +219,10 @@ class PendingImages:
 
     def __init__(self, shape: tuple[int, ...], array: np.ndarray | None = None,
                  chunks: list[futures.Future] | None = None, buffer: shared_memory.SharedMemory | None = None,
-                 pool: _BufferPool | None = None, records: list[memoryview] | None = None) -> None:
+                 pool: _BufferPool | None = None, records: list[memoryview] | None = None,
+                 on_error: Callable[[BaseException], BaseException] | None = None) -> None:
         self.shape = shape
+        self._on_error = on_error
         self._array = array
         self._chunks = chunks or []
         self._buffer = buffer
@@ -178,9 +238,12 @@ class PendingImages:
         try:
             for chunk in self._chunks:
                 chunk.result()
-        except BaseException:
+        except BaseException as error:
             self.release()
-            raise
+            replacement = self._on_error(error) if self._on_error is not None else error
+            if replacement is error:
+                raise
+            raise replacement from None
         self._chunks = []
 
     def result(self) -> np.ndarray:
@@ -242,31 +305,66 @@ class Assembler:
         self.readers = dict(stores)
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
         self._pool: futures.ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self._buffers = _BufferPool(keep=4 * self.workers + 4)
+        self._data_loss = _DataLossLog()
+        self.pools_replaced = 0
         if self.workers > 1:
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["sampler_server.assembly.assembler"])
-            self._pool = futures.ProcessPoolExecutor(
-                self.workers,
-                mp_context=context,
-                initializer=_init_worker,
-                initargs=({name: str(reader.directory) for name, reader in self.readers.items()},),
-            )
+            self._pool = self._new_pool()
+
+    def _new_pool(self) -> futures.ProcessPoolExecutor:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["sampler_server.assembly.assembler"])
+        return futures.ProcessPoolExecutor(
+            self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=({name: str(reader.directory) for name, reader in self.readers.items()},),
+        )
+
+    def _replace_pool(self, broken: futures.ProcessPoolExecutor) -> None:
+        """Swap a broken pool for a new one (once, however many requests saw it break)."""
+        with self._pool_lock:
+            if self._pool is not broken:
+                return
+            self._pool = self._new_pool()
+            self.pools_replaced += 1
+        log.error("a decode worker process died; replaced the pool of %d workers", self.workers)
+        broken.shutdown(wait=False, cancel_futures=True)
+        self.warm_up(wait=False)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current decode workers (for diagnostics and tests)."""
+        pool = self._pool
+        processes = getattr(pool, "_processes", None) or {}
+        return sorted(processes)
 
     def warm_up(self, wait: bool = True) -> None:
         """Start every worker now, so the first request does not pay for it. With
         ``wait=False`` the workers start while the caller goes on (a server opens its
         port meanwhile); requests that arrive first queue behind the start-up."""
-        if self._pool is not None:
-            started = [self._pool.submit(_sleep_and_pid, worker) for worker in range(self.workers)]
+        pool = self._pool
+        if pool is not None:
+            try:
+                started = [pool.submit(_sleep_and_pid, worker) for worker in range(self.workers)]
+            except BrokenProcessPool:
+                self._replace_pool(pool)
+                return
             if wait:
                 futures.wait(started)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         self._buffers.close()
+
+    def _checked(self, error: BaseException) -> BaseException:
+        """Log a data loss once; turn a broken pool into a DataLoss saying what happened."""
+        if isinstance(error, DataLoss):
+            self._data_loss.report(error)
+        return error
 
     def raw_size(self, store: str) -> int | None:
         value = self.readers[store].manifest.pack_options.get("raw_size")
@@ -314,20 +412,62 @@ class Assembler:
         if self.check_raw(store, size, method):
             if not ids:
                 return PendingImages(shape, np.empty(shape, dtype=np.uint8))
-            return PendingImages(shape, records=_raw_payloads(reader, ids, size))
+            return PendingImages(shape, records=self._logged(_raw_payloads, reader, ids, size))
         if not ids:
             return PendingImages(shape, np.empty(shape, dtype=np.uint8))
         if self._pool is None or len(ids) < _MIN_CHUNK:
-            return PendingImages(shape, decode_records(reader, ids, size, method))
+            return PendingImages(shape, self._logged(decode_records, reader, ids, size, method))
         buffer = self._buffers.take(int(np.prod(shape)))
+        try:
+            pool, chunks = self._submit_chunks(store, ids, size, method, buffer.name)
+        except BaseException:
+            self._buffers.give(buffer)
+            raise
+
+        def on_error(error: BaseException) -> BaseException:
+            if isinstance(error, BrokenProcessPool):
+                self._replace_pool(pool)
+                return DataLoss(
+                    f"store {store!r}: a decode worker process died while decoding this request's "
+                    f"{len(ids)} images (records {min(ids)} to {max(ids)}); the decode workers were restarted "
+                    "and other requests are served; retry the request"
+                )
+            return self._checked(error)
+
+        return PendingImages(shape, chunks=chunks, buffer=buffer, pool=self._buffers, on_error=on_error)
+
+    def _submit_chunks(
+        self, store: str, ids: list[int], size: int, method: ResizeMethod, buffer: str
+    ) -> tuple[futures.ProcessPoolExecutor, list[futures.Future]]:
+        """Queue the chunks on the current pool; a pool found broken before this request ran
+        is replaced and the request queued on the new one."""
         per_image = size * size * 3
         pieces = max(1, min(self.workers, len(ids) // _MIN_CHUNK))
         step = -(-len(ids) // pieces)
-        chunks = [
-            self._pool.submit(_decode_chunk, store, ids[i : i + step], size, method.value, buffer.name, i * per_image)
-            for i in range(0, len(ids), step)
-        ]
-        return PendingImages(shape, chunks=chunks, buffer=buffer, pool=self._buffers)
+        for attempt in range(2):
+            pool = self._pool
+            if pool is None:
+                raise DataLoss("the decode workers are shut down (the server is stopping)")
+            chunks: list[futures.Future] = []
+            try:
+                for i in range(0, len(ids), step):
+                    chunks.append(
+                        pool.submit(_decode_chunk, store, ids[i : i + step], size, method.value, buffer, i * per_image)
+                    )
+                return pool, chunks
+            except BrokenProcessPool:
+                for chunk in chunks:
+                    chunk.cancel()
+                futures.wait(chunks)
+                self._replace_pool(pool)
+        raise DataLoss(f"store {store!r}: decode workers keep dying at start-up; see the server log")
+
+    def _logged(self, function: Callable[..., T], *args: object) -> T:
+        try:
+            return function(*args)
+        except DataLoss as error:
+            self._data_loss.report(error)
+            raise
 
     def images(
         self, store: str, record_ids: Sequence[int], size: int, method: ResizeMethod = ResizeMethod.BILINEAR
@@ -337,15 +477,18 @@ class Assembler:
 
     def encoded(self, store: str, record_ids: Sequence[int]) -> list[tuple[bytes, Encoding, int, int, int]]:
         """The stored payloads (no decode): (bytes, encoding, width, height, channels)."""
-        out = []
-        reader = self.readers[store]
-        for record_id, value in zip(record_ids, reader.read_values([int(i) for i in record_ids])):
-            try:
-                encoding, width, height, channels, offset = read_header(value)
-            except DataLoss as error:
-                raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: {error}") from None
-            out.append((value[offset:], encoding, width, height, channels))
-        return out
+        return self._logged(_encoded_payloads, self.readers[store], [int(i) for i in record_ids])
+
+
+def _encoded_payloads(reader: StoreReader, ids: list[int]) -> list[tuple[bytes, Encoding, int, int, int]]:
+    out = []
+    for record_id, value in zip(ids, reader.read_values(ids)):
+        try:
+            encoding, width, height, channels, offset = read_header(value)
+        except DataLoss as error:
+            raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: {error}") from None
+        out.append((value[offset:], encoding, width, height, channels))
+    return out
 
 
 def _raw_payloads(reader: StoreReader, ids: list[int], size: int) -> list[memoryview]:

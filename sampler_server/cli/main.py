@@ -24,6 +24,7 @@ _SUBCOMMAND_MODULES = {
     "hierarchy": "sampler_server.cli.hierarchy_cmd",
     "serve": "sampler_server.cli.serve_cmd",
     "report": "sampler_server.cli.report_cmd",
+    "verify": "sampler_server.cli.verify_cmd",
 }
 
 

@@ -10,12 +10,21 @@ md-v2), because only these stores' class splits differ between the two.
 
 A request may name a store (its directory name) or a source kind (``omniglot``);
 ``StoreRegistry.get`` is the one place that resolves either.
+
+A store that cannot be read safely is quarantined at start-up, not served, and the
+others are: an unreadable or invalid manifest, a data file that is not LMDB, shorter
+than its LMDB pages or than the manifest records (a truncated copy). Each is logged
+as one line; a request naming it (by store name, or by a source kind only it has)
+is FAILED_PRECONDITION with that line (the store exists, its state forbids serving;
+NOT_FOUND would suggest a typo). Stores packed before record checksums (layout 1)
+are served with one warning each: their records cannot be verified.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +35,21 @@ from sampler_server.core.sampling.presets import (
 )
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, SamplerError
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.naming import StoreName, pick_store
 from sampler_server.store.reader import StoreReader, find_stores
+
+log = logging.getLogger("sampler_server.service")
+
+
+@dataclass(frozen=True)
+class QuarantinedStore:
+    """A store found under the data directory that is not served, and why."""
+
+    name: str
+    reason: str
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,22 +77,67 @@ def _needs_wordnet_split(manifest: Manifest) -> bool:
 
 
 class StoreRegistry:
-    def __init__(self, stores: Sequence[ServedStore]) -> None:
+    def __init__(self, stores: Sequence[ServedStore], quarantined: Sequence[QuarantinedStore] = ()) -> None:
         self.stores = {store.name: store for store in stores}
+        self.quarantined: Mapping[str, QuarantinedStore] = {q.name: q for q in quarantined}
         self._specs: dict[tuple[str, str], DatasetSpec] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def from_data_dir(cls, data_dir: Path) -> "StoreRegistry":
-        stores = [ServedStore(path.name, StoreReader(path)) for path in find_stores(data_dir)]
+        """Every store under ``data_dir`` that can be read safely; the others quarantined.
+
+        Raises:
+            NotFound: no store at all, or none that can be served (naming why).
+        """
+        stores: list[ServedStore] = []
+        quarantined: list[QuarantinedStore] = []
+        for path in find_stores(data_dir):
+            reader: StoreReader | None = None
+            try:
+                reader = StoreReader(path)
+                reader.check_data()
+            except SamplerError as error:
+                source = reader.manifest.source if reader is not None else None
+                quarantined.append(QuarantinedStore(path.name, str(error), source))
+                log.error("store %r quarantined: %s", path.name, error)
+                continue
+            if not reader.manifest.verifiable:
+                log.warning(
+                    "store %r was packed before record checksums (record layout %d): its records cannot be "
+                    "verified; repack it with the same `sampler-server pack` command (same episodes and "
+                    "fingerprint)", path.name, reader.manifest.record_layout,
+                )
+            stores.append(ServedStore(path.name, reader))
         if not stores:
+            if quarantined:
+                reasons = "; ".join(q.reason for q in quarantined)
+                raise NotFound(f"{data_dir}: no store can be served ({reasons})")
             raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
-        return cls(stores)
+        return cls(stores, quarantined)
 
     def get(self, name: str, image_size: int | None = None, resize: str | None = None) -> ServedStore:
-        """The store a request names: a store name or a source kind (``store.naming``)."""
+        """The store a request names: a store name or a source kind (``store.naming``).
+
+        Raises:
+            FailedPrecondition: ``name`` is a quarantined store (or a source kind that only
+                quarantined stores have).
+            NotFound: nothing of that name is served.
+        """
+        broken = self.quarantined.get(name)
+        if broken is not None:
+            raise FailedPrecondition(f"store {name!r} is quarantined and not served: {broken.reason}")
         names = [StoreName.of(s.name, s.source, s.manifest.pack_options) for s in self.stores.values()]
-        return self.stores[pick_store(names, name, image_size, resize).name]
+        try:
+            return self.stores[pick_store(names, name, image_size, resize).name]
+        except NotFound:
+            of_kind = [q for q in self.quarantined.values() if q.source == name]
+            if of_kind:
+                raise FailedPrecondition(
+                    f"source {name!r}: its only store {of_kind[0].name!r} is quarantined and not served: "
+                    f"{of_kind[0].reason}"
+                ) from None
+            raise
 
     def spec(self, name: str, preset: Benchmark | str = Benchmark.MD_V1) -> DatasetSpec:
         """The sampler spec of a store; WordNet-split stores get the class splits of ``preset``."""

@@ -3,6 +3,11 @@
 Start-up reads manifests only and starts the decode workers before gRPC's threads
 exist. SIGTERM (or SIGINT) drains: health turns NOT_SERVING, open streams end with
 UNAVAILABLE naming the index to resume at, then the server stops.
+
+Health: the overall service ("" and ``sampler.v1.Sampler``) is SERVING while any
+store is; each store also has its own health name ``sampler.v1.Sampler/<store>``,
+SERVING for a served store and NOT_SERVING for a quarantined one (see
+``registry``), so a probe can tell which store is broken while the others serve.
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ class TlsFiles:
         client_ca = read(self.client_ca, "--tls-client-ca") if self.client_ca is not None else None
         return grpc.ssl_server_credentials([pair], root_certificates=client_ca,
                                            require_client_auth=client_ca is not None)
+
+
+def store_health_name(store: str) -> str:
+    """The health-check service name of one store."""
+    return f"{SERVICE_NAME}/{store}"
 
 
 @dataclass(frozen=True)
@@ -108,14 +118,16 @@ class RunningServer:
 
     def start(self) -> "RunningServer":
         self.server.start()
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, *(store_health_name(store) for store in self.registry.stores)):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        for store in self.registry.quarantined:
+            self.health.set(store_health_name(store), health_pb2.HealthCheckResponse.NOT_SERVING)
         return self
 
     def stop(self, grace: float | None = None) -> None:
         if self._stopped.is_set():
             return
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, *(store_health_name(store) for store in self.registry.stores)):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.servicer.draining.set()
         self.server.stop(self.config.grace_seconds if grace is None else grace).wait()

@@ -5,6 +5,13 @@ everything a sampler needs: classes in id order with their contiguous record
 ranges, their split, hierarchy references, the pack options and the content
 fingerprint. Loading validates it fully; a manifest that does not describe a
 consistent store is refused rather than served.
+
+Integrity (``storage``): the record layout of the values (2: each carries a CRC-32;
+1: stores packed before checksums, which cannot be verified), and the size and
+SHA-256 of ``data.mdb`` as the pack left it. The server compares the size at start-up
+(cheap: a truncated file is quarantined, never mapped and read past its end);
+``sampler-server verify`` also recomputes the SHA-256. Manifests written before these
+fields existed load with ``record_layout=1`` and no size or digest.
 """
 
 from __future__ import annotations
@@ -84,6 +91,14 @@ class Manifest:
     num_skipped: int = 0
     skipped: tuple[dict[str, str], ...] = ()
     created_by: str = ""
+    record_layout: int = 1
+    data_size: int | None = None
+    data_sha256: str | None = None
+
+    @property
+    def verifiable(self) -> bool:
+        """Records carry checksums (layout 2 or later)."""
+        return self.record_layout >= 2
 
     @property
     def num_records(self) -> int:
@@ -109,9 +124,21 @@ class Manifest:
             "num_skipped": self.num_skipped,
             "skipped": list(self.skipped),
             "created_by": self.created_by,
-            "storage": {"lmdb": DATA_NAME, "key": "uint64 big-endian record id", "record_layout": 1},
+            "storage": self._storage_json(),
             "classes": [c.to_json() for c in self.classes],
         }
+
+    def _storage_json(self) -> dict[str, Any]:
+        storage: dict[str, Any] = {
+            "lmdb": DATA_NAME,
+            "key": "uint64 big-endian record id",
+            "record_layout": self.record_layout,
+        }
+        if self.data_size is not None:
+            storage["data_bytes"] = self.data_size
+        if self.data_sha256 is not None:
+            storage["data_sha256"] = self.data_sha256
+        return storage
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "manifest") -> "Manifest":
@@ -135,6 +162,7 @@ class Manifest:
                 num_skipped=int(data.get("num_skipped", 0)),
                 skipped=tuple(data.get("skipped") or ()),
                 created_by=str(data.get("created_by", "")),
+                **_storage_fields(data.get("storage") or {}),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise DataLoss(f"{where}: malformed manifest ({error!r})") from None
@@ -142,6 +170,16 @@ class Manifest:
         if data.get("num_records") not in (None, manifest.num_records):
             raise DataLoss(f"{where}: num_records {data['num_records']} disagrees with class ranges")
         return manifest
+
+
+def _storage_fields(storage: Mapping[str, Any]) -> dict[str, Any]:
+    size = storage.get("data_bytes")
+    digest = storage.get("data_sha256")
+    return {
+        "record_layout": int(storage.get("record_layout", 1)),
+        "data_size": int(size) if size is not None else None,
+        "data_sha256": str(digest) if digest is not None else None,
+    }
 
 
 def validate_class_ranges(classes: Iterable[ClassInfo], where: str = "manifest") -> None:

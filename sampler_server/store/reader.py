@@ -5,6 +5,14 @@ once published, so readers need no lock table, and many processes share its page
 through the OS page cache. Environments are opened lazily, once per store per process,
 and dropped in a forked child (LMDB handles must not cross ``fork``), so a reader can
 be created before a worker pool starts and be pickled to workers.
+
+A read never touches a page past the end of the data file (which would kill the
+process with SIGBUS, not raise): when an environment is opened, the file must hold
+every page LMDB claims ((last_pgno + 1) x page size) and, where the manifest recorded
+it, at least the size the pack left; before every batch of reads one ``stat`` checks
+that the file has not shrunk since (a file truncated while the server runs). Either
+failure is a ``StoreUnreadable`` (a ``DataLoss``) naming the store and both sizes.
+Record checksums are verified where values are parsed (``record.read_header``).
 """
 
 from __future__ import annotations
@@ -20,28 +28,56 @@ from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, lo
 from sampler_server.store.record import Record, decode_record, record_key
 
 
-_ENVIRONMENTS: dict[str, tuple[int, lmdb.Environment]] = {}
+class StoreUnreadable(DataLoss):
+    """The store's data file cannot be read safely (missing, truncated, not LMDB)."""
 
 
-def _environment_for(directory: Path) -> lmdb.Environment:
+# realpath -> (inode, environment, bytes the environment needs)
+_ENVIRONMENTS: dict[str, tuple[int, lmdb.Environment, int]] = {}
+
+
+def _environment_for(directory: Path, name: str, expected_size: int | None = None) -> lmdb.Environment:
     """One handle per store per process (py-lmdb refuses to open a path twice);
-    re-opened when the store was replaced (another data file under the same path)."""
+    re-opened when the store was replaced (another data file under the same path).
+    Refuses (``StoreUnreadable``) a data file shorter than its pages."""
     path = os.path.realpath(directory)
     try:
-        inode = os.stat(os.path.join(path, DATA_NAME)).st_ino
+        stat = os.stat(os.path.join(path, DATA_NAME))
     except OSError as error:
-        raise DataLoss(f"{directory}: cannot open LMDB data ({error.strerror})") from None
+        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} ({error.strerror})") from None
     cached = _ENVIRONMENTS.get(path)
-    if cached is not None and cached[0] == inode:
+    if cached is not None and cached[0] == stat.st_ino:
+        if stat.st_size < cached[2]:
+            raise StoreUnreadable(_truncated(name, stat.st_size, cached[2], "after it was opened"))
         return cached[1]
     if cached is not None:
+        _ENVIRONMENTS.pop(path)
         cached[1].close()
+    if expected_size is not None and stat.st_size < expected_size:
+        # shorter than packed is always a loss; longer can be a legitimate LMDB write
+        # (verify's SHA-256 tells those apart)
+        raise StoreUnreadable(
+            f"store {name!r}: {DATA_NAME} is {stat.st_size} bytes, its manifest records {expected_size} "
+            "(truncated since it was packed); not served"
+        )
     try:
         env = lmdb.open(path, readonly=True, lock=False, subdir=True, readahead=False, max_readers=1024)
+        needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     except lmdb.Error as error:
-        raise DataLoss(f"{directory}: cannot open LMDB data ({error})") from None
-    _ENVIRONMENTS[path] = (inode, env)
+        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} as LMDB ({error})") from None
+    if stat.st_size < needed:
+        env.close()
+        raise StoreUnreadable(_truncated(name, stat.st_size, needed, ""))
+    _ENVIRONMENTS[path] = (stat.st_ino, env, needed)
     return env
+
+
+def _truncated(name: str, size: int, needed: int, when: str) -> str:
+    when = f" {when}" if when else ""
+    return (
+        f"store {name!r}: {DATA_NAME} is {size} bytes but its LMDB pages need {needed} "
+        f"(truncated{when}); not served"
+    )
 
 
 def _drop_inherited_environments() -> None:
@@ -49,7 +85,7 @@ def _drop_inherited_environments() -> None:
     of a read-only, lock-free environment only unmaps it in the child."""
     inherited = list(_ENVIRONMENTS.values())
     _ENVIRONMENTS.clear()
-    for _, env in inherited:
+    for _, env, _ in inherited:
         env.close()
 
 
@@ -68,7 +104,16 @@ class StoreReader:
         return self.manifest.num_records
 
     def _environment(self) -> lmdb.Environment:
-        return _environment_for(self.directory)
+        return _environment_for(self.directory, self.manifest.name, self.manifest.data_size)
+
+    def check_data(self) -> None:
+        """Open the data file now and check its size (start-up).
+
+        Raises:
+            StoreUnreadable: missing, not LMDB, shorter than its pages, or not the size
+                the manifest records.
+        """
+        self._environment()
 
     def _check_id(self, record_id: int) -> None:
         if not 0 <= record_id < self.num_records:
@@ -83,18 +128,19 @@ class StoreReader:
 
     def read_values(self, record_ids: Sequence[int]) -> list[bytes]:
         """Several values in one read transaction, in the order asked."""
+        out: list[bytes] = []
+        for record_id, value in zip(record_ids, self.values_or_none(record_ids)):
+            if value is None:
+                raise DataLoss(f"store {self.manifest.name!r}: record {record_id} is missing from its LMDB data")
+            out.append(value)
+        return out
+
+    def values_or_none(self, record_ids: Sequence[int]) -> list[bytes | None]:
+        """Like ``read_values``, with None for a record missing from the data (for ``verify``)."""
         for record_id in record_ids:
             self._check_id(record_id)
-        out: list[bytes] = []
         with self._environment().begin(buffers=False) as txn:
-            for record_id in record_ids:
-                value = txn.get(record_key(record_id))
-                if value is None:
-                    raise DataLoss(
-                        f"store {self.manifest.name!r}: record {record_id} is missing from its LMDB data"
-                    )
-                out.append(value)
-        return out
+            return [txn.get(record_key(record_id)) for record_id in record_ids]
 
     def read(self, record_id: int) -> Record:
         try:
@@ -106,7 +152,11 @@ class StoreReader:
         """Every record in id order (one cursor pass; for inspection and tests)."""
         with self._environment().begin(buffers=False) as txn:
             for key, value in txn.cursor():
-                yield int.from_bytes(key, "big"), decode_record(value)
+                record_id = int.from_bytes(key, "big")
+                try:
+                    yield record_id, decode_record(value)
+                except DataLoss as error:
+                    raise DataLoss(f"store {self.manifest.name!r}, record {record_id}: {error}") from None
 
 
 

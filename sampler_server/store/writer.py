@@ -10,17 +10,20 @@ grow with the number of images.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import hashlib
 import os
 import shutil
 from pathlib import Path
 from types import TracebackType
+from typing import Callable
 
 import lmdb
 
 from sampler_server.errors import FailedPrecondition
 from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, write_manifest
-from sampler_server.store.record import Record, encode_record, record_key
+from sampler_server.store.record import LAYOUT_VERSION, Record, encode_record, record_key
 
 _MAP_SIZE = 1 << 40  # address space only; the file grows as records are written
 _TXN_RECORDS = 512
@@ -92,7 +95,10 @@ class StoreWriter:
         self._pending_bytes = 0
 
     def commit(self, manifest: Manifest) -> Path:
-        """Sync data, write the manifest, then rename into place (the publish step)."""
+        """Sync data, write the manifest, then rename into place (the publish step).
+
+        The manifest written records the record layout and the size and SHA-256 of the
+        synced data file (whatever ``manifest`` said about them is replaced)."""
         assert self._env is not None, "writer is not open"
         self._flush()
         self._env.sync(True)
@@ -101,6 +107,10 @@ class StoreWriter:
         lock_file = self.partial_dir / "lock.mdb"
         if lock_file.exists():  # readers open lock-free; a stale lock file only confuses
             lock_file.unlink()
+        data_size, data_sha256 = file_digest(self.partial_dir / DATA_NAME)
+        manifest = dataclasses.replace(
+            manifest, record_layout=LAYOUT_VERSION, data_size=data_size, data_sha256=data_sha256
+        )
         write_manifest(self.partial_dir, manifest)
         _fsync_dir(self.partial_dir)
         retired = self.output_root / f".{self.name}.retired"
@@ -154,6 +164,20 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_digest(path: Path, progress: Callable[[int], object] | None = None) -> tuple[int, str]:
+    """(size in bytes, "sha256:<hex>") of a file, read in 1 MiB blocks; ``progress``
+    is called with the byte count of each block."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+            size += len(block)
+            if progress is not None:
+                progress(len(block))
+    return size, "sha256:" + digest.hexdigest()
 
 
 def is_servable(directory: Path) -> bool:
