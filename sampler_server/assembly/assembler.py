@@ -32,13 +32,10 @@ the server (``PR_SET_PDEATHSIG``), so none outlives it holding stores mapped.
 from __future__ import annotations
 
 import concurrent.futures as futures
-import ctypes
 import logging
 import multiprocessing
 import os
 import re
-import signal
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -50,6 +47,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from sampler_server import procutil
 from sampler_server.assembly.decode import record_pixels
 from sampler_server.errors import DataLoss, FailedPrecondition
 from sampler_server.imaging import ResizeMethod
@@ -62,26 +60,11 @@ _WORKER_READERS: dict[str, StoreReader] = {}
 _WORKER_STORES: dict[str, str] = {}
 _WORKER_BUFFERS: "OrderedDict[str, shared_memory.SharedMemory]" = OrderedDict()
 _WORKER_BUFFERS_KEPT = 64
-_PR_SET_PDEATHSIG = 1
 log = logging.getLogger("sampler_server.assembly")
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when its parent (the forkserver, which exits with the
-    server) goes, so no worker outlives a killed server."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def _init_worker(stores: Mapping[str, str]) -> None:
-    _die_with_parent()
+    procutil.die_with_parent()  # no decode worker outlives its forkserver (see procutil)
     import cv2
 
     cv2.setNumThreads(1)

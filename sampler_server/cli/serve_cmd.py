@@ -24,8 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "0.0.0.0 exposes the server to the network)")
     parser.add_argument("--port", type=int, default=50051, help="TCP port (0 = pick a free one)")
     parser.add_argument("--workers", type=int, default=0, help="decode worker processes (default: one per core)")
-    parser.add_argument("--threads", type=int, default=32, help="gRPC handler threads")
-    parser.add_argument("--max-streams", type=int, default=64, help="concurrent streams served at most")
+    parser.add_argument("--threads", type=int, default=16,
+                        help="handler threads for unary calls and health checks, beyond one per stream (default 16)")
+    parser.add_argument("--max-streams", type=int, default=64, help="concurrent streams served at most (default 64)")
+    parser.add_argument("--max-streams-per-client", type=int, default=64, metavar="N",
+                        help="concurrent streams of one client (peer host) at most (default 64)")
+    parser.add_argument("--stream-idle-seconds", type=float, default=120.0, metavar="S",
+                        help="cancel a stream whose client reads nothing for S seconds (default 120)")
+    parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
+                        help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
     parser.add_argument("--metrics", type=Path, help="SQLite file for metric reports (default DATA/metrics.sqlite)")
     security = parser.add_argument_group("a shared deployment (see README: Running it for a lab)")
@@ -49,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
+    if args.max_streams_per_client < 1 or args.max_queued_calls < 0 or not args.stream_idle_seconds > 0:
+        raise InvalidArgument("--max-streams-per-client must be >= 1, --max-queued-calls >= 0 and "
+                              "--stream-idle-seconds > 0")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -69,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
         metrics_path=args.metrics,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None,
         tokens=args.tokens,
-        limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams),
+        max_queued_calls=args.max_queued_calls,
+        limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams,
+                             max_streams_per_client=args.max_streams_per_client,
+                             stream_idle_seconds=args.stream_idle_seconds),
     )
     server = RunningServer(config).start()
     server.install_signal_handlers()

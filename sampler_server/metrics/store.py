@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from sampler_server.quoting import quoted
 
 SCHEMA_VERSION = 3
 _SCHEMA = """
@@ -82,7 +83,7 @@ class StoredReport:
 
 def validate_run_id(run_id: str) -> str:
     if not run_id or len(run_id) > MAX_RUN_ID or not run_id.isprintable():
-        raise InvalidArgument(f"run_id: got {run_id!r}, expected 1 to {MAX_RUN_ID} printable characters")
+        raise InvalidArgument(f"run_id: got {quoted(run_id)}, expected 1 to {MAX_RUN_ID} printable characters")
     return run_id
 
 
@@ -229,7 +230,7 @@ class MetricsStore:
             row = self._db.execute("SELECT config_json, owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             # names only the run asked for: a caller who may not read every run learns of no other
-            raise NotFound(f"run {run_id!r} has no reports")
+            raise NotFound(f"run {quoted(run_id)} has no reports")
         return row
 
     def run_config(self, run_id: str) -> dict[str, Any]:

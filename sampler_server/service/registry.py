@@ -36,6 +36,7 @@ from sampler_server.core.sampling.presets import (
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, SamplerError
+from sampler_server.quoting import quoted
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.naming import StoreName, pick_store
 from sampler_server.store.reader import StoreReader, find_stores
@@ -176,7 +177,7 @@ class StoreRegistry:
             store = self.get(name, image_size, resize)
             if store.source in stores:
                 raise InvalidArgument(
-                    f"sources: got {stores[store.source].name!r} and {name!r}, both of source {store.source!r}; "
+                    f"sources: got {stores[store.source].name!r} and {quoted(name)}, both of source {store.source!r}; "
                     "expected one store per source"
                 )
             specs[store.source] = self.spec(store.name, benchmark)
@@ -194,4 +195,4 @@ def parse_preset(preset: Benchmark | str) -> Benchmark:
         return Benchmark(preset)
     except ValueError:
         allowed = ", ".join(b.value for b in Benchmark)
-        raise InvalidArgument(f"preset: got {preset!r}, expected one of {allowed} (empty = md-v1)") from None
+        raise InvalidArgument(f"preset: got {quoted(preset)}, expected one of {allowed} (empty = md-v1)") from None

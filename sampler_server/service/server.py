@@ -69,7 +69,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     workers: int | None = None
-    threads: int = 32
+    threads: int = 16  # handler threads for unary calls and health checks, beyond one per stream slot
+    max_queued_calls: int = 256  # calls waiting for a thread; more are refused (RESOURCE_EXHAUSTED)
     metrics_path: Path | None = None
     limits: ServiceLimits = ServiceLimits()
     grace_seconds: float = 5.0
@@ -90,9 +91,14 @@ class RunningServer:
         self.metrics = MetricsStore(metrics_path)
         self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
         message_limit = config.limits.max_message_bytes + (1 << 20)
+        # Every stream slot has a thread of its own (a send blocked on a client that does not
+        # read holds it), and ``threads`` more serve unary calls and health checks, so a full
+        # house of stalled streams never starves them (service.admission).
+        handler_threads = config.limits.max_streams + config.threads
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(max_workers=handler_threads, thread_name_prefix="rpc"),
             interceptors=(interceptor,),
+            maximum_concurrent_rpcs=handler_threads + config.max_queued_calls,
             options=[
                 ("grpc.max_send_message_length", message_limit),
                 ("grpc.max_receive_message_length", 64 << 20),

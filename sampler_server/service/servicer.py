@@ -33,6 +33,7 @@ from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
+from sampler_server.service.admission import StreamAdmission, StreamSlot, client_of
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -48,6 +49,8 @@ MAX_STREAM_COUNT = 10_000_000
 class ServiceLimits:
     max_message_bytes: int = 512 << 20
     max_streams: int = 64
+    max_streams_per_client: int = 64  # a client is a peer host (or a token name where tokens are used)
+    stream_idle_seconds: float = 120.0  # a stream whose client reads nothing this long is cancelled
     max_reports_per_request: int = 10_000
     lookahead: int = 3  # episodes of a stream being decoded while one is sent
 
@@ -66,7 +69,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.limits = limits
         self.replayer = EpisodeReplayer(registry)
         self.draining = threading.Event()
-        self._streams = threading.BoundedSemaphore(limits.max_streams)
+        self.admission = StreamAdmission(limits.max_streams, limits.max_streams_per_client,
+                                         limits.stream_idle_seconds)
 
     # ---- sources -------------------------------------------------------------------
 
@@ -158,24 +162,28 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
         return prepare, label
 
+    def _admit(self, context: grpc.ServicerContext, kind: str) -> "_StreamEnd":
+        """A stream slot, taken before any work (RESOURCE_EXHAUSTED when none is free). The
+        slot is released and the stream logged when the RPC ends for any reason: a
+        cancelled stream's generator may never be resumed, so ``finally`` is not enough."""
+        self.admission.start()  # the idle-stream watchdog, once
+        slot = self.admission.admit(client_of(context.peer()), context.cancel)
+        end = _StreamEnd(slot, f"stream {kind}", context.peer())
+        if not context.add_callback(end):
+            end()  # the RPC already ended
+        return end
+
     def _stream(
         self,
-        context: grpc.ServicerContext,
+        end: "_StreamEnd",
         prepare: Callable[[int], "Prepared"],
         start: int,
         count: int,
         step: int,
         label: str,
-        kind: str,
         last_index: int = messages.MAX_INDEX,
     ) -> Iterator[Any]:
-        if not self._streams.acquire(blocking=False):
-            raise ResourceExhausted(f"the server already serves {self.limits.max_streams} streams (its --max-streams)")
-        # The slot is released and the stream logged when the RPC ends for any reason: a
-        # cancelled stream's generator may never be resumed, so ``finally`` is not enough.
-        end = _StreamEnd(self._streams, f"stream {kind} {label} start={start} step={step} "
-                         f"count={count or 'unbounded'}", context.peer())
-        context.add_callback(end)
+        end.label += f" {label} start={start} step={step} count={count or 'unbounded'}"
         in_flight: collections.deque[tuple[int, Prepared]] = collections.deque()
         final_index = start + (count - 1) * step if count else None
         # One thread per stream packs the next reply (waits for its pixels, copies them
@@ -206,6 +214,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                     packing = packer.submit(in_flight[0][1].finish)
                 yield reply
                 end.sent += 1
+                end.slot.progress()
             end.outcome = "ok"
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
@@ -220,9 +229,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamEpisodes(self, request: pb.StreamEpisodesRequest, context: grpc.ServicerContext) -> Iterator[pb.Episode]:
+        end = self._admit(context, "episodes")
         start, count, step = _stream_window(request.start_index, request.count, request.index_step)
         prepare, label = self._episode_source(request.request)
-        yield from self._stream(context, prepare, start, count, step, label, "episodes")
+        yield from self._stream(end, prepare, start, count, step, label)
 
     @status.unary
     def GetEpisode(self, request: pb.GetEpisodeRequest, context: grpc.ServicerContext) -> pb.Episode:
@@ -235,6 +245,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamBatches(self, request: pb.StreamBatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Batch]:
+        end = self._admit(context, "batches")
         split = messages.split_from_wire(request.split, "split")
         images = messages.images_from_wire(request.images)
         benchmark = parse_preset(request.preset)
@@ -268,7 +279,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
 
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
-        yield from self._stream(context, prepare, start, count, step, label, "batches", last_index)
+        yield from self._stream(end, prepare, start, count, step, label, last_index)
 
     # ---- metrics -------------------------------------------------------------------
 
@@ -330,7 +341,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 except NotFound:
                     owner = None
                 if owner != caller.name:  # another team's run reads exactly as an unknown one
-                    raise NotFound(f"run {run_id!r} has no reports")
+                    raise NotFound(f"run {quoted(run_id)} has no reports")
         report = build_report(self.metrics, list(request.run_ids), self.replayer)
         return pb.GetReportResponse(text=render_report(report, request.format or "table"))
 
@@ -353,9 +364,9 @@ class Prepared:
 class _StreamEnd:
     """Runs once per stream: frees its slot and writes its one log line."""
 
-    def __init__(self, semaphore: threading.BoundedSemaphore, label: str, peer: str) -> None:
-        self._semaphore = semaphore
-        self._label = label
+    def __init__(self, slot: StreamSlot, label: str, peer: str) -> None:
+        self.slot = slot
+        self.label = label
         self._peer = peer
         self._lock = threading.Lock()
         self._done = False
@@ -368,8 +379,8 @@ class _StreamEnd:
             if self._done:
                 return
             self._done = True
-        self._semaphore.release()
-        log.info("%s sent=%d %.2fs %s peer=%s", self._label, self.sent, time.perf_counter() - self._started,
+        self.slot.release()
+        log.info("%s sent=%d %.2fs %s peer=%s", self.label, self.sent, time.perf_counter() - self._started,
                  self.outcome, self._peer)
 
 

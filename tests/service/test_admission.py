@@ -1,0 +1,179 @@
+"""Admission before work: clients that open streams and never read them cannot starve
+anyone else.
+
+The case this guards (seen on the server before admission control): 200 unbounded
+StreamEpisodes calls that are never read made a new client's health check and
+GetEpisode time out, none of the 200 was refused despite --max-streams, and server
+RSS grew by hundreds of MB. Now every stream slot has its own thread plus a reserve
+for unary calls, streams past the limit are refused at once, and a stream nobody
+reads is cancelled after the idle period.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from conftest import REPO_ROOT
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sampler_server.service.admission import StreamAdmission, client_of
+from sampler_server.errors import ResourceExhausted
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+MAX_STREAMS = 64  # the server's defaults: 64 stream slots, 16 more threads for unary calls
+STALLED = 200
+IDLE_SECONDS = 15
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its children (the decode workers), from /proc."""
+    total = 0.0
+    pids = [pid] + [int(c) for c in open(f"/proc/{pid}/task/{pid}/children", encoding="ascii").read().split()]
+    for each in pids:
+        try:
+            fields = open(f"/proc/{each}/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _wait_until_idle(pid: int, timeout: float = 60.0) -> None:
+    """Until the server (and its workers) stop computing: the stalled streams' episodes in
+    flight are decoded and every stream thread waits on a client that does not read."""
+    deadline = time.monotonic() + timeout
+    before = _cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = _cpu_seconds(pid)
+        if after - before < 0.05:
+            return
+        before = after
+    raise AssertionError("the server never went idle")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status", encoding="ascii"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def _request(size: int = 48) -> pb.EpisodeRequest:
+    return pb.EpisodeRequest(sources=["folder"], split=pb.SPLIT_TRAIN, images=pb.ImageOptions(image_size=size))
+
+
+@pytest.fixture()
+def server_process(served):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port", "0", "--workers", "1",
+         "--stream-idle-seconds", str(IDLE_SECONDS),
+         "--metrics", str(served.root / "admission-metrics.sqlite")],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    line = process.stdout.readline()
+    assert line.startswith("listening on 127.0.0.1:"), line
+    yield process, line.split()[2]
+    process.kill()
+    process.wait(timeout=30)
+
+
+def _timed(call) -> float:
+    began = time.perf_counter()
+    call()
+    return time.perf_counter() - began
+
+
+@pytest.mark.slow
+def test_two_hundred_unread_streams_leave_health_and_unary_calls_fast(server_process):
+    process, address = server_process
+    stalled_channel = grpc.insecure_channel(address)
+    stub = pb_grpc.SamplerStub(stalled_channel)
+    rss_before = _rss_mb(process.pid)
+    stalled = [stub.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(), count=0)) for _ in range(STALLED)]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum(s.done() for s in stalled) < STALLED - MAX_STREAMS:
+        time.sleep(0.1)
+    refused = [s for s in stalled if s.done()]
+    assert len(refused) == STALLED - MAX_STREAMS
+    assert {s.code() for s in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+    assert "retry in" in refused[0].details()
+    _wait_until_idle(process.pid)  # admitted streams have filled their windows and block in send
+    stalled_at = time.monotonic()
+
+    other = grpc.insecure_channel(address)  # a well-behaved client
+    health = health_pb2_grpc.HealthStub(other)
+    sampler = pb_grpc.SamplerStub(other)
+    sampler.ListSources(pb.ListSourcesRequest(), timeout=10)  # connect first
+    health_times = [_timed(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5)) for _ in range(10)]
+    unary_times = [_timed(lambda: sampler.GetEpisode(pb.GetEpisodeRequest(request=_request(16), index=i), timeout=5))
+                   for i in range(10)]
+    assert statistics.median(health_times) < 0.1, health_times
+    assert statistics.median(unary_times) < 0.1, unary_times
+    assert max(health_times + unary_times) < 1.0, (health_times, unary_times)
+    extra = sampler.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(16), count=1), timeout=5)
+    with pytest.raises(grpc.RpcError) as caught:  # every slot is still held by a stalled stream
+        list(extra)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _rss_mb(process.pid) - rss_before < 300
+
+    # the stalled streams are cancelled after the idle period, and their slots serve again
+    time.sleep(max(0.0, stalled_at + IDLE_SECONDS + 3 - time.monotonic()))
+    fresh = list(sampler.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(16), count=3), timeout=10))
+    assert [m.index for m in fresh] == [0, 1, 2]
+    admitted = [s for s in stalled if all(s is not r for r in refused)]
+    assert len(admitted) == MAX_STREAMS
+    for stream in admitted[:3]:  # what they hold is delivered, then the server's cancellation
+        with pytest.raises(grpc.RpcError) as caught:
+            for _ in stream:
+                pass
+        assert caught.value.code() == grpc.StatusCode.CANCELLED
+    other.close()
+    stalled_channel.close()
+
+
+def test_per_client_stream_limit_and_release():
+    admission = StreamAdmission(max_streams=4, max_streams_per_client=2, idle_seconds=60)
+    a1 = admission.admit("ipv4:10.0.0.1", lambda: None)
+    admission.admit("ipv4:10.0.0.1", lambda: None)
+    with pytest.raises(ResourceExhausted, match="client ipv4:10.0.0.1 already has 2 open streams"):
+        admission.admit("ipv4:10.0.0.1", lambda: None)
+    admission.admit("ipv4:10.0.0.2", lambda: None)
+    a1.release()
+    a1.release()  # once only
+    admission.admit("ipv4:10.0.0.1", lambda: None)
+    admission.admit("ipv4:10.0.0.3", lambda: None)
+    with pytest.raises(ResourceExhausted, match="already serves 4 streams"):
+        admission.admit("ipv4:10.0.0.4", lambda: None)
+    assert admission.open_streams == 4
+
+
+def test_idle_streams_are_cancelled_and_busy_ones_are_not():
+    now = [0.0]
+    admission = StreamAdmission(max_streams=4, max_streams_per_client=4, idle_seconds=10, clock=lambda: now[0])
+    cancelled: list[str] = []
+    idle = admission.admit("ipv4:1.1.1.1", lambda: cancelled.append("idle"))
+    busy = admission.admit("ipv4:1.1.1.1", lambda: cancelled.append("busy"))
+    now[0] = 8.0
+    busy.progress()
+    now[0] = 12.0
+    assert admission.cancel_idle() == 1 and cancelled == ["idle"]
+    assert admission.cancel_idle() == 0  # cancelled once
+    now[0] = 19.0
+    assert admission.cancel_idle() == 1 and cancelled == ["idle", "busy"]
+    idle.release()
+    busy.release()
+    assert admission.open_streams == 0
+
+
+def test_client_of_drops_the_port():
+    assert client_of("ipv4:127.0.0.1:54321") == "ipv4:127.0.0.1"
+    assert client_of("ipv6:[::1]:5000") == "ipv6:[::1]"
+    assert client_of("unix:/tmp/s") == "unix:/tmp/s"
