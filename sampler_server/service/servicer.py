@@ -167,7 +167,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         slot is released and the stream logged when the RPC ends for any reason: a
         cancelled stream's generator may never be resumed, so ``finally`` is not enough."""
         self.admission.start()  # the idle-stream watchdog, once
-        slot = self.admission.admit(client_of(context.peer()), context.cancel)
+        caller = auth.current_caller()  # where tokens are used, a client is its token
+        client = f"token:{caller.name}" if caller is not None else client_of(context.peer())
+        slot = self.admission.admit(client, context.cancel)
         end = _StreamEnd(slot, f"stream {kind}", context.peer())
         if not context.add_callback(end):
             end()  # the RPC already ended

@@ -177,3 +177,35 @@ def test_client_of_drops_the_port():
     assert client_of("ipv4:127.0.0.1:54321") == "ipv4:127.0.0.1"
     assert client_of("ipv6:[::1]:5000") == "ipv6:[::1]"
     assert client_of("unix:/tmp/s") == "unix:/tmp/s"
+
+
+def test_where_tokens_are_used_the_per_client_limit_is_per_token(served, tmp_path):
+    from test_security import write_tokens
+
+    from sampler_server.service.server import RunningServer, ServerConfig
+    from sampler_server.service.servicer import ServiceLimits
+
+    server = RunningServer(ServerConfig(
+        data_dir=served.data, port=0, workers=1, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,
+        tokens=write_tokens(tmp_path / "tokens.jsonl"), limits=ServiceLimits(max_streams=8, max_streams_per_client=2),
+    )).start()
+    channel = grpc.insecure_channel(server.address)
+    stub = pb_grpc.SamplerStub(channel)
+
+    def open_stream(token: str):
+        return stub.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(16), count=0),
+                                   metadata=[("authorization", f"Bearer {token}")])
+
+    try:
+        held = [open_stream("tok-a-1"), open_stream("tok-a-1")]
+        assert [next(s).index for s in held] == [0, 0]
+        with pytest.raises(grpc.RpcError) as caught:
+            next(open_stream("tok-a-1"))
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "client token:team-a already has 2 open streams" in caught.value.details()
+        assert next(open_stream("tok-b-1")).index == 0  # another team, same host: its own allowance
+        for stream in held:
+            stream.cancel()
+    finally:
+        channel.close()
+        server.stop(grace=0.5)
