@@ -260,46 +260,70 @@ def _run_health(channel, tally: _Tally, end: float) -> None:
         next_at = max(next_at, time.perf_counter() - HEALTH_PERIOD)  # no burst to catch up after a stall
 
 
-def _run_stalled(stub, pb, tally: _Tally, end: float, k: int) -> None:
+def _run_stalled(stub, pb, tally: _Tally, end: float, k: int, idle_seconds: float) -> None:
+    """Open streams, never read them; see each one's fate and re-open it.
+
+    gRPC Python does not surface the status of a call whose received messages are
+    unread, so a stream the server cancelled looks open here. A stream still open
+    ``idle_seconds + 10`` s after it opened is therefore drained (at most 10
+    messages, after the stall): CANCELLED then counts as cancelled by the server; a
+    stream that keeps sending counts as ``not_cancelled`` and is cancelled here.
+    """
     import grpc
     counts = tally.stalled
+    counts["not_cancelled"] = 0
 
     def open_one(i: int):
         counts["opened"] += 1
+        opened_at[i] = time.time()
         return stub.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(pb, STORES[i % 2], k),
                                                            start_index=i * 1_000_000, count=0))
 
-    calls: list = [open_one(i) for i in range(STALLED_STREAMS)]
+    def ended(code, details: str) -> None:
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            counts["refused"] += 1
+        elif code == grpc.StatusCode.CANCELLED:
+            counts["cancelled"] += 1
+        elif code == grpc.StatusCode.OK:
+            counts["ended_ok"] += 1
+        else:
+            counts["other"] += 1
+            if len(tally.samples) < 5:
+                tally.samples.append(f"{code.name}: {details}"[:300])
+
+    opened_at = [0.0] * STALLED_STREAMS
     reopen_at = [0.0] * STALLED_STREAMS
+    calls: list = [open_one(i) for i in range(STALLED_STREAMS)]
     while time.time() < end:
         for i, call in enumerate(calls):
             if call is None:
                 if time.time() >= reopen_at[i]:
                     calls[i] = open_one(i)
                 continue
-            if not call.done():
-                continue
-            code = call.code()
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                counts["refused"] += 1
-                reopen_at[i] = time.time() + 5  # the server's retry hint
-            elif code == grpc.StatusCode.CANCELLED:
-                counts["cancelled"] += 1
-                reopen_at[i] = 0.0
-            elif code == grpc.StatusCode.OK:
-                counts["ended_ok"] += 1
-            else:
-                counts["other"] += 1
-                if len(tally.samples) < 5:
-                    tally.samples.append(f"{code.name}: {call.details()}"[:300])
-            calls[i] = None
+            if call.done():
+                ended(call.code(), call.details())
+                # refused: wait the server's retry hint; otherwise re-open at once
+                reopen_at[i] = time.time() + (5 if call.code() == grpc.StatusCode.RESOURCE_EXHAUSTED else 0)
+                calls[i] = None
+            elif time.time() - opened_at[i] > idle_seconds + 10:
+                try:
+                    for n, _ in enumerate(call):
+                        if n >= 9:
+                            counts["not_cancelled"] += 1
+                            call.cancel()
+                            break
+                    else:
+                        counts["ended_ok"] += 1
+                except grpc.RpcError as error:
+                    ended(error.code(), error.details())
+                calls[i] = None
         time.sleep(0.2)
     for call in calls:
         if call is not None:
             call.cancel()
 
 
-def client_main(role: str, k: int, address: str, seconds: float, ready, go, queue) -> None:
+def client_main(role: str, k: int, address: str, seconds: float, idle_seconds: float, ready, go, queue) -> None:
     import grpc
 
     from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -322,7 +346,7 @@ def client_main(role: str, k: int, address: str, seconds: float, ready, go, queu
         elif role == "health":
             _run_health(channel, tally, end)
         else:
-            _run_stalled(stub, pb, tally, end, k)
+            _run_stalled(stub, pb, tally, end, k, idle_seconds)
     except Exception as error:  # noqa: BLE001 - reported as this client's error
         tally.error(f"client crashed: {_rpc_text(error)}")
         ready.release()
@@ -362,7 +386,7 @@ def main() -> int:
 
         ctx = multiprocessing.get_context("spawn")
         queue, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
-        processes = [ctx.Process(target=client_main, args=(role, k, address, seconds, ready, go, queue), daemon=True)
+        processes = [ctx.Process(target=client_main, args=(role, k, address, seconds, args.stream_idle_seconds, ready, go, queue), daemon=True)
                      for k, role in enumerate(roles)]
         for p in processes:
             p.start()
@@ -426,8 +450,9 @@ def main() -> int:
     if stalled:
         total = {key: sum(s[key] for s in stalled) for key in stalled[0]}
         print(f"stalled  {len(stalled)} clients x {STALLED_STREAMS} streams: opened {total['opened']}, refused "
-              f"(RESOURCE_EXHAUSTED) {total['refused']}, cancelled by the server {total['cancelled']}, "
-              f"other endings {total['other'] + total['ended_ok']}")
+              f"(RESOURCE_EXHAUSTED) {total['refused']}, cancelled by the server {total['cancelled']} "
+              f"(server log: {log.count('(its client does not read): cancelled')} idle cancels), "
+              f"still sending after the idle period {total['not_cancelled']}, other endings {total['other'] + total['ended_ok']}")
     rss_max = max(rss for _, rss in samples)
     growth = rss_max - rss_start
     print(f"server RSS MB: start {rss_start:.1f}, max {rss_max:.1f}, end {rss_end:.1f}; growth max-start {growth:.1f}, "
