@@ -18,7 +18,8 @@ A well-behaved client's error is any RpcError or wrong data (an index that is no
 the one asked, a report neither stored nor a duplicate, health not SERVING).
 
 The parent samples the server's RSS (the server and all its descendants, VmRSS
-from /proc) every 10 s, prints a line per sample, and at the end a table per role
+from /proc; also their summed Pss, which counts the decode workers' shared-memory
+buffers once where VmRSS counts them in each process) every 10 s, prints a line per sample, and at the end a table per role
 (clients, calls, errors, p50/p99 ms), the stalled streams' fates, RSS start / max /
 end, and PASS/FAIL for: 0 errors for the well-behaved clients, health p99 < 100 ms,
 RSS growth (max - start) < 200 MB. It always exits 0.
@@ -118,9 +119,11 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def rss_mb(pid: int) -> tuple[float, int, float]:
-    """VmRSS (MB) of pid and all its descendants, how many processes that is, and pid's own VmRSS (MB)."""
-    total, count, own = 0, 0, 0
+def rss_mb(pid: int) -> tuple[float, int, float, float]:
+    """Memory (MB) of pid and all its descendants: summed VmRSS, how many processes,
+    pid's own VmRSS, and summed Pss (smaps_rollup: pages shared between the
+    processes, like the decode workers' shared-memory buffers, counted once)."""
+    total, count, own, pss = 0, 0, 0, 0
     for p in _descendants(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
@@ -129,9 +132,13 @@ def rss_mb(pid: int) -> tuple[float, int, float]:
                     count += 1
                     own = own or int(line.split()[1])
                     break
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+                    break
         except OSError:
             pass
-    return total / 1024, count, own / 1024
+    return total / 1024, count, own / 1024, pss / 1024
 
 
 # ----------------------------------------------------------------- clients
@@ -392,10 +399,13 @@ def main() -> int:
             p.start()
         for _ in processes:
             ready.acquire()
-        rss_start, nproc, own = rss_mb(server.pid)
-        samples = [(0.0, rss_start)]
-        print(f"{'elapsed s':>9} {'RSS MB':>8} {'growth MB':>9} {'procs':>5} {'main MB':>8}", flush=True)
-        print(f"{0.0:9.0f} {rss_start:8.1f} {0.0:9.1f} {nproc:5d} {own:8.1f}", flush=True)
+        rss_start, nproc, own, pss_start = rss_mb(server.pid)
+        samples = [(0.0, rss_start, pss_start)]
+        print("server memory: RSS = summed VmRSS of the server and its descendants; main = the server process alone; "
+              "PSS = summed Pss (shared pages counted once)", flush=True)
+        print(f"{'elapsed s':>9} {'RSS MB':>8} {'growth MB':>9} {'procs':>5} {'main MB':>8} {'PSS MB':>8} {'PSS growth':>10}",
+              flush=True)
+        print(f"{0.0:9.0f} {rss_start:8.1f} {0.0:9.1f} {nproc:5d} {own:8.1f} {pss_start:8.1f} {0.0:10.1f}", flush=True)
         go.set()
         t0 = time.time()
         results: list[dict] = []
@@ -407,12 +417,13 @@ def main() -> int:
             except Exception:  # noqa: BLE001 - queue.Empty
                 pass
             if time.time() >= next_sample:
-                rss, nproc, own = rss_mb(server.pid)
-                samples.append((time.time() - t0, rss))
-                print(f"{time.time() - t0:9.0f} {rss:8.1f} {rss - rss_start:9.1f} {nproc:5d} {own:8.1f}", flush=True)
+                rss, nproc, own, pss = rss_mb(server.pid)
+                samples.append((time.time() - t0, rss, pss))
+                print(f"{time.time() - t0:9.0f} {rss:8.1f} {rss - rss_start:9.1f} {nproc:5d} {own:8.1f} {pss:8.1f} "
+                      f"{pss - pss_start:10.1f}", flush=True)
                 next_sample += args.sample_seconds
-        rss_end, _, _ = rss_mb(server.pid)
-        samples.append((time.time() - t0, rss_end))
+        rss_end, _, _, pss_end = rss_mb(server.pid)
+        samples.append((time.time() - t0, rss_end, pss_end))
         for p in processes:
             p.join(timeout=10)
             if p.is_alive():
@@ -453,14 +464,18 @@ def main() -> int:
               f"(RESOURCE_EXHAUSTED) {total['refused']}, cancelled by the server {total['cancelled']} "
               f"(server log: {log.count('(its client does not read): cancelled')} idle cancels), "
               f"still sending after the idle period {total['not_cancelled']}, other endings {total['other'] + total['ended_ok']}")
-    rss_max = max(rss for _, rss in samples)
+    rss_max = max(rss for _, rss, _ in samples)
+    pss_max = max(pss for _, _, pss in samples)
     growth = rss_max - rss_start
     print(f"server RSS MB: start {rss_start:.1f}, max {rss_max:.1f}, end {rss_end:.1f}; growth max-start {growth:.1f}, "
           f"end-start {rss_end - rss_start:.1f}")
+    print(f"server PSS MB: start {pss_start:.1f}, max {pss_max:.1f}, end {pss_end:.1f}; growth max-start "
+          f"{pss_max - pss_start:.1f}, end-start {pss_end - pss_start:.1f}")
     print()
     print(f"{'PASS' if well_errors == 0 else 'FAIL'}: {well_errors} errors for the well-behaved clients (want 0)")
     print(f"{'PASS' if health_p99 < 100 else 'FAIL'}: health p99 {health_p99:.1f} ms (want < 100)")
-    print(f"{'PASS' if growth < 200 else 'FAIL'}: server RSS growth {growth:.1f} MB (want < 200)")
+    print(f"{'PASS' if growth < 200 else 'FAIL'}: server RSS growth {growth:.1f} MB (max - start of summed VmRSS; "
+          f"PSS growth {pss_max - pss_start:.1f} MB) (want < 200)")
     return 0
 
 
