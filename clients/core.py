@@ -46,6 +46,9 @@ from sampler_server.wire.tensors import RawTensor, split_tensors
 from clients.reporting import PROTOCOL, Reporter, episode_report, run_config_json  # noqa: F401 (public)
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
+STREAM_RETRYABLE = RETRYABLE | {grpc.StatusCode.CANCELLED}
+"""A stream the server cancelled (its client read nothing for the server's idle period,
+e.g. a long evaluation pause) is reopened at the next index like a broken one."""
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
 _SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
 _RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
@@ -362,9 +365,10 @@ class SamplerClient:
             except grpc.RpcError as error:
                 attempt = self._after_failure(error, attempt, method)
 
-    def _after_failure(self, error: grpc.RpcError, attempt: int, what: str) -> int:
+    def _after_failure(self, error: grpc.RpcError, attempt: int, what: str,
+                       retryable: frozenset[grpc.StatusCode] = RETRYABLE) -> int:
         code = error.code()
-        if code not in RETRYABLE:
+        if code not in retryable:
             raise SamplerClientError(f"{what} on {self.address}: {code.name}: {error.details()}", code) from None
         attempt += 1
         if attempt >= self.retry.max_attempts:
@@ -519,7 +523,9 @@ class SamplerClient:
                         if not count:
                             continue  # an unbounded stream never ends normally; reopen
                     except grpc.RpcError as error:
-                        attempt = self._after_failure(error, attempt, what)
+                        if stop.is_set():
+                            return
+                        attempt = self._after_failure(error, attempt, what, STREAM_RETRYABLE)
                 buffer.put(done)
             except BaseException as error:  # delivered to the consumer, raised there
                 buffer.put(error)

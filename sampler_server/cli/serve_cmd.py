@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="concurrent streams of one client (peer host) at most (default 64)")
     parser.add_argument("--stream-idle-seconds", type=float, default=120.0, metavar="S",
                         help="cancel a stream whose client reads nothing for S seconds (default 120)")
+    parser.add_argument("--stream-shed-seconds", type=float, default=5.0, metavar="S",
+                        help="after S seconds without reading, a stream drops the episodes it prepared ahead "
+                        "(prepared again when its client reads; default 5)")
     parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
                         help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
@@ -56,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
-    if args.max_streams_per_client < 1 or args.max_queued_calls < 0 or not args.stream_idle_seconds > 0:
-        raise InvalidArgument("--max-streams-per-client must be >= 1, --max-queued-calls >= 0 and "
-                              "--stream-idle-seconds > 0")
+    if (args.max_streams_per_client < 1 or args.max_queued_calls < 0 or not args.stream_idle_seconds > 0
+            or not args.stream_shed_seconds > 0):
+        raise InvalidArgument("--max-streams-per-client must be >= 1, --max-queued-calls >= 0, and "
+                              "--stream-idle-seconds and --stream-shed-seconds > 0")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -82,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         max_queued_calls=args.max_queued_calls,
         limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams,
                              max_streams_per_client=args.max_streams_per_client,
-                             stream_idle_seconds=args.stream_idle_seconds),
+                             stream_idle_seconds=args.stream_idle_seconds,
+                             stream_shed_seconds=args.stream_shed_seconds),
     )
     server = RunningServer(config).start()
     server.install_signal_handlers()

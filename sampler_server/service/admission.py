@@ -7,9 +7,12 @@ unary calls and health checks (``service.server``), and this module admits strea
 before any work: at most ``max_streams`` in all and ``max_streams_per_client`` per
 client (its peer host, or its token name where tokens are configured); the next one
 gets RESOURCE_EXHAUSTED with a retry hint at once. Each admitted stream reports its
-progress (a message accepted by the transport); a watchdog cancels a stream that made
-none for ``idle_seconds``, which frees its thread and its buffers. Memory per stream
-is bounded by the servicer's lookahead (episodes in flight).
+progress (a message accepted by the transport). A watchdog asks a stream that made
+none for ``shed_seconds`` to drop what it prepared ahead (its lookahead, prepared
+again identically when the client reads), and cancels a stream that made none for
+``idle_seconds``, which frees its thread and what gRPC holds for it. So a stream
+whose client stopped reading holds, after ``shed_seconds``, only the messages gRPC
+already accepted; a reading stream holds at most the servicer's lookahead.
 """
 
 from __future__ import annotations
@@ -43,10 +46,13 @@ class StreamSlot:
     admission: "StreamAdmission"
     last_progress: float = 0.0
     cancelled: bool = False
+    shed: Callable[[], int] | None = None  # set by the stream: drops its prepared lookahead
+    shed_done: bool = False
     released: bool = field(default=False, repr=False)
 
     def progress(self) -> None:
         self.last_progress = self.admission.clock()
+        self.shed_done = False
 
     def release(self) -> None:
         self.admission._release(self)
@@ -54,8 +60,9 @@ class StreamSlot:
 
 class StreamAdmission:
     def __init__(self, max_streams: int, max_streams_per_client: int, idle_seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, shed_seconds: float | None = None) -> None:
         self.max_streams = max_streams
+        self.shed_seconds = idle_seconds if shed_seconds is None else min(shed_seconds, idle_seconds)
         self.max_streams_per_client = max_streams_per_client
         self.idle_seconds = idle_seconds
         self.clock = clock
@@ -100,6 +107,17 @@ class StreamAdmission:
             else:
                 del self._per_client[slot.client]
 
+    def shed_idle(self) -> int:
+        """Ask every stream idle for longer than ``shed_seconds`` to drop its prepared
+        lookahead (once per idle spell); how many episodes were dropped."""
+        now = self.clock()
+        with self._lock:
+            idle = [s for s in self._slots if not s.shed_done and s.shed is not None
+                    and now - s.last_progress > self.shed_seconds]
+            for slot in idle:
+                slot.shed_done = True
+        return sum(slot.shed() for slot in idle if slot.shed is not None)
+
     def cancel_idle(self) -> int:
         """Cancel every stream idle for longer than ``idle_seconds``; how many were cancelled."""
         now = self.clock()
@@ -115,11 +133,15 @@ class StreamAdmission:
 
     def start(self) -> None:
         if self._watchdog is None:
-            period = max(0.05, min(1.0, self.idle_seconds / 4))
+            period = max(0.05, min(1.0, self.shed_seconds / 4))
 
             def watch() -> None:
                 while not self._stop.wait(period):
-                    self.cancel_idle()
+                    try:
+                        self.shed_idle()
+                        self.cancel_idle()
+                    except Exception:  # the watchdog must outlive any one stream's failure
+                        log.exception("stream watchdog")
 
             self._watchdog = threading.Thread(target=watch, name="stream-watchdog", daemon=True)
             self._watchdog.start()

@@ -51,6 +51,7 @@ class ServiceLimits:
     max_streams: int = 64
     max_streams_per_client: int = 64  # a client is a peer host (or a token name where tokens are used)
     stream_idle_seconds: float = 120.0  # a stream whose client reads nothing this long is cancelled
+    stream_shed_seconds: float = 5.0  # ... and after this long, it drops the episodes it prepared ahead
     max_reports_per_request: int = 10_000
     lookahead: int = 3  # episodes of a stream being decoded while one is sent
 
@@ -70,7 +71,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.replayer = EpisodeReplayer(registry)
         self.draining = threading.Event()
         self.admission = StreamAdmission(limits.max_streams, limits.max_streams_per_client,
-                                         limits.stream_idle_seconds)
+                                         limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds)
 
     # ---- sources -------------------------------------------------------------------
 
@@ -192,6 +193,26 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         # into the message) while gRPC sends the current one.
         packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
         packing: futures.Future | None = None
+        # While the thread is blocked sending to a client that reads nothing, the watchdog
+        # may shed what this stream prepared ahead (decoded pixels, a packed reply); the
+        # same indices are prepared again, identically, once the client reads.
+        state = threading.Lock()
+        sending = shed_done = False
+
+        def shed() -> int:
+            nonlocal packing, shed_done
+            with state:
+                if not sending or shed_done:
+                    return 0
+                if packing is not None:
+                    futures.wait([packing])  # it owns its buffers until done; its reply is dropped
+                    packing = None
+                for _, ahead in in_flight:
+                    ahead.discard()
+                shed_done = True
+                return len(in_flight)
+
+        end.slot.shed = shed
 
         def admit(index: int) -> None:
             prepared = prepare(index)
@@ -214,14 +235,26 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                     admit(following)
                 if in_flight:
                     packing = packer.submit(in_flight[0][1].finish)
+                with state:
+                    sending = True
                 yield reply
                 end.sent += 1
                 end.slot.progress()
+                with state:
+                    sending = False
+                    if shed_done:
+                        shed_done = False
+                        redo = [index for index, _ in in_flight]
+                        in_flight.clear()
+                        for index in redo:
+                            admit(index)
             end.outcome = "ok"
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
             raise
         finally:
+            with state:
+                sending = False  # no shedding from here on
             if packing is not None:
                 futures.wait([packing])  # it owns its buffers until done
             packer.shutdown(wait=False)

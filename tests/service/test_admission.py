@@ -209,3 +209,73 @@ def test_where_tokens_are_used_the_per_client_limit_is_per_token(served, tmp_pat
     finally:
         channel.close()
         server.stop(grace=0.5)
+
+
+def test_a_stream_that_sheds_its_lookahead_resumes_with_identical_episodes(served, tmp_path):
+    from sampler_server.service.server import RunningServer, ServerConfig
+    from sampler_server.service.servicer import ServiceLimits
+
+    server = RunningServer(ServerConfig(
+        data_dir=served.data, port=0, workers=2, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,
+        limits=ServiceLimits(max_streams=4, stream_shed_seconds=0.3, stream_idle_seconds=30),
+    )).start()
+    channel = grpc.insecure_channel(server.address, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = pb_grpc.SamplerStub(channel)
+    window = pb.StreamEpisodesRequest(request=_request(64), count=12)
+    try:
+        unbroken = [(m.fingerprint, m.support_images.data, m.query_images.data) for m in stub.StreamEpisodes(window)]
+        paused = stub.StreamEpisodes(window)
+        got = [next(paused)]
+        dropped = 0
+        deadline = time.monotonic() + 10
+        while not dropped and time.monotonic() < deadline:  # the client stops reading; the stream sheds
+            time.sleep(0.2)
+            dropped = sum(1 for slot in server.servicer.admission._slots if slot.shed_done)
+        assert dropped, "the idle stream never shed its lookahead"
+        got += list(paused)
+        assert [(m.fingerprint, m.support_images.data, m.query_images.data) for m in got] == unbroken
+        assert [m.index for m in got] == list(range(12))
+    finally:
+        channel.close()
+        server.stop(grace=0.5)
+
+
+def test_shedding_happens_once_per_idle_spell():
+    now = [0.0]
+    admission = StreamAdmission(max_streams=2, max_streams_per_client=2, idle_seconds=10, clock=lambda: now[0],
+                                shed_seconds=2)
+    slot = admission.admit("ipv4:1.1.1.1", lambda: None)
+    calls: list[float] = []
+    slot.shed = lambda: calls.append(now[0]) or 3
+    now[0] = 1.0
+    assert admission.shed_idle() == 0
+    now[0] = 3.0
+    assert admission.shed_idle() == 3 and admission.shed_idle() == 0
+    slot.progress()  # the client read again
+    now[0] = 5.5
+    assert admission.shed_idle() == 3
+    assert calls == [3.0, 5.5] and admission.cancel_idle() == 0
+
+
+def test_the_client_resumes_a_stream_the_server_cancelled_as_idle(served, tmp_path, caplog):
+    from clients.core import EpisodeSpec, SamplerClient
+    from sampler_server.service.server import RunningServer, ServerConfig
+    from sampler_server.service.servicer import ServiceLimits
+
+    server = RunningServer(ServerConfig(
+        data_dir=served.data, port=0, workers=1, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,
+        limits=ServiceLimits(max_streams=4, stream_shed_seconds=0.2, stream_idle_seconds=0.6),
+    )).start()
+    spec = EpisodeSpec(sources=("folder",), split="train", seed=4, image_size=64)
+    try:
+        with SamplerClient(server.address, prefetch=1) as client:
+            expected = [e.fingerprint for e in client.episodes(spec, 0, 10)]
+            stream = client.episodes(spec, 0, 10)
+            got = [next(stream).fingerprint]
+            with caplog.at_level("WARNING", logger="sampler_server.service"):
+                time.sleep(2.5)  # a long pause: the server cancels the unread stream as idle
+            assert any("made no progress" in r.getMessage() for r in caplog.records)
+            got += [e.fingerprint for e in stream]
+        assert got == expected
+    finally:
+        server.stop(grace=0.5)
