@@ -267,7 +267,7 @@ def _run_health(channel, tally: _Tally, end: float) -> None:
         next_at = max(next_at, time.perf_counter() - HEALTH_PERIOD)  # no burst to catch up after a stall
 
 
-def _run_stalled(stub, pb, tally: _Tally, end: float, k: int, idle_seconds: float) -> None:
+def _run_stalled(stub, pb, tally: _Tally, end: float, k: int, idle_seconds: float, streams: int) -> None:
     """Open streams, never read them; see each one's fate and re-open it.
 
     gRPC Python does not surface the status of a call whose received messages are
@@ -298,9 +298,9 @@ def _run_stalled(stub, pb, tally: _Tally, end: float, k: int, idle_seconds: floa
             if len(tally.samples) < 5:
                 tally.samples.append(f"{code.name}: {details}"[:300])
 
-    opened_at = [0.0] * STALLED_STREAMS
-    reopen_at = [0.0] * STALLED_STREAMS
-    calls: list = [open_one(i) for i in range(STALLED_STREAMS)]
+    opened_at = [0.0] * streams
+    reopen_at = [0.0] * streams
+    calls: list = [open_one(i) for i in range(streams)]
     while time.time() < end:
         for i, call in enumerate(calls):
             if call is None:
@@ -330,7 +330,8 @@ def _run_stalled(stub, pb, tally: _Tally, end: float, k: int, idle_seconds: floa
             call.cancel()
 
 
-def client_main(role: str, k: int, address: str, seconds: float, idle_seconds: float, ready, go, queue) -> None:
+def client_main(role: str, k: int, address: str, seconds: float, idle_seconds: float, stalled_streams: int,
+                ready, go, queue) -> None:
     import grpc
 
     from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -353,7 +354,7 @@ def client_main(role: str, k: int, address: str, seconds: float, idle_seconds: f
         elif role == "health":
             _run_health(channel, tally, end)
         else:
-            _run_stalled(stub, pb, tally, end, k, idle_seconds)
+            _run_stalled(stub, pb, tally, end, k, idle_seconds, stalled_streams)
     except Exception as error:  # noqa: BLE001 - reported as this client's error
         tally.error(f"client crashed: {_rpc_text(error)}")
         ready.release()
@@ -373,6 +374,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8, help="client processes in all, stalled ones included")
     parser.add_argument("--stalled", type=int, default=2, help="of them, clients that open streams and never read")
     parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--stalled-streams", type=int, default=STALLED_STREAMS,
+                        help=f"unbounded streams each stalled client opens and never reads (default {STALLED_STREAMS})")
     parser.add_argument("--stream-idle-seconds", type=float, default=30.0, help="passed to serve")
     parser.add_argument("--sample-seconds", type=float, default=10.0, help="RSS sampling period")
     args = parser.parse_args()
@@ -393,7 +396,7 @@ def main() -> int:
 
         ctx = multiprocessing.get_context("spawn")
         queue, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
-        processes = [ctx.Process(target=client_main, args=(role, k, address, seconds, args.stream_idle_seconds, ready, go, queue), daemon=True)
+        processes = [ctx.Process(target=client_main, args=(role, k, address, seconds, args.stream_idle_seconds, args.stalled_streams, ready, go, queue), daemon=True)
                      for k, role in enumerate(roles)]
         for p in processes:
             p.start()
@@ -460,7 +463,7 @@ def main() -> int:
     stalled = [r["stalled"] for r in results if r["role"] == "stalled"]
     if stalled:
         total = {key: sum(s[key] for s in stalled) for key in stalled[0]}
-        print(f"stalled  {len(stalled)} clients x {STALLED_STREAMS} streams: opened {total['opened']}, refused "
+        print(f"stalled  {len(stalled)} clients x {args.stalled_streams} streams: opened {total['opened']}, refused "
               f"(RESOURCE_EXHAUSTED) {total['refused']}, cancelled by the server {total['cancelled']} "
               f"(server log: {log.count('(its client does not read): cancelled')} idle cancels), "
               f"still sending after the idle period {total['not_cancelled']}, other endings {total['other'] + total['ended_ok']}")
