@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import queue as queue_module
 import random
 import shutil
 import signal
@@ -417,7 +418,7 @@ def main() -> int:
         while len(results) < len(processes) and time.time() < hard_end:
             try:
                 results.append(queue.get(timeout=max(0.05, min(1.0, next_sample - time.time()))))
-            except Exception:  # noqa: BLE001 - queue.Empty
+            except queue_module.Empty:
                 pass
             if time.time() >= next_sample:
                 rss, nproc, own, pss = rss_mb(server.pid)

@@ -118,3 +118,22 @@ def records_by_class(store_dir: Path) -> list[tuple[str, Any]]:
     reader = StoreReader(store_dir)
     return [(info.name, reader.read(record_id)) for info in reader.manifest.classes
             for record_id in range(info.start, info.end)]
+
+
+def start_serve(data: Path, *flags: str, stderr: Any = None) -> tuple[Any, str]:
+    """``sampler-server serve --data DATA --port 0 FLAGS`` as a process: (process, address),
+    once it printed its listening line (the caller stops it)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0", *flags],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr is None else stderr, text=True,
+    )
+    line = process.stdout.readline()
+    if not line.startswith("listening on 127.0.0.1:"):
+        process.kill()
+        _, errors = process.communicate(timeout=30)
+        raise AssertionError(f"serve did not start: {line}{errors or ''}")
+    return process, line.split()[2]

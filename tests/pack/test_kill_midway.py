@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import process_tree
 import pytest
@@ -18,29 +20,40 @@ from sampler_server.store.manifest import load_manifest
 from sampler_server.store.reader import StoreReader, find_stores
 
 
-@pytest.mark.slow
-def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
-    fixture = generate_fixture("image_folder", tmp_path, num_classes=30, images_per_class=40)
+def _kill_pack_midway(tmp_path: Path, num_classes: int, workers: int) -> tuple[Any, list[str], dict, set[int]]:
+    """Start ``pack`` in a process, SIGKILL it once it has written some data (and its
+    ``workers`` pool processes are up); (fixture, command, env, worker pids seen)."""
+    fixture = generate_fixture("image_folder", tmp_path, num_classes=num_classes, images_per_class=40)
     output = tmp_path / "store"
     command = [
         sys.executable, "-m", "sampler_server", "pack", "image_folder",
         "--input", str(fixture.input_dir), "--output", str(output),
-        "--max-side", "24", "--workers", "1", "--quiet",
+        "--max-side", "24", "--workers", str(workers), "--quiet",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     partial_data = output / ".image_folder.partial" / "data.mdb"
     deadline = time.monotonic() + 60
+    seen: set[int] = set()
     while time.monotonic() < deadline:
-        if partial_data.exists() and partial_data.stat().st_size > 64 * 1024:
+        seen |= process_tree.children(process.pid)
+        enough_workers = workers < 2 or len(seen) >= workers
+        if partial_data.exists() and partial_data.stat().st_size > 64 * 1024 and enough_workers:
             break
         assert process.poll() is None, "pack finished before it could be killed; make the fixture larger"
         time.sleep(0.01)
     else:
-        pytest.fail("the pack never started writing")
+        pytest.fail(f"the pack never started writing (children seen: {seen})")
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
+    return fixture, command, env, seen
+
+
+@pytest.mark.slow
+def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
+    fixture, command, env, _ = _kill_pack_midway(tmp_path, num_classes=30, workers=1)
+    output = tmp_path / "store"
 
     assert find_stores(output) == []
     with pytest.raises(NotFound):
@@ -58,29 +71,8 @@ def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
 @pytest.mark.slow
 def test_sigkill_with_workers_leaves_no_orphans_and_rerun_succeeds_at_once(tmp_path):
     """Pool workers die with a SIGKILLed pack and never hold its lock, so the rerun is not refused."""
-    fixture = generate_fixture("image_folder", tmp_path, num_classes=60, images_per_class=40)
+    fixture, command, env, workers = _kill_pack_midway(tmp_path, num_classes=60, workers=2)
     output = tmp_path / "store"
-    command = [
-        sys.executable, "-m", "sampler_server", "pack", "image_folder",
-        "--input", str(fixture.input_dir), "--output", str(output),
-        "--max-side", "24", "--workers", "2", "--quiet",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    partial_data = output / ".image_folder.partial" / "data.mdb"
-    deadline = time.monotonic() + 60
-    workers: set[int] = set()
-    while time.monotonic() < deadline:
-        workers |= process_tree.children(process.pid)
-        if partial_data.exists() and partial_data.stat().st_size > 64 * 1024 and len(workers) >= 2:
-            break
-        assert process.poll() is None, "pack finished before it could be killed; make the fixture larger"
-        time.sleep(0.01)
-    else:
-        pytest.fail(f"the pack never started writing with its workers (children seen: {workers})")
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL
 
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr

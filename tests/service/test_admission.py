@@ -14,12 +14,11 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import sys
 import time
 
 import grpc
 import pytest
-from conftest import REPO_ROOT
+from conftest import start_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sampler_server.service.admission import StreamAdmission, client_of
@@ -72,15 +71,9 @@ def _request(size: int = 48) -> pb.EpisodeRequest:
 
 @pytest.fixture()
 def server_process(served):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port", "0", "--workers", "1",
-         "--stream-idle-seconds", str(IDLE_SECONDS),
-         "--metrics", str(served.root / "admission-metrics.sqlite")],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    line = process.stdout.readline()
-    assert line.startswith("listening on 127.0.0.1:"), line
-    yield process, line.split()[2]
+    process, address = start_serve(served.data, "--workers", "1", "--stream-idle-seconds", str(IDLE_SECONDS),
+                                   "--metrics", str(served.root / "admission-metrics.sqlite"), stderr=subprocess.DEVNULL)
+    yield process, address
     process.kill()
     process.wait(timeout=30)
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import grpc
 import pytest
-from conftest import REPO_ROOT, generate_fixture, pack_fixture
+from conftest import generate_fixture, pack_fixture, start_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -33,14 +31,8 @@ def test_truncated_store_is_quarantined_and_the_server_stays_up(tmp_path):
     shutil.copytree(data / "folder", data / "broken")
     with open(data / "broken" / "data.mdb", "r+b") as handle:
         handle.truncate(os.path.getsize(data / "broken" / "data.mdb") // 2)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0", "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process, address = start_serve(data, "--workers", "2")
     try:
-        line = process.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line + process.stderr.read()
-        address = line.split()[2]
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.SamplerStub(channel)
             with pytest.raises(grpc.RpcError) as caught:

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import grpc
 import process_tree
 import pytest
-from conftest import REPO_ROOT
+from conftest import start_serve
 
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -20,13 +18,7 @@ from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 @pytest.mark.slow
 def test_sigterm_drains_open_streams_and_exits_cleanly(served):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port", "0", "--workers", "1"],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    line = process.stdout.readline()
-    assert line.startswith("listening on 127.0.0.1:"), line
-    address = line.split()[2]
+    process, address = start_serve(served.data, "--workers", "1")
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.SamplerStub(channel)
     request = pb.EpisodeRequest(sources=["folder"], split=pb.SPLIT_TRAIN, images=pb.ImageOptions(image_size=16))
@@ -77,14 +69,8 @@ def _socket_inodes(pid: int) -> set[str]:
 
 @pytest.mark.slow
 def test_sigkill_of_serve_leaves_no_workers_or_helpers_and_no_helper_holds_the_port(served):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port", "0", "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process, address = start_serve(served.data, "--workers", "2")
     try:
-        line = process.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line + process.stderr.read()
-        address = line.split()[2]
         with grpc.insecure_channel(address) as channel:
             request = pb.EpisodeRequest(sources=["folder"], split=pb.SPLIT_TRAIN, images=pb.ImageOptions(image_size=16))
             stream = pb_grpc.SamplerStub(channel).StreamEpisodes(pb.StreamEpisodesRequest(request=request, count=2))
