@@ -97,3 +97,29 @@ def _guard_forkserver() -> None:
 
 
 _guard_forkserver()
+
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameters
+_M_ARENA_MAX = -8
+
+
+def return_large_blocks_to_os(threshold: int = 1 << 20, arenas: int = 2) -> bool:
+    """Serve every allocation of ``threshold`` bytes or more with its own mapping, and
+    let all threads share ``arenas`` heap arenas.
+
+    glibc raises its mmap threshold each time a mapped block is freed, after which
+    multi-megabyte replies (and gRPC's copies of them) come from heap arenas that
+    seldom shrink, so a server's RSS ratchets up with every burst of large episodes.
+    A fixed threshold (which turns that adjustment off) returns each one at ``free``.
+    A server thread per stream would otherwise spread small allocations over up to
+    eight arenas per core, each keeping its own free memory. False where the C
+    library is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(mallopt(_M_ARENA_MAX, arenas))

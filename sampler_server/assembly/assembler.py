@@ -59,7 +59,7 @@ _MIN_CHUNK = 16
 _WORKER_READERS: dict[str, StoreReader] = {}
 _WORKER_STORES: dict[str, str] = {}
 _WORKER_BUFFERS: "OrderedDict[str, shared_memory.SharedMemory]" = OrderedDict()
-_WORKER_BUFFERS_KEPT = 64
+_WORKER_BUFFERS_KEPT = 2
 log = logging.getLogger("sampler_server.assembly")
 
 
@@ -80,6 +80,10 @@ def _worker_reader(store: str) -> StoreReader:
 
 
 def _worker_buffer(name: str) -> shared_memory.SharedMemory:
+    # The server unlinks the blocks it retires; their pages stay allocated while any
+    # worker keeps them mapped, so let go of every block whose name is gone.
+    for stale in [n for n in _WORKER_BUFFERS if n != name and not _shm_exists(n)]:
+        _WORKER_BUFFERS.pop(stale).close()
     buffer = _WORKER_BUFFERS.get(name)
     if buffer is not None:
         _WORKER_BUFFERS.move_to_end(name)
@@ -89,9 +93,15 @@ def _worker_buffer(name: str) -> shared_memory.SharedMemory:
         # so attaching registers nothing new and nothing is unlinked behind our back.
         buffer = shared_memory.SharedMemory(name=name)
         _WORKER_BUFFERS[name] = buffer
-        if len(_WORKER_BUFFERS) > _WORKER_BUFFERS_KEPT:  # the server retires buffers now and then
+        if len(_WORKER_BUFFERS) > _WORKER_BUFFERS_KEPT:
             _WORKER_BUFFERS.popitem(last=False)[1].close()
     return buffer
+
+
+def _shm_exists(name: str) -> bool:
+    if not os.path.isdir("/dev/shm"):
+        return True  # cannot tell here: keep it (the count limit still applies)
+    return os.path.exists(os.path.join("/dev/shm", name.lstrip("/")))
 
 
 def decode_records(
@@ -150,10 +160,11 @@ class _DataLossLog:
 class _BufferPool:
     """Reusable shared-memory blocks (fresh ones would page-fault on every episode)."""
 
-    def __init__(self, keep: int = 8) -> None:
+    def __init__(self, keep: int = 8, keep_bytes: int = 8 << 20) -> None:
         self._free: list[shared_memory.SharedMemory] = []
         self._lock = threading.Lock()
         self._keep = keep
+        self._keep_bytes = keep_bytes  # free blocks kept, in all: a burst of big episodes must not stay resident
 
     def take(self, nbytes: int) -> shared_memory.SharedMemory:
         with self._lock:
@@ -167,10 +178,14 @@ class _BufferPool:
     def give(self, buffer: shared_memory.SharedMemory) -> None:
         with self._lock:
             self._free.append(buffer)
-            if len(self._free) > self._keep:
-                smallest = min(self._free, key=lambda b: b.size)
-                self._free.remove(smallest)
-                _release(smallest)
+            while len(self._free) > self._keep or (
+                len(self._free) > 1 and sum(b.size for b in self._free) > self._keep_bytes
+            ):
+                # beyond the count, drop the smallest (least useful); beyond the bytes, the largest
+                over_count = len(self._free) > self._keep
+                victim = (min if over_count else max)(self._free, key=lambda b: b.size)
+                self._free.remove(victim)
+                _release(victim)
 
     def close(self) -> None:
         with self._lock:
@@ -271,6 +286,7 @@ class PendingImages:
         for view in reversed(self._views):
             view.release()
         self._views.clear()
+        self._records = None  # a raw store's values, read ahead: a stalled stream must not keep them
         if self._buffer is not None and self._pool is not None:
             for chunk in self._chunks:
                 chunk.cancel()
@@ -278,7 +294,10 @@ class PendingImages:
             self._pool.give(self._buffer)
             self._buffer = None
 
-    discard = release
+    def discard(self) -> None:
+        """Drop everything held, pixels already at hand included (a shed lookahead)."""
+        self.release()
+        self._array = None
 
 
 class Assembler:

@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--stream-shed-seconds", type=float, default=5.0, metavar="S",
                         help="after S seconds without reading, a stream drops the episodes it prepared ahead "
                         "(prepared again when its client reads; default 5)")
+    parser.add_argument("--lookahead-mb", type=int, default=16, metavar="MB",
+                        help="episodes prepared ahead of their turn, all streams together, MiB at most; beyond it "
+                        "a stream prepares each episode when its turn comes (default 16)")
+    parser.add_argument("--send-mb", type=int, default=16, metavar="MB",
+                        help="replies handed to gRPC and not yet taken by their clients, all streams together, MiB "
+                        "(gRPC keeps a copy of each: about twice this in memory). A stream waits for room; streams "
+                        "stuck sending to clients that do not read are cancelled to make it (default 16)")
     parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
                         help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
@@ -60,9 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
     if (args.max_streams_per_client < 1 or args.max_queued_calls < 0 or not args.stream_idle_seconds > 0
-            or not args.stream_shed_seconds > 0):
+            or not args.stream_shed_seconds > 0 or args.lookahead_mb < 0 or args.send_mb < 0):
         raise InvalidArgument("--max-streams-per-client must be >= 1, --max-queued-calls >= 0, and "
-                              "--stream-idle-seconds and --stream-shed-seconds > 0")
+                              "--stream-idle-seconds and --stream-shed-seconds > 0, --lookahead-mb and "
+                              "--send-mb >= 0")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -73,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             "listening on %s without --tokens: anyone who reaches this port may read every run and report under "
             "any run id%s", args.host, "" if args.tls_cert else ", in plaintext (no --tls-cert)")
     started = time.perf_counter()
+    from sampler_server import procutil
+
+    procutil.return_large_blocks_to_os()
     _start_decode_forkserver(args.workers)
     config = ServerConfig(
         data_dir=args.data,
@@ -87,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams,
                              max_streams_per_client=args.max_streams_per_client,
                              stream_idle_seconds=args.stream_idle_seconds,
-                             stream_shed_seconds=args.stream_shed_seconds),
+                             stream_shed_seconds=args.stream_shed_seconds,
+                             lookahead_bytes=args.lookahead_mb << 20, send_bytes=args.send_mb << 20),
     )
     server = RunningServer(config).start()
     server.install_signal_handlers()

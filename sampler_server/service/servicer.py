@@ -33,7 +33,7 @@ from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
-from sampler_server.service.admission import StreamAdmission, StreamSlot, client_of
+from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -52,6 +52,8 @@ class ServiceLimits:
     max_streams_per_client: int = 64  # a client is a peer host (or a token name where tokens are used)
     stream_idle_seconds: float = 120.0  # a stream whose client reads nothing this long is cancelled
     stream_shed_seconds: float = 5.0  # ... and after this long, it drops the episodes it prepared ahead
+    lookahead_bytes: int = 16 << 20  # episodes prepared ahead of their turn, all streams together
+    send_bytes: int = 16 << 20  # replies with gRPC, not yet taken by their clients, all streams together
     max_reports_per_request: int = 10_000
     lookahead: int = 3  # episodes of a stream being decoded while one is sent
 
@@ -71,7 +73,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.replayer = EpisodeReplayer(registry)
         self.draining = threading.Event()
         self.admission = StreamAdmission(limits.max_streams, limits.max_streams_per_client,
-                                         limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds)
+                                         limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds,
+                                         send_bytes=limits.send_bytes)
+        self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
 
     # ---- sources -------------------------------------------------------------------
 
@@ -123,6 +127,16 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     # ---- episodes ------------------------------------------------------------------
 
+    def _record_bytes(self, store: str) -> int:
+        """A store's mean record size (data file over records): what an encoded image
+        is charged against the stream budgets before it is read."""
+        reader = self.assembler.readers[store]
+        try:
+            size = (reader.directory / "data.mdb").stat().st_size
+        except OSError:
+            return 1
+        return max(1, size // max(1, reader.num_records))
+
     def _episode_source(self, request: pb.EpisodeRequest) -> tuple[Callable[[int], "Prepared"], str]:
         """For this request (validated up front): index -> a function that packs that episode."""
         split = messages.split_from_wire(request.split, "request.split")
@@ -146,19 +160,27 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             support_ids = list(header.support_record_ids)
             query_ids = list(header.query_record_ids)
             if images.encoded:
-                header.support_encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, support_ids)))
-                header.query_encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, query_ids)))
-                return Prepared(header, lambda: header.SerializeToString())
+                def read() -> tuple[Callable[[], bytes], None, int]:
+                    header.support_encoded.CopyFrom(
+                        messages.encoded_images(self.assembler.encoded(store.name, support_ids)))
+                    header.query_encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, query_ids)))
+                    return header.SerializeToString, None, header.ByteSize()
+
+                return Prepared(header, self._record_bytes(store.name) * len(support_ids + query_ids), read)
             pixel_bytes = (len(support_ids) + len(query_ids)) * images.size * images.size * 3
             if pixel_bytes > limit:
                 raise ResourceExhausted(
                     f"episode {index} would carry {pixel_bytes} bytes of pixels at image_size {images.size}; "
                     f"the server's message limit is {limit} bytes (request a smaller image_size or fewer shots)"
                 )
-            pending = self.assembler.submit(store.name, support_ids + query_ids, images.size, images.resize)
             fields = [messages.SUPPORT_IMAGES, messages.QUERY_IMAGES]
             counts = [len(support_ids), len(query_ids)]
-            return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
+
+            def decode() -> tuple[Callable[[], bytes], PendingImages, int]:
+                pending = self.assembler.submit(store.name, support_ids + query_ids, images.size, images.resize)
+                return (lambda: messages.pixels_reply(header, fields, pending, counts, images.size)), pending, pixel_bytes
+
+            return Prepared(header, pixel_bytes, decode)
 
         label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
         return prepare, label
@@ -187,7 +209,11 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         last_index: int = messages.MAX_INDEX,
     ) -> Iterator[Any]:
         end.label += f" {label} start={start} step={step} count={count or 'unbounded'}"
-        in_flight: collections.deque[tuple[int, Prepared]] = collections.deque()
+        budget = self.lookahead_budget
+        # started episodes, in order: [index, prepared, bytes charged to the lookahead budget]
+        in_flight: collections.deque[list[Any]] = collections.deque()
+        # due before any index not yet taken: (index, sampled episode, or None to sample again)
+        waiting: collections.deque[tuple[int, Prepared | None]] = collections.deque()
         final_index = start + (count - 1) * step if count else None
         # One thread per stream packs the next reply (waits for its pixels, copies them
         # into the message) while gRPC sends the current one.
@@ -207,47 +233,94 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 if packing is not None:
                     futures.wait([packing])  # it owns its buffers until done; its reply is dropped
                     packing = None
-                for _, ahead in in_flight:
-                    ahead.discard()
+                for entry in in_flight:
+                    entry[1].discard()
+                    budget.give(entry[2])
+                    entry[2] = 0
                 shed_done = True
                 return len(in_flight)
 
         end.slot.shed = shed
 
-        def admit(index: int) -> None:
-            prepared = prepare(index)
-            if index == final_index:
-                prepared.header.last = True
-            in_flight.append((index, prepared))
+        def gone() -> bool:
+            return end.slot.released or self.draining.is_set()
+
+        def next_planned() -> tuple[int, Prepared] | None:
+            """The next episode, sampled (cheap) but not started: its size is known before
+            any memory is spent on its images."""
+            if waiting:
+                index, prepared = waiting.popleft()
+            else:
+                index, prepared = next(indices, None), None
+                if index is None:
+                    return None
+            if prepared is None:
+                prepared = prepare(index)
+                if index == final_index:
+                    prepared.header.last = True
+            return index, prepared
+
+        def begin(index: int, prepared: Prepared, charged: int) -> None:
+            try:
+                prepared.start()
+            except BaseException:
+                budget.give(charged)
+                raise
+            if charged:  # an encoded episode's estimate becomes its size
+                budget.give(charged - prepared.nbytes)
+                charged = prepared.nbytes
+            in_flight.append([index, prepared, charged])
+
+        def fill() -> None:
+            """Start episodes ahead, up to the lookahead, while the server's budget has room."""
+            while len(in_flight) < self.limits.lookahead:
+                planned = next_planned()
+                if planned is None:
+                    return
+                if not budget.try_take(planned[1].nbytes):
+                    waiting.appendleft(planned)
+                    return
+                begin(*planned, planned[1].nbytes)
 
         try:
             indices = _indices(start, count, step, last_index)
-            for index in itertools.islice(indices, self.limits.lookahead):
-                admit(index)
-            while in_flight:
+            while True:
+                fill()
+                if in_flight:
+                    due, nbytes = in_flight[0][0], in_flight[0][1].nbytes
+                else:
+                    planned = next_planned()
+                    if planned is None:
+                        break
+                    waiting.appendleft(planned)
+                    due, nbytes = planned[0], planned[1].nbytes
+                self.admission.wait_for_room(end.slot, nbytes, gone)
+                if end.slot.released:
+                    return  # the call ended while this stream waited for room
                 if self.draining.is_set():
-                    raise status.Unavailable(f"server is shutting down; resume at index {in_flight[0][0]}")
-                _, prepared = in_flight.popleft()
+                    raise status.Unavailable(f"server is shutting down; resume at index {due}")
+                if not in_flight:  # its turn has come: started now, whatever the lookahead budget
+                    begin(*waiting.popleft(), 0)
+                _, prepared, charged = in_flight.popleft()
                 reply = packing.result() if packing is not None else prepared.finish()
                 packing = None
-                following = next(indices, None)
-                if following is not None:
-                    admit(following)
+                budget.give(charged)
+                fill()
                 if in_flight:
                     packing = packer.submit(in_flight[0][1].finish)
                 with state:
                     sending = True
+                end.slot.sending()
                 yield reply
+                del reply
                 end.sent += 1
                 end.slot.progress()
                 with state:
                     sending = False
                     if shed_done:
                         shed_done = False
-                        redo = [index for index, _ in in_flight]
+                        waiting.extendleft(reversed([(entry[0], None) for entry in in_flight]))
                         in_flight.clear()
-                        for index in redo:
-                            admit(index)
             end.outcome = "ok"
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
@@ -258,8 +331,11 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             if packing is not None:
                 futures.wait([packing])  # it owns its buffers until done
             packer.shutdown(wait=False)
-            for _, prepared in in_flight:
-                prepared.discard()
+            for entry in in_flight:
+                entry[1].discard()
+                budget.give(entry[2])
+            in_flight.clear()
+            self.admission.release_send(end.slot)
             end()
 
     @status.streaming
@@ -274,7 +350,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         if request.index > messages.MAX_INDEX:
             raise InvalidArgument(f"index: got {request.index}, expected 0 to {messages.MAX_INDEX}")
         prepare, _ = self._episode_source(request.request)
-        return prepare(request.index).finish()  # serialised bytes (see handlers)
+        return prepare(request.index).start().finish()  # serialised bytes (see handlers)
 
     # ---- plain batches ---------------------------------------------------------------
 
@@ -307,11 +383,19 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             )
             messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
             if images.encoded:
-                header.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
-                return Prepared(header, lambda: header.SerializeToString())
-            pending = self.assembler.submit(store.name, batch.record_ids, images.size, images.resize)
+                def read() -> tuple[Callable[[], bytes], None, int]:
+                    header.encoded.CopyFrom(messages.encoded_images(self.assembler.encoded(store.name, batch.record_ids)))
+                    return header.SerializeToString, None, header.ByteSize()
+
+                return Prepared(header, self._record_bytes(store.name) * len(batch.record_ids), read)
             fields, counts = [messages.BATCH_IMAGES], [len(batch.record_ids)]
-            return Prepared(header, lambda: messages.pixels_reply(header, fields, pending, counts, images.size), pending)
+            pixel_bytes = len(batch.record_ids) * images.size * images.size * 3
+
+            def decode() -> tuple[Callable[[], bytes], PendingImages, int]:
+                pending = self.assembler.submit(store.name, batch.record_ids, images.size, images.resize)
+                return (lambda: messages.pixels_reply(header, fields, pending, counts, images.size)), pending, pixel_bytes
+
+            return Prepared(header, pixel_bytes, decode)
 
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
         yield from self._stream(end, prepare, start, count, step, label, last_index)
@@ -381,19 +465,36 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         return pb.GetReportResponse(text=render_report(report, request.format or "table"))
 
 
-@dataclass(frozen=True)
 class Prepared:
-    """An episode or batch sampled and being decoded. ``header`` is its reply without
-    pixels (a stream may still set ``last``); ``finish`` waits and returns the
-    serialised reply; ``discard`` frees its buffers if the stream ends first."""
+    """An episode or batch sampled, its images not yet read. ``start`` begins reading or
+    decoding them; then ``finish`` waits and returns the serialised reply (``header``
+    plus images; a stream may still set ``header.last``) and ``discard`` frees what the
+    images hold if the stream ends first. ``nbytes`` is what it holds once started:
+    exact for pixels, an estimate for encoded images until started."""
 
-    header: Any
-    finish: Callable[[], bytes]
-    pending: PendingImages | None = None
+    def __init__(self, header: Any, nbytes: int,
+                 begin: Callable[[], tuple[Callable[[], bytes], PendingImages | None, int]]) -> None:
+        self.header = header
+        self.nbytes = nbytes
+        self._begin = begin
+        self._finish: Callable[[], bytes] | None = None
+        self.pending: PendingImages | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._finish is not None
+
+    def start(self) -> "Prepared":
+        if self._finish is None:
+            self._finish, self.pending, self.nbytes = self._begin()
+        return self
+
+    def finish(self) -> bytes:
+        return self.start()._finish()  # type: ignore[misc]
 
     def discard(self) -> None:
         if self.pending is not None:
-            self.pending.release()
+            self.pending.discard()
 
 
 class _StreamEnd:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import threading
 import time
 
 import grpc
@@ -21,7 +22,7 @@ import pytest
 from conftest import start_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sampler_server.service.admission import StreamAdmission, client_of
+from sampler_server.service.admission import STALL_SECONDS, LookaheadBudget, StreamAdmission, client_of
 from sampler_server.errors import ResourceExhausted
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -71,7 +72,10 @@ def _request(size: int = 48) -> pb.EpisodeRequest:
 
 @pytest.fixture()
 def server_process(served):
+    # room enough for every stalled reply: here no stream is cancelled to make room (that is
+    # test_stalled_streams_are_cancelled_to_make_room), so every slot stays held until the idle cancel
     process, address = start_serve(served.data, "--workers", "1", "--stream-idle-seconds", str(IDLE_SECONDS),
+                                   "--send-mb", "4096",
                                    "--metrics", str(served.root / "admission-metrics.sqlite"), stderr=subprocess.DEVNULL)
     yield process, address
     process.kill()
@@ -272,3 +276,138 @@ def test_the_client_resumes_a_stream_the_server_cancelled_as_idle(served, tmp_pa
         assert got == expected
     finally:
         server.stop(grace=0.5)
+
+
+# ---- memory bounded server-wide: replies being sent, episodes prepared ahead ---------
+
+
+def test_a_reply_that_fits_takes_room_at_once_and_gives_it_back_when_sent():
+    admission = StreamAdmission(max_streams=4, max_streams_per_client=4, idle_seconds=60, send_bytes=10)
+    slot = admission.admit("ipv4:1.1.1.1", lambda: None)
+    admission.wait_for_room(slot, 6, lambda: False)
+    assert slot.send_charge == 6
+    slot.sending()
+    slot.progress()  # the client took it
+    assert slot.send_charge == 0
+    admission.wait_for_room(slot, 25, lambda: False)  # larger than the budget: fits an empty one
+    assert slot.send_charge == 25
+    slot.release()  # a stream that ends gives its room back too
+    other = admission.admit("ipv4:1.1.1.1", lambda: None)
+    admission.wait_for_room(other, 10, lambda: False)
+    assert other.send_charge == 10
+
+
+def test_a_stream_stuck_sending_is_cancelled_to_make_room_and_a_slow_one_is_not():
+    now = [0.0]
+    admission = StreamAdmission(max_streams=4, max_streams_per_client=4, idle_seconds=60, clock=lambda: now[0],
+                                send_bytes=10)
+    cancelled: list[str] = []
+    stuck = admission.admit("ipv4:1.1.1.1", lambda: cancelled.append("stuck"))
+    admission.wait_for_room(stuck, 8, lambda: False)
+    stuck.sending()
+    now[0] = 0.5  # stuck for less than STALL_SECONDS: a slow client, not one that stopped reading
+    reader = admission.admit("ipv4:2.2.2.2", lambda: cancelled.append("reader"))
+    gave_up = []
+    admission.wait_for_room(reader, 5, lambda: gave_up.append(1) or len(gave_up) > 2)
+    assert cancelled == [] and reader.send_charge == 0  # it waited, then gave up (its call ended)
+    now[0] = STALL_SECONDS + 0.5
+    admission.wait_for_room(reader, 5, lambda: False)
+    assert cancelled == ["stuck"] and reader.send_charge == 5 and stuck.send_charge == 0
+
+
+def test_streams_waiting_for_room_are_served_in_order():
+    admission = StreamAdmission(max_streams=4, max_streams_per_client=4, idle_seconds=60, send_bytes=10)
+    holder = admission.admit("ipv4:1.1.1.1", lambda: None)
+    admission.wait_for_room(holder, 5, lambda: False)
+    holder.sending()
+    order: list[str] = []
+
+    def wait(name: str, nbytes: int) -> None:
+        slot = admission.admit("ipv4:1.1.1.1", lambda: None)
+        admission.wait_for_room(slot, nbytes, lambda: False)
+        order.append(name)
+        slot.progress()
+
+    first = threading.Thread(target=wait, args=("first, large", 9))
+    first.start()
+    time.sleep(0.3)
+    second = threading.Thread(target=wait, args=("second, small", 1))  # fits now, but the first came first
+    second.start()
+    time.sleep(0.3)
+    assert order == []
+    holder.progress()
+    first.join(5)
+    second.join(5)
+    assert order == ["first, large", "second, small"]
+
+
+def test_lookahead_budget_never_refuses_an_empty_budget():
+    budget = LookaheadBudget(10)
+    assert budget.try_take(30)  # one episode larger than the budget still gets prepared ahead
+    assert not budget.try_take(1)
+    budget.give(30)
+    assert budget.try_take(6) and budget.try_take(4) and not budget.try_take(1)
+    budget.give(4)
+    assert budget.try_take(4)
+
+
+def _tree_pss_mb(pid: int) -> float:
+    """Summed Pss of a process and its children (the decode workers): pages they share,
+    like the workers' shared-memory blocks, counted once."""
+    pids = [pid] + [int(c) for c in open(f"/proc/{pid}/task/{pid}/children", encoding="ascii").read().split()]
+    total = 0
+    for each in pids:
+        try:
+            for line in open(f"/proc/{each}/smaps_rollup", encoding="ascii"):
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+@pytest.mark.slow
+def test_stalled_streams_are_cancelled_to_make_room(served, tmp_path):
+    """The defect: each stream whose client stopped reading kept its lookahead, a packed
+    reply and the reply gRPC was sending: here the server tree's Pss grew by 520 MB
+    before this change. Now replies in flight and episodes prepared ahead are bounded
+    server-wide (about 210 MB at the peak here, most of it gRPC's transient write queue
+    while 40 new streams push their first replies into a client that buffers them), and
+    a reading client gets room by cancelling stalled streams."""
+    log = tmp_path / "serve.log"
+    process, address = start_serve(served.data, "--workers", "1", "--stream-idle-seconds", "600",
+                                   "--metrics", str(tmp_path / "metrics.sqlite"), stderr=open(log, "w"))
+    try:
+        time.sleep(1.0)
+        before = _tree_pss_mb(process.pid)
+        peak = [before]
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(0.2):
+                peak[0] = max(peak[0], _tree_pss_mb(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        stalled_channel = grpc.insecure_channel(address)
+        stub = pb_grpc.SamplerStub(stalled_channel)
+        stalled = [stub.StreamEpisodes(pb.StreamEpisodesRequest(request=_request(84), start_index=1000 * i, count=0))
+                   for i in range(40)]
+        _wait_until_idle(process.pid, timeout=120)
+
+        reader = grpc.insecure_channel(address)
+        fresh = list(pb_grpc.SamplerStub(reader).StreamEpisodes(
+            pb.StreamEpisodesRequest(request=_request(84), count=5), timeout=60))
+        assert [m.index for m in fresh] == [0, 1, 2, 3, 4]
+        sampling.set()
+        sampler.join()
+        grown = peak[0] - before
+        assert grown < 300, f"server memory grew by {grown:.0f} MB with 40 stalled streams"
+        assert "sending to a client that does not read" in log.read_text()
+        for call in stalled:
+            call.cancel()
+        reader.close()
+        stalled_channel.close()
+    finally:
+        process.kill()
+        process.wait(timeout=30)
