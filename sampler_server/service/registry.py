@@ -117,6 +117,20 @@ class StoreRegistry:
             raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
         return cls(stores, quarantined)
 
+    def quarantine(self, name: str, reason: str) -> bool:
+        """Stop serving a store found unreadable while serving (e.g. its data file was
+        truncated under the running server); False if it was not served. The maps are
+        replaced, not changed in place, so requests reading them meanwhile are safe."""
+        with self._lock:
+            store = self.stores.get(name)
+            if store is None:
+                return False
+            self.stores = {key: value for key, value in self.stores.items() if key != name}
+            self.quarantined = {**self.quarantined, name: QuarantinedStore(name, reason, store.source)}
+            self._specs = {key: spec for key, spec in self._specs.items() if key[0] != name}
+        log.error("store %r quarantined while serving: %s", name, reason)
+        return True
+
     def get(self, name: str, image_size: int | None = None, resize: str | None = None) -> ServedStore:
         """The store a request names: a store name or a source kind (``store.naming``).
 

@@ -90,6 +90,8 @@ class RunningServer:
         metrics_path = config.metrics_path or (Path(config.data_dir) / "metrics.sqlite")
         self.metrics = MetricsStore(metrics_path)
         self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
+        self.servicer.on_quarantine = lambda store: self.health.set(
+            store_health_name(store), health_pb2.HealthCheckResponse.NOT_SERVING)
         message_limit = config.limits.max_message_bytes + (1 << 20)
         # Every stream slot has a thread of its own (a send blocked on a client that does not
         # read holds it), and ``threads`` more serve unary calls and health checks, so a full

@@ -76,6 +76,12 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                                          limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds,
                                          send_bytes=limits.send_bytes)
         self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
+        self.on_quarantine: Callable[[str], None] | None = None  # the server sets its health here
+
+    def store_unreadable(self, store: str, reason: str) -> None:
+        """Quarantine a store whose data file became unreadable, and tell health."""
+        if self.registry.quarantine(store, reason) and self.on_quarantine is not None:
+            self.on_quarantine(store)
 
     # ---- sources -------------------------------------------------------------------
 

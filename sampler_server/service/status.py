@@ -62,6 +62,13 @@ def _check_parsed(request: Any) -> None:
         raise InvalidArgument(request.reason)
 
 
+def _noticed(servicer: Any, error: SamplerError) -> None:
+    """A store found unreadable while serving stops being served (health included)."""
+    store = getattr(error, "store", None)
+    if store is not None and hasattr(servicer, "store_unreadable"):
+        servicer.store_unreadable(store, str(error))
+
+
 def unary(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
@@ -69,6 +76,7 @@ def unary(method: F) -> F:
             _check_parsed(request)
             return method(self, request, context)
         except SamplerError as error:
+            _noticed(self, error)
             context.abort(status_code(error), bounded_message(str(error)))
         except Exception:
             log.exception("internal error in %s", method.__name__)
@@ -84,6 +92,7 @@ def streaming(method: F) -> F:
             _check_parsed(request)
             yield from method(self, request, context)
         except SamplerError as error:
+            _noticed(self, error)
             context.abort(status_code(error), bounded_message(str(error)))
         except Exception:
             log.exception("internal error in %s", method.__name__)

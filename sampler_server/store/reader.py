@@ -29,7 +29,16 @@ from sampler_server.store.record import Record, decode_record, record_key
 
 
 class StoreUnreadable(DataLoss):
-    """The store's data file cannot be read safely (missing, truncated, not LMDB)."""
+    """The store's data file cannot be read safely (missing, truncated, not LMDB).
+    ``store`` names it, so a server can stop serving that store (it crosses process
+    boundaries: decode workers raise it too)."""
+
+    def __init__(self, message: str, store: str | None = None) -> None:
+        super().__init__(message)
+        self.store = store
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return type(self), (str(self), self.store)
 
 
 # realpath -> (inode, environment, bytes the environment needs)
@@ -44,11 +53,11 @@ def _environment_for(directory: Path, name: str, expected_size: int | None = Non
     try:
         stat = os.stat(os.path.join(path, DATA_NAME))
     except OSError as error:
-        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} ({error.strerror})") from None
+        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} ({error.strerror})", name) from None
     cached = _ENVIRONMENTS.get(path)
     if cached is not None and cached[0] == stat.st_ino:
         if stat.st_size < cached[2]:
-            raise StoreUnreadable(_truncated(name, stat.st_size, cached[2], "after it was opened"))
+            raise StoreUnreadable(_truncated(name, stat.st_size, cached[2], "after it was opened"), name)
         return cached[1]
     if cached is not None:
         _ENVIRONMENTS.pop(path)
@@ -58,16 +67,16 @@ def _environment_for(directory: Path, name: str, expected_size: int | None = Non
         # (verify's SHA-256 tells those apart)
         raise StoreUnreadable(
             f"store {name!r}: {DATA_NAME} is {stat.st_size} bytes, its manifest records {expected_size} "
-            "(truncated since it was packed); not served"
+            "(truncated since it was packed); not served", name,
         )
     try:
         env = lmdb.open(path, readonly=True, lock=False, subdir=True, readahead=False, max_readers=1024)
         needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
     except lmdb.Error as error:
-        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} as LMDB ({error})") from None
+        raise StoreUnreadable(f"store {name!r}: cannot open {DATA_NAME} as LMDB ({error})", name) from None
     if stat.st_size < needed:
         env.close()
-        raise StoreUnreadable(_truncated(name, stat.st_size, needed, ""))
+        raise StoreUnreadable(_truncated(name, stat.st_size, needed, ""), name)
     _ENVIRONMENTS[path] = (stat.st_ino, env, needed)
     return env
 
@@ -104,7 +113,8 @@ class StoreReader:
         return self.manifest.num_records
 
     def _environment(self) -> lmdb.Environment:
-        return _environment_for(self.directory, self.manifest.name, self.manifest.data_size)
+        # named by its directory, as the server serves it (a copied store keeps its manifest name)
+        return _environment_for(self.directory, self.directory.resolve().name, self.manifest.data_size)
 
     def check_data(self) -> None:
         """Open the data file now and check its size (start-up).
