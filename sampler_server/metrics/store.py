@@ -19,10 +19,16 @@ else is refused with PERMISSION_DENIED (which names no owner). A run written whi
 tokens were configured has no owner (NULL): anyone writes to it without tokens, only
 an admin with them. Reads are filtered by the service, not here.
 
-Schema version 3 (``PRAGMA user_version``). Migrated in place on open: version 2
-(runs without an owner) gains the ``owner`` column, NULL for every existing run;
-version 1 (key without the seed, configuration overwritten on every write) is
-rebuilt.
+VTAB-1k task results (``TaskResult``) live beside the episode reports, one row per
+(run id, task, split): a task is evaluated once per split, so that key makes a
+retried write a duplicate, and a different accuracy or example count for the same
+key is refused. They share the ``runs`` table, hence the run's owner and its
+configuration (stored once, as for episode reports).
+
+Schema version 4 (``PRAGMA user_version``). Migrated in place on open: version 3
+gains the empty ``task_results`` table; version 2 (runs without an owner) also gains
+the ``owner`` column, NULL for every existing run; version 1 (key without the seed,
+configuration overwritten on every write) is rebuilt.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.quoting import quoted
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -57,6 +63,14 @@ CREATE TABLE IF NOT EXISTS reports (
     request_json TEXT NOT NULL,
     predicted_json TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (run_id, protocol, source, split, seed, idx)
+);
+CREATE TABLE IF NOT EXISTS task_results (
+    run_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    split TEXT NOT NULL,
+    accuracy REAL NOT NULL,
+    examples INTEGER NOT NULL,
+    PRIMARY KEY (run_id, task, split)
 );
 """
 _REPORT_COLUMNS = "run_id, protocol, source, split, idx, seed, fingerprint, metrics_json, request_json, predicted_json"
@@ -79,6 +93,40 @@ class StoredReport:
 
     def key(self) -> tuple[str, str, str, str, int, int]:
         return (self.run_id, self.protocol, self.source, self.split, self.seed, self.index)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One VTAB-1k task evaluated by a run: top-1 accuracy over ``examples`` examples of ``split``.
+
+    ``split`` is the VTAB split evaluated (``"test"`` for the reported score, ``"val200"``
+    when choosing hyperparameters); ``examples`` lets a reader check the whole split was
+    evaluated.
+    """
+
+    run_id: str
+    task: str
+    split: str
+    accuracy: float
+    examples: int
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.run_id, self.task, self.split)
+
+    def validate(self) -> TaskResult:
+        """Itself; ``InvalidArgument`` naming the field and what is allowed otherwise."""
+        from sampler_server.core.vtab.splits import check_split
+        from sampler_server.core.vtab.tasks import get_task
+
+        validate_run_id(self.run_id)
+        get_task(self.task)
+        check_split(self.split)
+        if isinstance(self.accuracy, bool) or not isinstance(self.accuracy, (int, float)) \
+                or not 0.0 <= float(self.accuracy) <= 1.0:
+            raise InvalidArgument(f"accuracy: got {quoted(self.accuracy)} for task {self.task}, expected 0 to 1")
+        if isinstance(self.examples, bool) or not isinstance(self.examples, int) or self.examples < 1:
+            raise InvalidArgument(f"examples: got {quoted(self.examples)} for task {self.task}, expected an integer >= 1")
+        return self
 
 
 def validate_run_id(run_id: str) -> str:
@@ -124,10 +172,9 @@ class MetricsStore:
                 self._db.execute(f"INSERT INTO reports({_REPORT_COLUMNS}) SELECT {_REPORT_COLUMNS} FROM reports_v1")
                 self._db.execute("DROP TABLE reports_v1")
                 self._db.execute("DROP TABLE runs_v1")
-            else:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
+            for statement in _SCHEMA.split(";"):  # creates what is missing: all, or version 3's task_results
+                if statement.strip():
+                    self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
@@ -220,6 +267,77 @@ class MetricsStore:
                 f"run_config_json: run {run_id!r} already has a different configuration (stored with its first "
                 "report); use a new run id for a new configuration"
             )
+
+    def add_task_results(
+        self, results: Iterable[TaskResult], run_config_json: str = "", *, owner: str | None = None,
+        admin: bool = False,
+    ) -> tuple[int, int]:
+        """Store VTAB task results atomically; returns (stored, duplicates).
+
+        What ``ReportMetrics`` calls for VTAB tasks, with the same ``run_config_json``,
+        ``owner`` and ``admin`` as ``add``: the run is created and owned, and its
+        configuration kept once, exactly as for episode reports. A result whose key
+        (run, task, split) is stored already counts as a duplicate when its accuracy
+        and example count are equal, and is refused otherwise.
+
+        Raises:
+            InvalidArgument: an unknown task or split, an accuracy outside [0, 1], fewer
+                than one example, or a bad run id (nothing is stored).
+            FailedPrecondition: a different result for a stored key, or a different
+                configuration for a configured run (nothing is stored).
+            PermissionDenied: a run belongs to another owner (as in ``add``).
+        """
+        checked = [result.validate() for result in results]
+        stored = duplicates = 0
+        config = _canonical_config(run_config_json) if run_config_json else None
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                claimed: set[str] = set()
+                for result in checked:
+                    if result.run_id not in claimed:
+                        self._claim(result.run_id, owner, admin)
+                        if config is not None:
+                            self._set_config_once(result.run_id, config)
+                        claimed.add(result.run_id)
+                    row = self._db.execute(
+                        "SELECT accuracy, examples FROM task_results WHERE run_id=? AND task=? AND split=?",
+                        result.key(),
+                    ).fetchone()
+                    if row is not None:
+                        if row != (float(result.accuracy), result.examples):
+                            raise FailedPrecondition(
+                                f"run {result.run_id!r} already has a different result for VTAB task {result.task} "
+                                f"split {result.split}; a run reports each task and split once"
+                            )
+                        duplicates += 1
+                        continue
+                    self._db.execute(
+                        "INSERT INTO task_results(run_id, task, split, accuracy, examples) VALUES (?,?,?,?,?)",
+                        (*result.key(), float(result.accuracy), result.examples),
+                    )
+                    stored += 1
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return stored, duplicates
+
+    def task_results(self, run_id: str, split: str | None = None) -> list[TaskResult]:
+        """A run's VTAB task results (those of ``split`` only, if given), sorted by (task, split).
+
+        Raises:
+            NotFound: no run ``run_id`` (as ``reports``).
+        """
+        self.run_config(run_id)  # NotFound for an unknown run
+        query = "SELECT run_id, task, split, accuracy, examples FROM task_results WHERE run_id=?"
+        arguments: tuple[str, ...] = (run_id,)
+        if split is not None:
+            query += " AND split=?"
+            arguments += (split,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY task, split", arguments).fetchall()
+        return [TaskResult(*row) for row in rows]
 
     def run_ids(self) -> list[str]:
         with self._lock:

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from sampler_server.metrics.store import MetricsStore, StoredReport
+from sampler_server.metrics.store import SCHEMA_VERSION, MetricsStore, StoredReport
 
 
 def _report(index, accuracy=0.5, fingerprint=None, run="run-a"):
@@ -170,4 +170,4 @@ def test_version_2_database_is_migrated_to_owned_runs(tmp_path):
     with pytest.raises(PermissionDenied):
         store.add([_report(0, run="old")], owner="team-a")
     store.close()
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
