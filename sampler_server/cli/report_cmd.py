@@ -1,7 +1,9 @@
-"""``sampler-server report --run RUN [--run RUN2 ...]``: the Meta-Dataset table.
+"""``sampler-server report --run RUN [--run RUN2 ...]``: the Meta-Dataset, VTAB-1k or VTAB+MD table.
 
-Reads the metrics the server stored (SQLite) and recomputes each reported episode's
-composition from the packed stores, so trainers need to report only accuracies.
+Reads the metrics the server stored (SQLite). ``--table md`` (the default) recomputes
+each reported episode's composition from the packed stores, so trainers need to report
+only accuracies; ``--table vtab`` and ``--table vtab-md`` read stored numbers only and
+need no packed stores, just the metrics file.
 """
 
 from __future__ import annotations
@@ -9,35 +11,63 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sampler_server.errors import FailedPrecondition, NotFound
+from sampler_server.core.vtab.presets import VtabBenchmark
+from sampler_server.core.vtab.splits import SPLITS
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.metrics.report import FORMATS, build_report, render_report
 from sampler_server.metrics.store import MetricsStore
+
+TABLES = ("md", "vtab", "vtab-md")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="per-source accuracy with 95%% CI, average ranks, robustness plots",
-        description="The Meta-Dataset table for one or more runs: per source mean query accuracy, 95%% confidence "
-        "interval and episode count; with several runs each run's average rank (ties by a 95%% test). "
-        "--plots DIR writes accuracy-vs-ways and precision-vs-shots PNGs.",
+        help="per-source accuracy with 95%% CI, average ranks, robustness plots; VTAB-1k and VTAB+MD tables",
+        description="The Meta-Dataset table for one or more runs: per source mean query accuracy, 95% confidence "
+        "interval and episode count; with several runs each run's average rank (ties by a 95% test). "
+        "--plots DIR writes accuracy-vs-ways and precision-vs-shots PNGs. "
+        "--table vtab: per-task top-1, group and overall means (VTAB-1k); --table vtab-md: the VTAB+MD aggregate "
+        "(MD-v2 test sources, VTAB-v2 tasks and groups) with per-source and per-task detail; with these --plots "
+        "writes one per-task bar plot per run.",
     )
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
-    parser.add_argument("--data", type=Path, required=True, help="the server's data directory (packed stores)")
+    parser.add_argument("--data", type=Path,
+                        help="the server's data directory (packed stores); required for --table md")
     parser.add_argument("--metrics", type=Path, help="metrics SQLite file (default DATA/metrics.sqlite)")
     parser.add_argument("--format", choices=FORMATS, default="table")
-    parser.add_argument("--plots", type=Path, help="write the robustness plots (PNG) into this directory")
+    parser.add_argument("--table", choices=TABLES, default="md",
+                        help="md: Meta-Dataset episodes (default); vtab: VTAB-1k tasks; vtab-md: the VTAB+MD aggregate")
+    parser.add_argument("--vtab-benchmark", choices=[b.value for b in VtabBenchmark],
+                        help="task set of --table vtab (default vtab-v1; vtab-md always uses vtab-v2)")
+    parser.add_argument("--vtab-split", choices=SPLITS,
+                        help="VTAB split whose results --table vtab shows (default test)")
+    parser.add_argument("--plots", type=Path, help="write the plots (PNG) into this directory")
     parser.set_defaults(func=run)
 
 
+def _open_metrics(args: argparse.Namespace) -> MetricsStore:
+    if args.metrics is None and args.data is None:
+        raise InvalidArgument("--metrics or --data: neither given; one is needed to find the metrics database")
+    metrics_path = args.metrics or args.data / "metrics.sqlite"
+    if not metrics_path.is_file():
+        where = f" on {args.data}" if args.data is not None else ""
+        raise NotFound(f"{metrics_path}: no metrics database (has a server{where} received reports?)")
+    return MetricsStore(metrics_path)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.table != "vtab" and (args.vtab_benchmark or args.vtab_split):
+        given = "--vtab-benchmark" if args.vtab_benchmark else "--vtab-split"
+        raise InvalidArgument(f"{given}: only with --table vtab (--table {args.table} uses its own fixed plan)")
+    if args.table != "md":
+        return _run_vtab(args)
+    if args.data is None:
+        raise InvalidArgument("--data: required for --table md (episodes are recomputed from the packed stores)")
     from sampler_server.service.registry import StoreRegistry
     from sampler_server.service.replay import EpisodeReplayer
 
-    metrics_path = args.metrics or args.data / "metrics.sqlite"
-    if not metrics_path.is_file():
-        raise NotFound(f"{metrics_path}: no metrics database (has a server on {args.data} received reports?)")
-    store = MetricsStore(metrics_path)
+    store = _open_metrics(args)
     replayer = EpisodeReplayer(StoreRegistry.from_data_dir(args.data))
     report = build_report(store, args.run, replayer)
     print(render_report(report, args.format))
@@ -51,4 +81,27 @@ def run(args: argparse.Namespace) -> int:
         raise FailedPrecondition(
             f"{len(report.mismatches)} reported episodes do not match the stores' episodes (first: {report.mismatches[0]})"
         )
+    return 0
+
+
+def _run_vtab(args: argparse.Namespace) -> int:
+    """``--table vtab`` / ``--table vtab-md``: stored numbers only, no packed stores needed."""
+    from sampler_server.metrics import vtab_report
+
+    store = _open_metrics(args)
+    if args.table == "vtab":
+        report = vtab_report.build_vtab_report(store, args.run, args.vtab_benchmark or "vtab-v1",
+                                               args.vtab_split or "test")
+        print(vtab_report.render_vtab_report(report, args.format))
+        scores = report.scores
+    else:
+        combined = vtab_report.build_vtab_md_report(store, args.run)
+        print(vtab_report.render_vtab_md_report(combined, args.format))
+        scores = combined.vtab
+    if args.plots is not None:
+        from sampler_server.metrics.vtab_plots import write_vtab_plots
+
+        written = write_vtab_plots(scores, args.plots)
+        if args.format != "json":
+            print(f"\nplots: {len(written)} PNG files in {args.plots}")
     return 0

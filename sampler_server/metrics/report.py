@@ -21,6 +21,7 @@ from typing import Any
 from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.ranks import Estimate, average_ranks, estimate, ranks_for_source
 from sampler_server.metrics.store import MetricsStore
+from sampler_server.metrics.tables import render_grid
 
 FORMATS = ("table", "markdown", "json")
 
@@ -116,7 +117,8 @@ def _analyse(report: Report, replayer: Any, stored: Any) -> None:
             report.classes.append(ClassPoint(stored.run_id, stored.source, len(episode.support[label]), precision))
 
 
-def _cell(e: Estimate) -> str:
+def estimate_cell(e: Estimate) -> str:
+    """``mean ± ci (episodes)`` in percent, as every MD table cell reads."""
     ci = e.ci95
     return f"{100 * e.mean:.2f} ± {100 * ci:.2f} ({e.episodes})" if ci is not None else f"{100 * e.mean:.2f} (1)"
 
@@ -135,7 +137,7 @@ def render_report(report: Report, fmt: str = "table") -> str:
             if run not in results:
                 row.append("-")
                 continue
-            cell = _cell(results[run])
+            cell = estimate_cell(results[run])
             if report.source_ranks.get(key):
                 cell += f" [rank {report.source_ranks[key][run]:g}]"
             row.append(cell)
@@ -152,15 +154,7 @@ def render_report(report: Report, fmt: str = "table") -> str:
         notes.append(f"fingerprints: {len(report.mismatches)} mismatches" if report.mismatches
                      else "fingerprints: every reported episode matches its recomputed composition")
     notes += [f"  {m}" for m in report.mismatches[:10]]
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines + [""] + notes)
-    widths = [max(len(str(row[i])) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines + [""] + notes)
+    return render_grid(header, rows, notes, fmt)
 
 
 def report_json(report: Report) -> dict[str, Any]:

@@ -121,11 +121,13 @@ class TaskResult:
         validate_run_id(self.run_id)
         get_task(self.task)
         check_split(self.split)
-        if isinstance(self.accuracy, bool) or not isinstance(self.accuracy, (int, float)) \
-                or not 0.0 <= float(self.accuracy) <= 1.0:
+        number = isinstance(self.accuracy, (int, float)) and not isinstance(self.accuracy, bool)
+        if not number or not 0.0 <= float(self.accuracy) <= 1.0:
             raise InvalidArgument(f"accuracy: got {quoted(self.accuracy)} for task {self.task}, expected 0 to 1")
         if isinstance(self.examples, bool) or not isinstance(self.examples, int) or self.examples < 1:
-            raise InvalidArgument(f"examples: got {quoted(self.examples)} for task {self.task}, expected an integer >= 1")
+            raise InvalidArgument(
+                f"examples: got {quoted(self.examples)} for task {self.task}, expected an integer >= 1"
+            )
         return self
 
 
