@@ -45,6 +45,13 @@ def describe(manifest: Manifest, with_classes: bool = False) -> dict[str, Any]:
         "skipped": manifest.num_skipped,
         "fingerprint": manifest.fingerprint,
     }
+    if manifest.tfds is not None:
+        out["tfds"] = {
+            "name": manifest.tfds.get("name"), "version": manifest.tfds.get("version"),
+            "split_sizes": {k: v.get("num_examples") for k, v in manifest.tfds.get("splits", {}).items()},
+            "records": {c.name: c.count for c in manifest.classes},
+            "attributes": [a.get("name") for a in manifest.tfds.get("attributes", [])],
+        }
     if with_classes:
         out["class_list"] = [c.to_json() for c in manifest.classes]
     return out
@@ -62,9 +69,15 @@ def run(args: argparse.Namespace) -> int:
     for info in described:
         splits = info["splits"]
         print(f"{info['name']}  (source {info['source']})")
-        print(f"  classes      {info['classes']}: " + ", ".join(
-            f"{name} {value['classes']} ({value['images']} images)" for name, value in splits.items()
-        ) + (f", unsplit {info['unsplit_classes']} (split by {info['hierarchy']})" if info["unsplit_classes"] else ""))
+        tfds = info.get("tfds")
+        if tfds is not None:  # a VTAB store: its "classes" are TFDS splits, no Meta-Dataset classes
+            print(f"  tfds         {tfds['name']} {tfds['version']}: " + ", ".join(
+                f"{name} {count} records" for name, count in tfds["records"].items()
+            ) + f"; attributes {', '.join(tfds['attributes'])}")
+        else:
+            print(f"  classes      {info['classes']}: " + ", ".join(
+                f"{name} {value['classes']} ({value['images']} images)" for name, value in splits.items()
+            ) + (f", unsplit {info['unsplit_classes']} (split by {info['hierarchy']})" if info["unsplit_classes"] else ""))
         print(f"  images       {info['images']}  (per class min {info['images_per_class']['min']}, max {info['images_per_class']['max']}; skipped {info['skipped']})")
         print(f"  split rule   {info['split_rule']}")
         options = ", ".join(f"{k}={v}" for k, v in info["pack_options"].items() if v is not None)

@@ -25,6 +25,7 @@ _SUBCOMMAND_MODULES = {
     "serve": "sampler_server.cli.serve_cmd",
     "report": "sampler_server.cli.report_cmd",
     "verify": "sampler_server.cli.verify_cmd",
+    "vtab": "sampler_server.cli.vtab_cmd",
 }
 
 

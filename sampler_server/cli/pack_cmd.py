@@ -1,4 +1,4 @@
-"""``sampler-server pack SOURCE --input DIR --output DIR``."""
+"""``sampler-server pack SOURCE --input DIR --output DIR`` (``pack vtab --tfds-name NAME --tfds-data-dir DIR``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, split_counts
 from sampler_server.pack.plan import ConverterOptions
 from sampler_server.pack.reference_notes import reference_warnings
+from sampler_server.store.manifest import Manifest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +24,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Sources: " + ", ".join(f"{name}" for name in sources.CONVERTERS),
     )
     parser.add_argument("source", metavar="SOURCE", help="one of: " + ", ".join(sources.CONVERTERS))
-    parser.add_argument("--input", required=True, type=Path, help="the source's root as the download unpacks")
+    parser.add_argument("--input", type=Path, help="the source's root as the download unpacks (all but vtab)")
+    parser.add_argument(
+        "--tfds-name", help="vtab: the TFDS dataset, name[/config][:version], e.g. clevr, eurosat/rgb, kitti:3.1.0",
+    )
+    parser.add_argument(
+        "--tfds-data-dir", type=Path, help="vtab: the TFDS data directory holding it prepared (needs the vtab extra)",
+    )
     parser.add_argument("--output", required=True, type=Path, help="data directory; the store goes to OUTPUT/<name>")
     parser.add_argument("--name", help="store directory name (default: the source name)")
     parser.add_argument("--class-splits", type=Path, help="official class-split JSON (Meta-Dataset format)")
@@ -65,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
     )
     converter = sources.get_converter(args.source)
     converter_options = ConverterOptions(
-        class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels
+        class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels,
+        tfds_name=args.tfds_name,
     )
-    plan = converter.plan(args.input, converter_options)
+    plan = converter.plan(_input_dir(args), converter_options)
     warnings = reference_warnings(args.source, converter_options)
     for line in warnings:
         print(line, file=sys.stderr)
@@ -77,6 +86,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary))
     return 0
+
+
+def _input_dir(args: argparse.Namespace) -> Path:
+    """--input for the original layouts, --tfds-data-dir for vtab; the other is refused."""
+    tfds = args.source == "vtab"
+    given, other = (args.tfds_data_dir, args.input) if tfds else (args.input, args.tfds_data_dir)
+    flag, other_flag = ("--tfds-data-dir", "--input") if tfds else ("--input", "--tfds-data-dir")
+    if other is not None:
+        raise InvalidArgument(f"{other_flag} does not apply to source {args.source!r} (it reads {flag})")
+    if given is None:
+        raise InvalidArgument(f"pack {args.source} needs {flag}")
+    return given
 
 
 def summary_json(summary: PackSummary) -> dict[str, object]:
@@ -100,6 +121,18 @@ def summary_json(summary: PackSummary) -> dict[str, object]:
         "anon_rss_mb_at_end": None if summary.anon_rss_mb is None else round(summary.anon_rss_mb, 1),
         "fingerprint": manifest.fingerprint,
         "unchanged": summary.unchanged,
+        **({"tfds": _tfds_summary(manifest)} if manifest.tfds is not None else {}),
+    }
+
+
+def _tfds_summary(manifest: Manifest) -> dict[str, object]:
+    tfds = manifest.tfds or {}
+    return {
+        "name": tfds.get("name"),
+        "version": tfds.get("version"),
+        "split_sizes": {name: split["num_examples"] for name, split in tfds.get("splits", {}).items()},
+        "records": {c.name: c.count for c in manifest.classes},
+        "attributes": [a["name"] for a in tfds.get("attributes", [])],
     }
 
 
@@ -109,9 +142,16 @@ def format_summary(summary: PackSummary) -> str:
     assert isinstance(counts, dict)
     per_class = data["images_per_class"]
     assert isinstance(per_class, dict)
+    tfds = data.get("tfds")
+    classes = (
+        f"  classes  {data['classes']}  (train {counts['train']}, valid {counts['valid']}, test {counts['test']}; rule {data['split_rule']})"
+        if not isinstance(tfds, dict) else
+        f"  tfds     {tfds['name']} {tfds['version']}: " + ", ".join(f"{k} {v}" for k, v in tfds["records"].items())
+        + f" records; attributes {', '.join(tfds['attributes'])}"
+    )
     lines = [
         f"packed {data['source']} -> {data['store']}" + ("  (unchanged: same content as before)" if summary.unchanged else ""),
-        f"  classes  {data['classes']}  (train {counts['train']}, valid {counts['valid']}, test {counts['test']}; rule {data['split_rule']})",
+        classes,
         f"  images   {data['images']}  (per class {per_class['min']}..{per_class['max']}; skipped {data['skipped']})",
         f"  size     {summary.num_bytes / 1e6:.1f} MB in {summary.seconds:.1f} s ({summary.images_per_second:.0f} images/s, peak RSS {summary.peak_rss_mb:.0f} MB)",
         f"  fingerprint {data['fingerprint']}",

@@ -5,7 +5,9 @@ Per store, in this order (a check that fails stops the ones that would read past
    pages LMDB claims: a truncated file is reported, never mapped and read past its end;
 2. its SHA-256 against the manifest (``storage.data_sha256``);
 3. every record: present under its id, parsable, and (record layout 2) matching its
-   CRC-32.
+   CRC-32;
+4. a VTAB (TFDS) store's side file of split indices and label attributes: its size
+   and SHA-256 against the manifest.
 One line per store; exit 0 when every store is OK, 1 when any is damaged or cannot be
 verified (packed before checksums: repack it with the same ``pack`` command), 2 for
 usage errors. ``--json`` prints one object with a list of stores instead.
@@ -101,6 +103,8 @@ def verify_store(directory: Path, progress: bool = True) -> StoreCheck:
             check.fail(f"{DATA_NAME} SHA-256 is {digest[7:23]}..., its manifest records "
                        f"{manifest.data_sha256[7:23]}... (changed since it was packed)")
     _verify_records(reader, check, progress)
+    if manifest.tfds is not None:
+        _verify_tfds_records(directory, manifest, check)
     if check.status == "ok" and not manifest.verifiable:
         check.status = "unverifiable"
         check.problems.append(
@@ -108,6 +112,17 @@ def verify_store(directory: Path, progress: bool = True) -> StoreCheck:
             "verified; repack it with the same `sampler-server pack` command (same episodes and fingerprint)"
         )
     return check
+
+
+def _verify_tfds_records(directory: Path, manifest: Any, check: StoreCheck) -> None:
+    """A VTAB store's TFDS side file: its size and SHA-256 against the manifest."""
+    from sampler_server.errors import SamplerError
+    from sampler_server.store.vtab_records import TfdsRecords
+
+    try:
+        TfdsRecords(directory, manifest).verify()
+    except SamplerError as error:
+        check.fail(str(error))
 
 
 def _verify_records(reader: Any, check: StoreCheck, progress: bool) -> None:

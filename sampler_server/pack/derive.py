@@ -18,6 +18,7 @@ None of this enters the content fingerprint, which covers the derivation only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import warnings
@@ -96,6 +97,8 @@ def _npy_rows(path: Path) -> np.ndarray:
 
 def _read_source(item: SourceItem) -> tuple[bytes, Image.Image | None]:
     """(original bytes for the digest, an image when it came from a bitmap row)."""
+    if item.data is not None:
+        return item.data, None
     if item.derivation.npy_row is not None:
         rows = _npy_rows(item.path)
         row_index = item.derivation.npy_row
@@ -126,6 +129,12 @@ def _open_checked(data: bytes) -> Image.Image:
     if image.format is None:
         raise _BadInput("unrecognised image format")
     return image
+
+
+@functools.lru_cache(maxsize=4)
+def _scale_table(scale: int) -> list[int]:
+    """One band's lookup table for multiplying values by ``scale``, capped at 255."""
+    return [min(255, value * scale) for value in range(256)]
 
 
 def _channels(image: Image.Image) -> int:
@@ -180,6 +189,9 @@ def derive_item(item: SourceItem, options: DeriveOptions) -> Derived | Failed:
                 metadata["crop"] = list(box)
             if derivation.invert:
                 image = ImageOps.invert(image.convert("L" if _channels(image) == 1 else "RGB"))
+            if derivation.scale is not None:
+                image = image.convert("L" if _channels(image) == 1 else "RGB")
+                image = image.point(_scale_table(derivation.scale) * len(image.getbands()))
             if too_large:
                 if image.mode in ("1", "P"):
                     image = image.convert("L" if image.mode == "1" else "RGB")
@@ -201,7 +213,7 @@ def derive_item(item: SourceItem, options: DeriveOptions) -> Derived | Failed:
             record = Record(Encoding.RAW, size, size, 3, pixels.tobytes(), record.metadata)
         return Derived(record, item.origin, derivation.describe(), digest)
     except (_BadInput, DataLoss) as error:
-        return Failed(item.origin, str(item.path), str(error))
+        return Failed(item.origin, item.location, str(error))
 
 
 def derive_batch(batch: list[tuple[int, SourceItem]], options: DeriveOptions) -> list[tuple[int, Derived | Failed]]:

@@ -29,7 +29,7 @@ from sampler_server import __version__, procutil
 from sampler_server.errors import DiskFull, FailedPrecondition, InputFormatError, InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
-from sampler_server.pack.plan import SourceItem, SourcePlan
+from sampler_server.pack.plan import RecordSidecar, SourceItem, SourcePlan
 from sampler_server.store.fingerprint import ContentFingerprint
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
 from sampler_server.store.writer import StoreWriter, is_servable
@@ -248,7 +248,7 @@ def _disk_full(writer: StoreWriter, progress: _Progress, output_root: Path) -> D
 
 def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackSummary:
     """Pack a converter's plan into ``output_root/<name>``; atomic on success, nothing on failure."""
-    name = options.name or plan.source
+    name = options.name or plan.default_name or plan.source
     derive_options = DeriveOptions(
         max_side=options.max_side,
         raw_size=options.raw_size,
@@ -270,22 +270,26 @@ def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackS
     writer = StoreWriter(output_root, name)
     progress = _Progress(classes=len(plan.classes))
     refused = False
+    sidecar: RecordSidecar | None = None
     try:
         try:
             writer.open()
         except FailedPrecondition:  # another pack holds the lock: its partial store is not ours to remove
             refused = True
             raise
+        sidecar = plan.sidecar(writer.partial_dir) if plan.sidecar is not None else None
         results = (
             _results_pooled(plan, derive_options, pool, in_flight=2 * workers + 2)
             if pool is not None
             else _results_inline(plan, derive_options)
         )
-        summary = _write_all(plan, results, writer, options, existing, started, progress)
+        summary = _write_all(plan, results, writer, options, existing, started, progress, sidecar)
     except BaseException as error:
         if refused:
             raise
         full = _is_disk_full(error, output_root)
+        if sidecar is not None:
+            sidecar.abort()
         writer.abort()
         if full:
             raise _disk_full(writer, progress, output_root) from None
@@ -306,6 +310,7 @@ def _write_all(
     existing: Manifest | None,
     started: float,
     progress: _Progress,
+    sidecar: RecordSidecar | None,
 ) -> PackSummary:
     fingerprint = ContentFingerprint(plan.source)
     classes: list[ClassInfo] = []
@@ -313,9 +318,10 @@ def _write_all(
     num_skipped = 0
     class_start = [-1] * len(plan.classes)
     class_end = [0] * len(plan.classes)
+    by_image = plan.total_items is not None  # one TFDS split can hold all records: count images
     bar = tqdm(
-        total=len(plan.classes),
-        unit="class",
+        total=plan.total_items if by_image else len(plan.classes),
+        unit="image" if by_image else "class",
         desc=f"pack {plan.source}",
         disable=not options.progress,
         file=sys.stderr,
@@ -325,7 +331,8 @@ def _write_all(
 
     def close_class(index: int) -> None:
         progress.classes_done = index + 1
-        bar.update(1)
+        if not by_image:
+            bar.update(1)
         bar.set_postfix(images=writer.num_records, skipped=num_skipped, refresh=False)
 
     for class_index, result in results:
@@ -333,6 +340,8 @@ def _write_all(
             if current >= 0:
                 close_class(current)
             current += 1
+        if by_image:
+            bar.update(1)
         if isinstance(result, Failed):
             if options.on_error == "fail":
                 raise InputFormatError(result.path, result.problem + " (pass --on-error skip to skip such files)")
@@ -349,6 +358,8 @@ def _write_all(
         writer.append(result.record)
         class_end[class_index] = writer.num_records
         fingerprint.add_record(result.origin, result.derivation, result.source_digest)
+        if sidecar is not None:
+            fingerprint.add_labels(sidecar.add(result.record.metadata))
     while current < len(plan.classes) - 1:
         if current >= 0:
             close_class(current)
@@ -388,6 +399,7 @@ def _write_all(
         num_skipped=num_skipped,
         skipped=tuple(skipped),
         created_by=f"sampler-server {__version__}",
+        tfds=sidecar.finish() if sidecar is not None else None,
     )
     if existing is not None and not options.overwrite and existing.fingerprint != manifest.fingerprint:
         raise FailedPrecondition(

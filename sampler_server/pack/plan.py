@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sampler_server.errors import InvalidArgument
 from sampler_server.store.manifest import Split
@@ -17,12 +17,15 @@ class Derivation:
 
     Applied in this order: read (a file, or one row of a ``.npy`` bitmap array),
     crop to ``crop`` = (left, upper, right, lower) in pixels (clipped to the image),
-    invert. The canonical ``describe()`` string enters the content fingerprint.
+    invert, multiply values by ``scale`` (capped at 255: dSprites' 0/1 masks become
+    the 0/255 its reference feeds the model). The canonical ``describe()`` string
+    enters the content fingerprint.
     """
 
     crop: tuple[int, int, int, int] | None = None
     invert: bool = False
     npy_row: int | None = None
+    scale: int | None = None
 
     def __post_init__(self) -> None:
         if self.crop is not None:
@@ -31,10 +34,12 @@ class Derivation:
                 raise InvalidArgument(f"crop box {self.crop} is empty; expected left < right and upper < lower")
         if self.npy_row is not None and self.npy_row < 0:
             raise InvalidArgument(f"npy_row must be >= 0, got {self.npy_row}")
+        if self.scale is not None and not 2 <= self.scale <= 255:
+            raise InvalidArgument(f"scale must be in [2, 255], got {self.scale}")
 
     @property
     def changes_pixels(self) -> bool:
-        return self.crop is not None or self.invert or self.npy_row is not None
+        return self.crop is not None or self.invert or self.npy_row is not None or self.scale is not None
 
     def describe(self) -> str:
         parts = []
@@ -44,6 +49,8 @@ class Derivation:
             parts.append("crop=" + ",".join(str(v) for v in self.crop))
         if self.invert:
             parts.append("invert")
+        if self.scale is not None:
+            parts.append(f"scale={self.scale}")
         return ";".join(parts)
 
 
@@ -54,12 +61,21 @@ class SourceItem:
     ``origin`` is the original file's path relative to the input root, with a
     ``#fragment`` when one file yields several records (a COCO object, a bitmap
     row); it identifies the record in the fingerprint and in error messages.
+    ``data`` holds the original bytes when they come out of a container read by the
+    converter (a TFDS example) rather than a file; ``where`` then names the record
+    in error messages (dataset, split, index, field).
     """
 
     origin: str
     path: Path
     derivation: Derivation = field(default_factory=Derivation)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    data: bytes | None = None
+    where: str | None = None
+
+    @property
+    def location(self) -> str:
+        return self.where or str(self.path)
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,11 @@ class SourcePlan:
     ``reference_encoding``: store records as the Meta-Dataset reference converter
     does (originals only when they are RGB JPEGs it leaves alone, everything else an
     RGB JPEG at quality 75; ``pack.derive``). On for the MD sources.
+    ``sidecar``: made with the store's partial directory, it keeps per-record data
+    beside the LMDB values (VTAB's TFDS index and label attributes); its ``finish``
+    gives the manifest's ``tfds`` block. ``default_name``: the store directory when
+    ``--name`` is not given (else the source name). ``total_items``: when known,
+    progress counts images instead of classes.
     """
 
     source: str
@@ -88,6 +109,22 @@ class SourcePlan:
     hierarchy: str | None = None
     notes: Mapping[str, Any] = field(default_factory=dict)
     reference_encoding: bool = False
+    sidecar: Callable[[Path], RecordSidecar] | None = None
+    default_name: str | None = None
+    total_items: int | None = None
+
+
+class RecordSidecar(Protocol):
+    """Per-record data written beside the records, one ``add`` per written record in id order."""
+
+    def add(self, metadata: Mapping[str, Any]) -> bytes:
+        """Keep a written record's data; returns bytes for the content fingerprint."""
+
+    def finish(self) -> dict[str, Any]:
+        """Complete the side files; returns the manifest's ``tfds`` block."""
+
+    def abort(self) -> None:
+        """Close; the partial directory holding the files is removed by the writer."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +134,7 @@ class ConverterOptions:
     class_splits: Path | None = None
     duplicates: tuple[Path, ...] = ()
     labels: Path | None = None
+    tfds_name: str | None = None  # VTAB: name[/config][:version] of a prepared TFDS dataset
 
 
 def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:

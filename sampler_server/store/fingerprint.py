@@ -4,7 +4,8 @@ It identifies WHAT the store holds, not how it is encoded: for each class in id
 order its name, wnid, group and split, then for each record in id order the
 original file it came from (path relative to the input root), the derivation the
 converter applied to it (a crop box, an inversion, a bitmap row) and the SHA-256 of
-the original bytes. Pack options that only change the encoding (``--max-side``,
+the original bytes (and, for TFDS stores, each record's split, index and label
+attributes, canonical JSON). Pack options that only change the encoding (``--max-side``,
 ``--raw-size``, worker count) do not enter it. Fields are length-prefixed, so no
 two different contents hash the same byte stream. Memory use is constant.
 """
@@ -38,6 +39,11 @@ class ContentFingerprint:
         self._field(origin.encode("utf-8"))
         self._field(derivation.encode("utf-8"))
         self._field(source_digest)
+
+    def add_labels(self, data: bytes) -> None:
+        """What a record's labels derive from (VTAB's TFDS index and attributes), after its record."""
+        self._field(b"labels")
+        self._field(data)
 
     def hexdigest(self) -> str:
         return "sha256:" + self._hash.copy().hexdigest()

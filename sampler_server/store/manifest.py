@@ -12,6 +12,10 @@ SHA-256 of ``data.mdb`` as the pack left it. The server compares the size at sta
 (cheap: a truncated file is quarantined, never mapped and read past its end);
 ``sampler-server verify`` also recomputes the SHA-256. Manifests written before these
 fields existed load with ``record_layout=1`` and no size or digest.
+
+``tfds`` is present only on stores of one TFDS dataset (``pack vtab``): its name,
+version, split sizes, label attributes and columnar side file
+(``store.vtab_records`` reads it).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class Manifest:
     record_layout: int = 1
     data_size: int | None = None
     data_sha256: str | None = None
+    tfds: dict[str, Any] | None = None
 
     @property
     def verifiable(self) -> bool:
@@ -125,6 +130,7 @@ class Manifest:
             "skipped": list(self.skipped),
             "created_by": self.created_by,
             "storage": self._storage_json(),
+            **({"tfds": self.tfds} if self.tfds is not None else {}),
             "classes": [c.to_json() for c in self.classes],
         }
 
@@ -162,6 +168,7 @@ class Manifest:
                 num_skipped=int(data.get("num_skipped", 0)),
                 skipped=tuple(data.get("skipped") or ()),
                 created_by=str(data.get("created_by", "")),
+                tfds=dict(data["tfds"]) if data.get("tfds") is not None else None,
                 **_storage_fields(data.get("storage") or {}),
             )
         except (KeyError, TypeError, ValueError) as error:

@@ -92,6 +92,11 @@ def build_plan(spec: DatasetSpec, split: Split | str, config: EpisodeConfig) -> 
     if not isinstance(config, EpisodeConfig):
         raise InvalidArgument(f"config: got {type(config).__name__}, expected an EpisodeConfig")
     where = f"source {spec.source!r} split {split.value!r}"
+    if not spec.has_splits and spec.source.startswith("tfds:"):
+        raise FailedPrecondition(
+            f"source {spec.source!r} is a TFDS (VTAB) store: it holds VTAB splits, not Meta-Dataset classes, "
+            "so it serves no episodes"
+        )
     if not spec.has_splits:
         raise FailedPrecondition(
             f"source {spec.source!r}: its classes have no split; build its spec with the hierarchy "

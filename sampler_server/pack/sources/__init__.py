@@ -25,6 +25,7 @@ CONVERTERS: dict[str, str] = {
     "traffic_sign": "sampler_server.pack.sources.traffic_sign",
     "mscoco": "sampler_server.pack.sources.mscoco",
     "image_folder": "sampler_server.pack.sources.image_folder",
+    "vtab": "sampler_server.pack.sources.vtab",
 }
 
 

@@ -1,0 +1,138 @@
+"""``sampler-server vtab tasks|split``: what VTAB tasks a data directory can serve, and a split's records.
+
+Both read manifests and the stores' TFDS side files only (``store.vtab_records``),
+never an image; the labels come from the task registry (``core.vtab``). A task is
+listed once per store holding its TFDS dataset in a version the task takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sampler_server.core.vtab import SPLITS, TASKS, get_task, resolve
+from sampler_server.errors import InvalidArgument, NotFound, SamplerError
+from sampler_server.quoting import quoted
+from sampler_server.store.manifest import load_manifest
+from sampler_server.store.vtab_records import TfdsRecords, is_tfds_store, list_split, version_matches
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "vtab", help="VTAB-1k tasks of packed TFDS stores",
+        description="List the VTAB tasks a data directory can serve, or one split's records and labels.",
+    )
+    commands = parser.add_subparsers(dest="vtab_command", metavar="COMMAND", required=True)
+    tasks = commands.add_parser(
+        "tasks", help="the tasks whose TFDS dataset is packed under DATA",
+        description="One entry per (task, store): group, number of classes, TFDS and VTAB split sizes.",
+    )
+    tasks.add_argument("--data", required=True, type=Path, help="data directory (or one store)")
+    tasks.add_argument("--json", action="store_true", help="machine-readable output")
+    tasks.set_defaults(func=run_tasks)
+    split = commands.add_parser(
+        "split", help="one VTAB split's records in order, with labels (no images read)",
+        description="The records of SPLIT of TASK in order: TFDS split, canonical index and label, "
+        "with the split's fingerprint.",
+    )
+    split.add_argument("--data", required=True, type=Path, help="data directory (or one store)")
+    split.add_argument("--task", required=True, help="task name: " + ", ".join(TASKS))
+    split.add_argument("--split", required=True, help="VTAB split: " + ", ".join(SPLITS))
+    split.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
+    split.add_argument("--json", action="store_true", help="machine-readable output")
+    split.set_defaults(func=run_split)
+
+
+def tfds_stores(data: Path) -> list[TfdsRecords]:
+    """Every TFDS (VTAB) store under ``data``, sorted by store name."""
+    from sampler_server.store.reader import find_stores  # LMDB at the edge, only to list stores
+
+    out = []
+    for path in find_stores(data):
+        manifest = load_manifest(path)
+        if is_tfds_store(manifest):
+            out.append(TfdsRecords(path, manifest))
+    return out
+
+
+def _split_sizes(task: Any, sizes: dict[str, int]) -> tuple[dict[str, int], dict[str, str]]:
+    """VTAB split -> example count, and the splits these TFDS sizes cannot carve (with why)."""
+    counts, unavailable = {}, {}
+    for split in SPLITS:
+        try:
+            counts[split] = len(resolve(task, split, sizes))
+        except SamplerError as error:
+            unavailable[split] = str(error)
+    return counts, unavailable
+
+
+def task_entries(data: Path) -> list[dict[str, Any]]:
+    entries = []
+    for records in tfds_stores(data):
+        sizes = records.split_sizes()
+        for task in TASKS.values():
+            if task.tfds_name != records.name or not version_matches(records.version, task.version):
+                continue
+            counts, unavailable = _split_sizes(task, sizes)
+            entries.append({
+                "task": task.name, "group": task.group.value, "store": records.manifest.name,
+                "tfds": f"{records.name}:{records.version}", "num_classes": task.num_classes,
+                "tfds_split_sizes": sizes, "splits": counts, "unavailable": unavailable,
+                "store_fingerprint": records.manifest.fingerprint,
+            })
+    return entries
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    entries = task_entries(args.data)
+    if args.json:
+        print(json.dumps({"data": str(args.data), "tasks": entries}, indent=1))
+        return 0
+    if not entries:
+        print(f"{args.data}: no VTAB task can be served (pack one with `sampler-server pack vtab`)")
+    for entry in entries:
+        splits = ", ".join(f"{name} {count}" for name, count in entry["splits"].items())
+        print(f"{entry['task']:22} {entry['group']:11} {entry['num_classes']:>4} classes  store {entry['store']} "
+              f"({entry['tfds']})  {splits}")
+    return 0
+
+
+def _pick_store(data: Path, task: Any, wanted: str | None) -> TfdsRecords:
+    stores = tfds_stores(data)
+    if wanted is not None:
+        for records in stores:
+            if records.manifest.name == wanted:
+                return records
+        raise NotFound(f"--store: no TFDS store {quoted(wanted)} in {data}; TFDS stores: "
+                       f"{', '.join(r.manifest.name for r in stores) or 'none'}")
+    holding = [r for r in stores if r.name == task.tfds_name]
+    if not holding:
+        raise NotFound(f"task {task.name}: no store in {data} holds TFDS dataset {task.tfds_name!r} "
+                       f"(pack it with `sampler-server pack vtab --tfds-name {task.tfds_name}`)")
+    fitting = [r for r in holding if version_matches(r.version, task.version)]
+    return (fitting or holding)[0]  # none fitting: list_split names both versions
+
+
+def run_split(args: argparse.Namespace) -> int:
+    task = get_task(args.task)
+    if args.split not in SPLITS:
+        raise InvalidArgument(f"--split: got {quoted(args.split)}, expected one of {', '.join(SPLITS)}")
+    listing = list_split(_pick_store(args.data, task, args.store), task, args.split)
+    if args.json:
+        print(json.dumps({
+            "task": listing.task, "split": listing.split, "store": listing.store,
+            "store_fingerprint": listing.store_fingerprint, "num_classes": listing.num_classes,
+            "count": len(listing.record_ids), "fingerprint": listing.fingerprint,
+            "records": [
+                {"record_id": record_id, "tfds_split": tfds_split, "tfds_index": index, "label": label}
+                for record_id, (tfds_split, index), label in zip(listing.record_ids, listing.locations, listing.labels)
+            ],
+        }, indent=1))
+        return 0
+    print(f"{listing.task} {listing.split}: {len(listing.record_ids)} records, {listing.num_classes} classes, "
+          f"store {listing.store}, fingerprint {listing.fingerprint}")
+    for record_id, (tfds_split, index), label in zip(listing.record_ids, listing.locations, listing.labels):
+        print(f"{record_id:>9}  {tfds_split}[{index}]  {label}")
+    return 0
