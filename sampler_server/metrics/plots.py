@@ -61,7 +61,7 @@ def _plot(series: dict[str, list[tuple[int, float, float]]], xlabel: str, ylabel
     return path
 
 
-def _safe(name: str) -> str:
+def file_safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
@@ -74,7 +74,7 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         label = source or "all sources"
         episodes: list[EpisodePoint] = [p for p in report.episodes if source is None or p.source == source]
         classes: list[ClassPoint] = [p for p in report.classes if source is None or p.source == source]
-        suffix = _safe(source) if source else "all"
+        suffix = file_safe_name(source) if source else "all"
         if episodes:
             series = _series((p.run, p.ways, p.accuracy) for p in episodes)
             written.append(_plot(series, "ways", "query accuracy", f"accuracy vs ways ({label})",

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sampler_server.core.vtab.presets import vtab_groups  # noqa: E402
 from sampler_server.core.vtab.tasks import Group  # noqa: E402
-from sampler_server.metrics.plots import _safe  # noqa: E402
+from sampler_server.metrics.plots import file_safe_name  # noqa: E402 (after the Agg backend is chosen)
 from sampler_server.metrics.vtab_report import VtabScore  # noqa: E402
 
 GROUP_COLOURS = {Group.NATURAL: "tab:green", Group.SPECIALIZED: "tab:purple", Group.STRUCTURED: "tab:orange"}
@@ -63,4 +63,4 @@ def plot_vtab_score(score: VtabScore, path: Path) -> Path:
 def write_vtab_plots(scores: Mapping[str, VtabScore], directory: Path) -> list[Path]:
     """``vtab_<run>.png`` for each run in ``scores``, in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    return [plot_vtab_score(score, directory / f"vtab_{_safe(run)}.png") for run, score in scores.items()]
+    return [plot_vtab_score(score, directory / f"vtab_{file_safe_name(run)}.png") for run, score in scores.items()]
