@@ -52,7 +52,7 @@ e.g. a long evaluation pause) is reopened at the next index like a broken one.""
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
 _SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
 _RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
-           "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR}
+           "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR, "tf2_bilinear": pb.RESIZE_METHOD_TF2_BILINEAR}
 
 
 class _Unreachable(grpc.RpcError):
@@ -267,7 +267,159 @@ def _tls_material(ca: str | Path | None, cert: str | Path | None,
             read(cert, "tls_cert") if cert is not None else None)
 
 
-class SamplerClient:
+# ---- VTAB-1k ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskBatchArrays:
+    """One VTAB task batch: ``images`` uint8 [B, S, S, 3] (0..255), ``labels`` int64 [B]
+    task labels; ``split_fingerprint`` is the split's, as ``sampler-server vtab split`` prints."""
+
+    task: str
+    split: str
+    index: int
+    epoch: int
+    fingerprint: str
+    split_fingerprint: str
+    images: np.ndarray
+    labels: np.ndarray
+    record_ids: tuple[int, ...]
+    num_classes: int
+    last: bool
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "TaskBatchArrays":
+        message = pb.TaskBatch.FromString(data)
+        return cls(message.task, message.split, message.index, message.epoch, message.fingerprint,
+                   message.split_fingerprint, to_array(message.images), to_array(message.labels),
+                   tuple(message.record_ids), message.num_classes, message.last)
+
+
+@dataclass(frozen=True)
+class TaskEpisodeArrays:
+    """A VTAB task as one full-way episode: the support split then the query split, whole,
+    assembled from the server's chunks (uint8 images, int64 task labels)."""
+
+    task: str
+    fingerprint: str
+    support_fingerprint: str
+    query_fingerprint: str
+    support_images: np.ndarray
+    support_labels: np.ndarray
+    support_record_ids: tuple[int, ...]
+    query_images: np.ndarray
+    query_labels: np.ndarray
+    query_record_ids: tuple[int, ...]
+    num_classes: int
+
+
+def _chunk(data: bytes) -> pb.TaskEpisodeChunk:
+    return pb.TaskEpisodeChunk.FromString(data)
+
+
+def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
+                       image_size: int = 224, resize: str = "tf2_bilinear", store: str = "") -> pb.StreamTaskBatchesRequest:
+    """The StreamTaskBatches request of a task split (without its index window); names checked by the server."""
+    if resize not in _RESIZE:
+        raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
+    return pb.StreamTaskBatchesRequest(
+        task=task, split=split, seed=seed, batch_size=batch_size, shuffle=shuffle, store=store,
+        images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]),
+    )
+
+
+class VtabClientMixin:
+    """VTAB-1k calls of ``SamplerClient`` (resumable streams, retried unary calls)."""
+
+    def list_tasks(self, task: str = "") -> list[pb.TaskSummary]:
+        """The VTAB tasks served (one entry per task and store), with split sizes and availability."""
+        return list(self._call("ListTasks", pb.ListTasksRequest(task=task)).tasks)  # type: ignore[attr-defined]
+
+    def _open(self, method: str, request_type: Any, parse: Any, request: Any) -> Iterator[Any]:
+        self._connect()  # type: ignore[attr-defined]
+        call = self._channel.unary_stream(  # type: ignore[attr-defined]
+            f"/sampler.v1.Sampler/{method}", request_serializer=request_type.SerializeToString,
+            response_deserializer=parse)
+        return call(request, metadata=self._metadata)  # type: ignore[attr-defined]
+
+    def _task_batches(self, base: pb.StreamTaskBatchesRequest, start: int, count: int) -> Iterator[TaskBatchArrays]:
+        def open_stream(next_index: int, remaining: int) -> Iterator[TaskBatchArrays]:
+            request = pb.StreamTaskBatchesRequest()
+            request.CopyFrom(base)
+            request.start_index, request.count = next_index, remaining
+            return self._open("StreamTaskBatches", pb.StreamTaskBatchesRequest, TaskBatchArrays.from_bytes, request)
+
+        for batch in self._resumable(open_stream, start, count, 1, "StreamTaskBatches"):  # type: ignore[attr-defined]
+            yield batch
+            if batch.last and not base.shuffle:
+                return
+
+    def task_batches(self, task: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0,
+                     image_size: int = 224, resize: str = "tf2_bilinear", store: str = "") -> Iterator[TaskBatchArrays]:
+        """Shuffled batches of a VTAB task split (training), resumable by batch index; count 0 = unbounded."""
+        base = task_batch_request(task, split, batch_size, shuffle=True, seed=seed, image_size=image_size,
+                                  resize=resize, store=store)
+        return self._task_batches(base, start, count)
+
+    def eval_batches(self, task: str, split: str, batch_size: int, start: int = 0, image_size: int = 224,
+                     resize: str = "tf2_bilinear", store: str = "") -> Iterator[TaskBatchArrays]:
+        """Every example of a VTAB task split once, in split order (the last batch short)."""
+        base = task_batch_request(task, split, batch_size, shuffle=False, image_size=image_size, resize=resize,
+                                  store=store)
+        return self._task_batches(base, start, 0)
+
+    def task_episode(self, task: str, image_size: int = 224, resize: str = "tf2_bilinear", chunk_size: int = 0,
+                     support_split: str = "", query_split: str = "", store: str = "") -> TaskEpisodeArrays:
+        """A VTAB task as one full-way episode (support = train800val200, query = test by default),
+        assembled from chunks; a broken stream resumes at the next chunk."""
+        if resize not in _RESIZE:
+            raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
+        base = pb.StreamTaskEpisodeRequest(
+            task=task, chunk_size=chunk_size, support_split=support_split, query_split=query_split, store=store,
+            images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]))
+
+        def open_stream(next_index: int, remaining: int) -> Iterator[pb.TaskEpisodeChunk]:
+            request = pb.StreamTaskEpisodeRequest()
+            request.CopyFrom(base)
+            request.start_index = next_index
+            return self._open("StreamTaskEpisode", pb.StreamTaskEpisodeRequest, _chunk, request)
+
+        parts: dict[int, list[pb.TaskEpisodeChunk]] = {pb.EPISODE_PART_SUPPORT: [], pb.EPISODE_PART_QUERY: []}
+        first = None
+        for chunk in self._resumable(open_stream, 0, 0, 1, "StreamTaskEpisode"):  # type: ignore[attr-defined]
+            first = first or chunk
+            parts[chunk.part].append(chunk)
+            if chunk.last:
+                break
+        assert first is not None
+
+        def join(chunks: list[pb.TaskEpisodeChunk], what: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+            empty = np.zeros((0, image_size, image_size, 3), np.uint8)
+            images = np.concatenate([to_array(c.images) for c in chunks]) if chunks else empty
+            labels = np.concatenate([to_array(c.labels) for c in chunks]) if chunks else np.zeros(0, np.int64)
+            return images, labels, tuple(r for c in chunks for r in c.record_ids)
+
+        support = join(parts[pb.EPISODE_PART_SUPPORT], "support")
+        query = join(parts[pb.EPISODE_PART_QUERY], "query")
+        return TaskEpisodeArrays(first.task, first.fingerprint, first.support_fingerprint, first.query_fingerprint,
+                                 *support, *query, first.num_classes)
+
+    def report_task(self, run_id: str, task: str, split: str, accuracy: float, examples: int, *,
+                    run_config: Mapping[str, Any] | None = None) -> pb.ReportMetricsResponse:
+        """Report one VTAB task's top-1 ``accuracy`` (in [0, 1]) over ``examples`` of ``split``; idempotent."""
+        report = pb.MetricReport(run_id=run_id, protocol="vtab-task", task=task, task_split=split,
+                                 examples=examples, metrics={"accuracy": float(accuracy)})
+        return self.report([report], run_config_json=run_config_json(run_config))  # type: ignore[attr-defined]
+
+    def get_vtab_report(self, run_ids: Sequence[str], table: str = "vtab", fmt: str = "table",
+                        benchmark: str = "", split: str = "") -> str:
+        """The VTAB ("vtab") or VTAB+MD ("vtab-md") table of runs."""
+        request = pb.GetReportRequest(run_ids=list(run_ids), format=fmt, table=table, vtab_benchmark=benchmark,
+                                      vtab_split=split)
+        return self._call("GetReport", request).text  # type: ignore[attr-defined]
+
+
+class SamplerClient(VtabClientMixin):
     """One channel to a server; safe to use from one thread per stream."""
 
     def __init__(
@@ -555,3 +707,4 @@ def shard_window(start: int, count: int, shard: int, num_shards: int) -> tuple[i
         return start + shard, 0, num_shards
     mine = max(0, -(-(count - shard) // num_shards))
     return start + shard, (mine if mine else -1), num_shards
+

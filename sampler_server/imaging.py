@@ -19,6 +19,10 @@ Other methods, each named in every episode that uses it:
 - ``FAST_BILINEAR``: OpenCV ``INTER_LINEAR`` on the half-pixel grid (after a
   reduced-scale JPEG decode, see ``assembly.decode``): faster, other pixels.
 - ``ANTIALIAS``: PIL's bilinear filter widened by the scale factor when downscaling.
+- ``TF2_BILINEAR``: the VTAB reference's ``tf.image.resize(image, [s, s])`` (TF2,
+  half-pixel centres, no antialiasing) after a full decode. OpenCV's ``INTER_LINEAR``
+  samples that same grid without antialiasing; its 11-bit fixed-point weights keep
+  the uint8 within 1 level of TF's float result (tests/fidelity).
 
 Everything here is a pure function of its inputs.
 """
@@ -39,6 +43,7 @@ class ResizeMethod(str, enum.Enum):
     BILINEAR = "bilinear"  # the MD reference's: full IFAST decode + TF1 align-corners bilinear (default)
     ANTIALIAS = "antialias"  # PIL bilinear with antialiasing when downscaling
     FAST_BILINEAR = "fast_bilinear"  # reduced-scale decode + half-pixel bilinear: faster, other pixels
+    TF2_BILINEAR = "tf2_bilinear"  # the VTAB reference's: full decode + TF2 tf.image.resize bilinear
 
 
 def to_rgb_array(image: Image.Image) -> np.ndarray:
@@ -99,7 +104,7 @@ def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMe
         return np.ascontiguousarray(pixels)
     if method is ResizeMethod.BILINEAR:
         out = resize_align_corners(np.ascontiguousarray(pixels), size)
-    elif method is ResizeMethod.FAST_BILINEAR:
+    elif method in (ResizeMethod.FAST_BILINEAR, ResizeMethod.TF2_BILINEAR):
         out = cv2.resize(pixels, (size, size), interpolation=cv2.INTER_LINEAR)
     else:
         mode = "RGB" if pixels.ndim == 3 and pixels.shape[2] == 3 else "L"

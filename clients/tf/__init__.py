@@ -15,7 +15,9 @@ from clients.tf.dataset import (  # noqa: E402
     batch_signature,
     episode_dataset,
     episode_signature,
+    task_batch_dataset,
+    task_episode_to_tf,
 )
 
 __all__ = ["BatchSource", "EpisodeSource", "batch_dataset", "batch_signature", "episode_dataset",
-           "episode_signature"]
+           "episode_signature", "task_batch_dataset", "task_episode_to_tf"]

@@ -171,3 +171,32 @@ def batch_dataset(address: str, source: str, split: str, batch_size: int, *, see
     return BatchSource(address, source, split, batch_size, seed=seed, start=start, count=count,
                        image_size=image_size, resize=resize, preset=preset, shard=shard, num_shards=num_shards,
                        client_options=client_options).dataset()
+
+
+def task_batch_dataset(address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
+                       start: int = 0, count: int = 0, image_size: int = 224,
+                       resize: str = "tf2_bilinear") -> tf.data.Dataset:
+    """VTAB task batches: ``images`` tf.float32 [B, S, S, 3] in [0, 1] (the reference's /255),
+    ``labels`` tf.int64; ``shuffle=False`` is the evaluation form (every example once, in order)."""
+
+    def generate() -> Iterator[dict[str, Any]]:
+        with SamplerClient(address) as client:
+            if shuffle:
+                batches = client.task_batches(task, split, batch_size, seed, start, count, image_size, resize)
+            else:
+                batches = client.eval_batches(task, split, batch_size, start, image_size, resize)
+            for batch in batches:
+                yield {"images": batch.images, "labels": batch.labels, "index": batch.index}
+
+    signature = {"images": tf.TensorSpec([None, image_size, image_size, 3], tf.uint8),
+                 "labels": tf.TensorSpec([None], tf.int64), "index": tf.TensorSpec([], tf.int64)}
+    return tf.data.Dataset.from_generator(generate, output_signature=signature).map(
+        lambda item: {**item, "images": tf.cast(item["images"], tf.float32) / 255.0})
+
+
+def task_episode_to_tf(episode: Any) -> dict[str, tf.Tensor]:
+    """A VTAB full-way episode (``SamplerClient.task_episode``) with images in [0, 1] float32."""
+    return {"support_images": tf.cast(episode.support_images, tf.float32) / 255.0,
+            "support_labels": tf.constant(episode.support_labels),
+            "query_images": tf.cast(episode.query_images, tf.float32) / 255.0,
+            "query_labels": tf.constant(episode.query_labels)}

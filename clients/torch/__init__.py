@@ -1,6 +1,15 @@
 """PyTorch adapter (imports torch, never tensorflow): resumable ``EpisodeDataset`` and
 ``BatchDataset``; see ``clients.torch.dataset`` for the item schema and resume state."""
 
-from clients.torch.dataset import BatchDataset, EpisodeDataset, batch_to_torch, episode_to_torch
+from clients.torch.dataset import (
+    BatchDataset,
+    EpisodeDataset,
+    TaskBatchDataset,
+    batch_to_torch,
+    episode_to_torch,
+    task_batch_to_torch,
+    task_episode_to_torch,
+)
 
-__all__ = ["BatchDataset", "EpisodeDataset", "batch_to_torch", "episode_to_torch"]
+__all__ = ["BatchDataset", "EpisodeDataset", "TaskBatchDataset", "batch_to_torch", "episode_to_torch",
+           "task_batch_to_torch", "task_episode_to_torch"]

@@ -40,6 +40,8 @@ from clients.core import (
     EpisodeArrays,
     EpisodeSpec,
     SamplerClient,
+    TaskBatchArrays,
+    TaskEpisodeArrays,
     batch_request,
     shard_window,
 )
@@ -203,3 +205,44 @@ def batch_to_torch(batch: BatchArrays) -> dict[str, Any]:
     """A batch as the dict ``BatchDataset`` yields."""
     return {"images": _tensor(batch.images), "labels": _tensor(batch.labels), "index": batch.index,
             "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}
+
+
+class TaskBatchDataset(IterableDataset):
+    """VTAB task batches as torch tensors: ``images`` float32 [B, S, S, 3] in [0, 1] (the
+    reference's /255; uint8 on the wire), ``labels`` int64. ``shuffle=False``: the
+    evaluation form (every example once, in order); True: shuffled, ``count`` batches."""
+
+    def __init__(self, address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
+                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "tf2_bilinear") -> None:
+        super().__init__()
+        self.address, self.task, self.split, self.batch_size = address, task, split, batch_size
+        self.shuffle, self.seed, self.start, self.count = shuffle, seed, start, count
+        self.image_size, self.resize = image_size, resize
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        with SamplerClient(self.address) as client:
+            if self.shuffle:
+                batches = client.task_batches(self.task, self.split, self.batch_size, self.seed, self.start,
+                                              self.count, self.image_size, self.resize)
+            else:
+                batches = client.eval_batches(self.task, self.split, self.batch_size, self.start, self.image_size,
+                                              self.resize)
+            for batch in batches:
+                yield task_batch_to_torch(batch)
+
+
+def _unit(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(array.astype(np.float32) / np.float32(255.0))
+
+
+def task_batch_to_torch(batch: TaskBatchArrays) -> dict[str, Any]:
+    """A VTAB task batch with images scaled to [0, 1] float32."""
+    return {"images": _unit(batch.images), "labels": _tensor(batch.labels), "index": batch.index,
+            "record_ids": list(batch.record_ids), "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}
+
+
+def task_episode_to_torch(episode: TaskEpisodeArrays) -> dict[str, Any]:
+    """A VTAB full-way episode with images scaled to [0, 1] float32."""
+    return {"support_images": _unit(episode.support_images), "support_labels": _tensor(episode.support_labels),
+            "query_images": _unit(episode.query_images), "query_labels": _tensor(episode.query_labels),
+            "fingerprint": episode.fingerprint, "num_classes": episode.num_classes, "task": episode.task}

@@ -11,6 +11,8 @@ By resize method:
   on the half-pixel grid. Faster on large JPEGs; its pixels are not the reference's
   (``bench/serve_bench.py`` prints how far);
 - ``ANTIALIAS``: full-size IFAST decode, then PIL's antialiased bilinear.
+- ``TF2_BILINEAR`` (VTAB's default): full-size IFAST decode (TFDS decodes with
+  ``decode_jpeg``'s default), then TF2's half-pixel bilinear (``imaging``).
 PNG and other formats are decoded by Pillow (lossless, so any decoder agrees), grey
 replicated to RGB. RAW records are the stored pixels: the assembler serves them only
 at the size and with the method they were packed with. The output is a pure function

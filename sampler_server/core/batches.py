@@ -60,6 +60,23 @@ def parse_preset(preset: str) -> str:
     return preset
 
 
+def shuffled_positions(
+    seed: int, protocol: Protocol, source: str, split: Split, size: int, batch_size: int, index: int
+) -> tuple[int, np.ndarray]:
+    """(first epoch, positions in [0, size)) of batch ``index``: steps [index * B, (index + 1) * B)
+    of the concatenated epochs, each epoch ordered by its keyed permutation. Shared by every
+    protocol's shuffled batches; O(batch_size) whatever ``size``."""
+    first_epoch, first_step = divmod(int(index) * batch_size, size)
+    steps = first_step + np.arange(batch_size, dtype=np.int64)  # < size + 65536: no overflow
+    epoch_of = steps // size
+    positions = np.empty(batch_size, dtype=np.int64)
+    for extra in range(int(epoch_of[-1]) + 1):
+        chosen = epoch_of == extra
+        order = epoch_permutation(seed, protocol, source, split, first_epoch + extra, size)
+        positions[chosen] = order.permute(steps[chosen] - extra * size)
+    return first_epoch, positions
+
+
 class BatchSampler:
     """Validated once; ``sample(seed, index)`` is random access in O(batch_size).
 
@@ -93,16 +110,9 @@ class BatchSampler:
                 f"index: got {index}, expected at most {self.max_index} "
                 f"(batches of {self.batch_size} over {self.size} records reach epoch {MAX_INDEX})"
             )
-        first_epoch, first_step = divmod(int(index) * self.batch_size, self.size)
-        steps = first_step + np.arange(self.batch_size, dtype=np.int64)  # < size + 65536: no overflow
-        epoch_of = steps // self.size
-        positions = np.empty(self.batch_size, dtype=np.int64)
-        for extra in range(int(epoch_of[-1]) + 1):
-            chosen = epoch_of == extra
-            order = epoch_permutation(
-                seed, Protocol.META_DATASET_BATCHES, self.spec.source, self.split, first_epoch + extra, self.size
-            )
-            positions[chosen] = order.permute(steps[chosen] - extra * self.size)
+        first_epoch, positions = shuffled_positions(
+            seed, Protocol.META_DATASET_BATCHES, self.spec.source, self.split, self.size, self.batch_size, index
+        )
         labels = np.searchsorted(self._offsets, positions, side="right") - 1
         record_ids = self._starts[labels] + (positions - self._offsets[labels])
         hasher = FieldHasher("sampler-server/batch/v2").text(BATCH_CONFIG_KIND)

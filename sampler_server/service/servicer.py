@@ -36,6 +36,7 @@ from sampler_server.service import auth, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
+from sampler_server.service.vtab import PROTOCOL_VTAB_TASK, TABLES, VtabHandlers
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
@@ -77,6 +78,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                                          send_bytes=limits.send_bytes)
         self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
         self.on_quarantine: Callable[[str], None] | None = None  # the server sets its health here
+        self.vtab = VtabHandlers(self)
 
     def store_unreadable(self, store: str, reason: str) -> None:
         """Quarantine a store whose data file became unreadable, and tell health."""
@@ -406,6 +408,22 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         label = f"{store.name} {split.value} seed={seed} batch_size={request.batch_size}"
         yield from self._stream(end, prepare, start, count, step, label, last_index)
 
+    # ---- VTAB-1k (service.vtab) ----------------------------------------------------------
+
+    @status.unary
+    def ListTasks(self, request: pb.ListTasksRequest, context: grpc.ServicerContext) -> pb.ListTasksResponse:
+        return self.vtab.list_tasks(request)
+
+    @status.streaming
+    def StreamTaskBatches(self, request: pb.StreamTaskBatchesRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        end = self._admit(context, "task-batches")
+        yield from self.vtab.stream_task_batches(request, end)
+
+    @status.streaming
+    def StreamTaskEpisode(self, request: pb.StreamTaskEpisodeRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        end = self._admit(context, "task-episode")
+        yield from self.vtab.stream_task_episode(request, end)
+
     # ---- metrics -------------------------------------------------------------------
 
     @status.unary
@@ -420,17 +438,23 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 json.loads(request.run_config_json)
             except json.JSONDecodeError as error:
                 raise InvalidArgument(f"run_config_json: not valid JSON ({error})") from None
-        checked = [self._checked_report(report) for report in request.reports]
+        episodes = [r for r in request.reports if r.protocol != PROTOCOL_VTAB_TASK]
+        tasks = [self.vtab.task_result(r) for r in request.reports if r.protocol == PROTOCOL_VTAB_TASK]
+        checked = [self._checked_report(report) for report in episodes]
         caller = auth.current_caller()  # None: no tokens, no owners; read tokens never get here
-        stored, duplicates = self.metrics.add(
-            checked, request.run_config_json, owner=caller and caller.name,
-            admin=caller is not None and caller.role is auth.Role.ADMIN,
-        )
+        owner, admin = caller and caller.name, caller is not None and caller.role is auth.Role.ADMIN
+        stored = duplicates = 0
+        if checked or not tasks:
+            stored, duplicates = self.metrics.add(checked, request.run_config_json, owner=owner, admin=admin)
+        if tasks:
+            more, again = self.metrics.add_task_results(tasks, request.run_config_json, owner=owner, admin=admin)
+            stored, duplicates = stored + more, duplicates + again
         return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
 
     def _checked_report(self, report: pb.MetricReport) -> StoredReport:
         if report.protocol != PROTOCOL_MD_EPISODE:
-            raise InvalidArgument(f"reports.protocol: got {quoted(report.protocol)}, expected {PROTOCOL_MD_EPISODE!r}")
+            raise InvalidArgument(f"reports.protocol: got {quoted(report.protocol)}, expected "
+                                  f"{PROTOCOL_MD_EPISODE!r} or {PROTOCOL_VTAB_TASK!r}")
         split = messages.split_from_wire(report.split, "reports.split")
         if report.request.split != report.split:
             raise InvalidArgument("reports.request.split must equal reports.split")
@@ -467,6 +491,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                     owner = None
                 if owner != caller.name:  # another team's run reads exactly as an unknown one
                     raise NotFound(f"run {quoted(run_id)} has no reports")
+        if request.table not in ("",) + TABLES:
+            raise InvalidArgument(f"table: got {quoted(request.table)}, expected one of {', '.join(TABLES)}")
+        if request.table in ("vtab", "vtab-md"):
+            return pb.GetReportResponse(text=self.vtab.render_table(self.metrics, request))
         report = build_report(self.metrics, list(request.run_ids), self.replayer)
         return pb.GetReportResponse(text=render_report(report, request.format or "table"))
 

@@ -26,6 +26,7 @@ class ResizeMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESIZE_METHOD_BILINEAR: _ClassVar[ResizeMethod]
     RESIZE_METHOD_ANTIALIAS: _ClassVar[ResizeMethod]
     RESIZE_METHOD_FAST_BILINEAR: _ClassVar[ResizeMethod]
+    RESIZE_METHOD_TF2_BILINEAR: _ClassVar[ResizeMethod]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -43,6 +44,12 @@ class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENCODING_PNG: _ClassVar[Encoding]
     ENCODING_PPM: _ClassVar[Encoding]
     ENCODING_OTHER: _ClassVar[Encoding]
+
+class EpisodePart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EPISODE_PART_UNSPECIFIED: _ClassVar[EpisodePart]
+    EPISODE_PART_SUPPORT: _ClassVar[EpisodePart]
+    EPISODE_PART_QUERY: _ClassVar[EpisodePart]
 SPLIT_UNSPECIFIED: Split
 SPLIT_TRAIN: Split
 SPLIT_VALID: Split
@@ -54,6 +61,7 @@ RESIZE_METHOD_UNSPECIFIED: ResizeMethod
 RESIZE_METHOD_BILINEAR: ResizeMethod
 RESIZE_METHOD_ANTIALIAS: ResizeMethod
 RESIZE_METHOD_FAST_BILINEAR: ResizeMethod
+RESIZE_METHOD_TF2_BILINEAR: ResizeMethod
 DTYPE_UNSPECIFIED: DType
 DTYPE_UINT8: DType
 DTYPE_INT32: DType
@@ -65,6 +73,9 @@ ENCODING_JPEG: Encoding
 ENCODING_PNG: Encoding
 ENCODING_PPM: Encoding
 ENCODING_OTHER: Encoding
+EPISODE_PART_UNSPECIFIED: EpisodePart
+EPISODE_PART_SUPPORT: EpisodePart
+EPISODE_PART_QUERY: EpisodePart
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")
@@ -353,7 +364,7 @@ class Batch(_message.Message):
     def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class MetricReport(_message.Message):
-    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels")
+    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels", "task", "task_split", "examples")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +382,9 @@ class MetricReport(_message.Message):
     METRICS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_LABELS_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TASK_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     protocol: str
     source: str
@@ -381,7 +395,10 @@ class MetricReport(_message.Message):
     metrics: _containers.ScalarMap[str, float]
     request: EpisodeRequest
     predicted_labels: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ...) -> None: ...
+    task: str
+    task_split: str
+    examples: int
+    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ..., task: _Optional[str] = ..., task_split: _Optional[str] = ..., examples: _Optional[int] = ...) -> None: ...
 
 class ReportMetricsRequest(_message.Message):
     __slots__ = ("reports", "run_config_json")
@@ -400,15 +417,198 @@ class ReportMetricsResponse(_message.Message):
     def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ("run_ids", "format")
+    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split")
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    VTAB_BENCHMARK_FIELD_NUMBER: _ClassVar[int]
+    VTAB_SPLIT_FIELD_NUMBER: _ClassVar[int]
     run_ids: _containers.RepeatedScalarFieldContainer[str]
     format: str
-    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ...) -> None: ...
+    table: str
+    vtab_benchmark: str
+    vtab_split: str
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("text",)
     TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    def __init__(self, task: _Optional[str] = ...) -> None: ...
+
+class TaskSplitSize(_message.Message):
+    __slots__ = ("split", "size", "available", "reason")
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    split: str
+    size: int
+    available: bool
+    reason: str
+    def __init__(self, split: _Optional[str] = ..., size: _Optional[int] = ..., available: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TaskSummary(_message.Message):
+    __slots__ = ("task", "group", "store", "tfds", "num_classes", "splits", "tfds_split_sizes", "store_fingerprint")
+    class TfdsSplitSizesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    TFDS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_FIELD_NUMBER: _ClassVar[int]
+    TFDS_SPLIT_SIZES_FIELD_NUMBER: _ClassVar[int]
+    STORE_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    group: str
+    store: str
+    tfds: str
+    num_classes: int
+    splits: _containers.RepeatedCompositeFieldContainer[TaskSplitSize]
+    tfds_split_sizes: _containers.ScalarMap[str, int]
+    store_fingerprint: str
+    def __init__(self, task: _Optional[str] = ..., group: _Optional[str] = ..., store: _Optional[str] = ..., tfds: _Optional[str] = ..., num_classes: _Optional[int] = ..., splits: _Optional[_Iterable[_Union[TaskSplitSize, _Mapping]]] = ..., tfds_split_sizes: _Optional[_Mapping[str, int]] = ..., store_fingerprint: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
+
+class StreamTaskBatchesRequest(_message.Message):
+    __slots__ = ("task", "split", "seed", "batch_size", "start_index", "count", "images", "shuffle", "store")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    START_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    split: str
+    seed: int
+    batch_size: int
+    start_index: int
+    count: int
+    images: ImageOptions
+    shuffle: bool
+    store: str
+    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., shuffle: _Optional[bool] = ..., store: _Optional[str] = ...) -> None: ...
+
+class TaskBatch(_message.Message):
+    __slots__ = ("task", "split", "seed", "index", "epoch", "fingerprint", "record_ids", "labels", "images", "encoded", "num_classes", "last", "shuffle", "split_fingerprint", "split_size", "store", "image_size", "resize")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    split: str
+    seed: int
+    index: int
+    epoch: int
+    fingerprint: str
+    record_ids: _containers.RepeatedScalarFieldContainer[int]
+    labels: Tensor
+    images: Tensor
+    encoded: EncodedImages
+    num_classes: int
+    last: bool
+    shuffle: bool
+    split_fingerprint: str
+    split_size: int
+    store: str
+    image_size: int
+    resize: ResizeMethod
+    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ..., shuffle: _Optional[bool] = ..., split_fingerprint: _Optional[str] = ..., split_size: _Optional[int] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
+
+class StreamTaskEpisodeRequest(_message.Message):
+    __slots__ = ("task", "images", "chunk_size", "start_index", "support_split", "query_split", "store")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    START_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    images: ImageOptions
+    chunk_size: int
+    start_index: int
+    support_split: str
+    query_split: str
+    store: str
+    def __init__(self, task: _Optional[str] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., chunk_size: _Optional[int] = ..., start_index: _Optional[int] = ..., support_split: _Optional[str] = ..., query_split: _Optional[str] = ..., store: _Optional[str] = ...) -> None: ...
+
+class TaskEpisodeChunk(_message.Message):
+    __slots__ = ("task", "index", "part", "offset", "record_ids", "labels", "images", "encoded", "num_classes", "support_size", "query_size", "num_chunks", "fingerprint", "support_fingerprint", "query_fingerprint", "support_split", "query_split", "last", "store", "image_size", "resize")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    QUERY_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SUPPORT_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    index: int
+    part: EpisodePart
+    offset: int
+    record_ids: _containers.RepeatedScalarFieldContainer[int]
+    labels: Tensor
+    images: Tensor
+    encoded: EncodedImages
+    num_classes: int
+    support_size: int
+    query_size: int
+    num_chunks: int
+    fingerprint: str
+    support_fingerprint: str
+    query_fingerprint: str
+    support_split: str
+    query_split: str
+    last: bool
+    store: str
+    image_size: int
+    resize: ResizeMethod
+    def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., part: _Optional[_Union[EpisodePart, str]] = ..., offset: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., support_size: _Optional[int] = ..., query_size: _Optional[int] = ..., num_chunks: _Optional[int] = ..., fingerprint: _Optional[str] = ..., support_fingerprint: _Optional[str] = ..., query_fingerprint: _Optional[str] = ..., support_split: _Optional[str] = ..., query_split: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...

@@ -69,6 +69,21 @@ class SamplerStub:
                 request_serializer=sampler_dot_v1_dot_sampler__pb2.GetReportRequest.SerializeToString,
                 response_deserializer=sampler_dot_v1_dot_sampler__pb2.GetReportResponse.FromString,
                 _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/sampler.v1.Sampler/ListTasks',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
+        self.StreamTaskBatches = channel.unary_stream(
+                '/sampler.v1.Sampler/StreamTaskBatches',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskBatchesRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.TaskBatch.FromString,
+                _registered_method=True)
+        self.StreamTaskEpisode = channel.unary_stream(
+                '/sampler.v1.Sampler/StreamTaskEpisode',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.FromString,
+                _registered_method=True)
 
 
 class SamplerServicer:
@@ -120,7 +135,31 @@ class SamplerServicer:
 
     def GetReport(self, request, context):
         """Tables computed from stored reports.
-        Field and RPC numbers 8-31 are kept for VTAB-1k and ImageNet-CoG requests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTasks(self, request, context):
+        """VTAB-1k: the tasks the served TFDS stores give, with their splits' sizes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamTaskBatches(self, request, context):
+        """Batches of one VTAB task split, resumable by batch index: shuffled (the MD batches'
+        per-epoch keyed shuffle, unbounded) or, with shuffle=false, the evaluation form:
+        every example once, in split order, the last batch short and marked last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamTaskEpisode(self, request, context):
+        """A VTAB task as one full-way episode (VTAB+MD): the support split then the query
+        split, whole and in order, in chunks of at most chunk_size images; resumable by chunk.
+        Field and RPC numbers up to 31 are kept for ImageNet-CoG requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -163,6 +202,21 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.GetReport,
                     request_deserializer=sampler_dot_v1_dot_sampler__pb2.GetReportRequest.FromString,
                     response_serializer=sampler_dot_v1_dot_sampler__pb2.GetReportResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.ListTasksRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'StreamTaskBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamTaskBatches,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskBatchesRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.TaskBatch.SerializeToString,
+            ),
+            'StreamTaskEpisode': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamTaskEpisode,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +408,87 @@ class Sampler:
             '/sampler.v1.Sampler/GetReport',
             sampler_dot_v1_dot_sampler__pb2.GetReportRequest.SerializeToString,
             sampler_dot_v1_dot_sampler__pb2.GetReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sampler.v1.Sampler/ListTasks',
+            sampler_dot_v1_dot_sampler__pb2.ListTasksRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamTaskBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sampler.v1.Sampler/StreamTaskBatches',
+            sampler_dot_v1_dot_sampler__pb2.StreamTaskBatchesRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.TaskBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamTaskEpisode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sampler.v1.Sampler/StreamTaskEpisode',
+            sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,286 @@
+"""VTAB-1k handlers behind the one servicer: task listing, task batches, the full-way episode, task results.
+
+The servicer delegates its VTAB RPCs here; this module only unpacks requests, asks the
+pure core (``core.vtab``) and the store's TFDS side file (``store.vtab_records``) for
+records and labels, and packs replies through the servicer's shared stream machinery
+(admission, lookahead and send budgets, ``Prepared``), so VTAB streams are bounded
+exactly as MD streams are. A split's listing is computed once per (store, task, split)
+and cached: it holds only ids and labels (8 + 8 bytes per example).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task, resolve
+from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SamplerError
+from sampler_server.imaging import ResizeMethod
+from sampler_server.metrics.store import TaskResult
+from sampler_server.quoting import quoted
+from sampler_server.service import messages
+from sampler_server.store.vtab_records import SplitListing, TfdsRecords, is_tfds_store, list_split, version_matches
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+if TYPE_CHECKING:
+    from sampler_server.service.servicer import Prepared, SamplerServicer
+
+PROTOCOL_VTAB_TASK = "vtab-task"
+DEFAULT_IMAGE_SIZE = 224  # task_adaptation's default
+DEFAULT_CHUNK = 256
+MAX_CHUNK = 4096
+SUPPORT_SPLIT = "train800val200"
+QUERY_SPLIT = "test"
+TABLES = ("md", "vtab", "vtab-md")
+TASK_BATCH_IMAGES = pb.TaskBatch.DESCRIPTOR.fields_by_name["images"].number
+CHUNK_IMAGES = pb.TaskEpisodeChunk.DESCRIPTOR.fields_by_name["images"].number
+
+
+def images_from_wire(message: pb.ImageOptions) -> messages.ImageRequest:
+    """VTAB's defaults where the request leaves them: 224 px, the TF2 resize."""
+    options = pb.ImageOptions()
+    options.CopyFrom(message)
+    if not options.image_size:
+        options.image_size = DEFAULT_IMAGE_SIZE
+    if options.resize == pb.RESIZE_METHOD_UNSPECIFIED:
+        options.resize = pb.RESIZE_METHOD_TF2_BILINEAR
+    return messages.images_from_wire(options)
+
+
+def check_split(split: str, field: str) -> str:
+    if split not in SPLITS:
+        raise InvalidArgument(f"{field}: got {quoted(split)}, expected one of {', '.join(SPLITS)}")
+    return split
+
+
+def split_sizes(task: Task, sizes: dict[str, int]) -> list[pb.TaskSplitSize]:
+    out = []
+    for split in SPLITS:
+        try:
+            out.append(pb.TaskSplitSize(split=split, size=len(resolve(task, split, sizes)), available=True))
+        except SamplerError as error:
+            out.append(pb.TaskSplitSize(split=split, available=False, reason=str(error)))
+    return out
+
+
+class VtabHandlers:
+    """The VTAB RPCs of one servicer (its registry, assembler, metrics and stream machinery)."""
+
+    def __init__(self, servicer: "SamplerServicer") -> None:
+        self.servicer = servicer
+        self._lock = threading.Lock()
+        self._records: dict[str, TfdsRecords] = {}
+
+    # ---- stores and listings ---------------------------------------------------------
+
+    def tfds_stores(self) -> list[TfdsRecords]:
+        """Every served TFDS store, sorted by name (its side file opened once)."""
+        out = []
+        for name in sorted(self.servicer.registry.stores):
+            store = self.servicer.registry.stores[name]
+            if not is_tfds_store(store.manifest):
+                continue
+            with self._lock:
+                if name not in self._records:
+                    self._records[name] = TfdsRecords(store.reader.directory, store.manifest)
+                out.append(self._records[name])
+        return out
+
+    def store_for(self, task: Task, wanted: str = "") -> TfdsRecords:
+        """The store serving ``task``: the one named, else the first by name holding its dataset."""
+        stores = self.tfds_stores()
+        if wanted:
+            for records in stores:
+                if records.manifest.name == wanted:
+                    records.check_task(task)  # FAILED_PRECONDITION: another dataset or version
+                    return records
+            raise NotFound(f"store: no TFDS store {quoted(wanted)} is served; TFDS stores: "
+                           f"{', '.join(r.manifest.name for r in stores) or 'none'}")
+        fitting = [r for r in stores if r.name == task.tfds_name and version_matches(r.version, task.version)]
+        if not fitting:
+            raise NotFound(
+                f"task {task.name}: no served store holds TFDS {task.builder} (pack it with `sampler-server pack "
+                f"vtab --tfds-name {task.tfds_name}`); served tasks: {', '.join(self.served_tasks()) or 'none'}")
+        return fitting[0]
+
+    def served_tasks(self) -> list[str]:
+        names = {(r.name, r.version) for r in self.tfds_stores()}
+        return sorted(t.name for t in TASKS.values()
+                      if any(n == t.tfds_name and version_matches(v, t.version) for n, v in names))
+
+    def listing(self, records: TfdsRecords, task: Task, split: str) -> SplitListing:
+        """The split's ids and labels (cached); FAILED_PRECONDITION when these sizes cannot carve it."""
+        try:
+            return _cached_listing(records, task.name, split)
+        except InvalidArgument as error:
+            raise FailedPrecondition(f"split {split!r} of task {task.name} is not available in store "
+                                     f"{records.manifest.name!r}: {error}") from None
+
+    # ---- RPCs ------------------------------------------------------------------------
+
+    def list_tasks(self, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        wanted = get_task(request.task) if request.task else None
+        response = pb.ListTasksResponse()
+        for records in self.tfds_stores():
+            sizes = records.split_sizes()
+            for task in TASKS.values():
+                if wanted is not None and task.name != wanted.name:
+                    continue
+                if task.tfds_name != records.name or not version_matches(records.version, task.version):
+                    continue
+                response.tasks.append(pb.TaskSummary(
+                    task=task.name, group=task.group.value, store=records.manifest.name,
+                    tfds=f"{records.name}:{records.version}", num_classes=task.num_classes,
+                    splits=split_sizes(task, sizes), tfds_split_sizes=sizes,
+                    store_fingerprint=records.manifest.fingerprint,
+                ))
+        response.tasks.sort(key=lambda t: (t.task, t.store))
+        if wanted is not None and not response.tasks:
+            self.store_for(wanted)  # NOT_FOUND naming what is served
+        return response
+
+    def _pixels_or_encoded(self, header: Any, store: str, ids: list[int], images: messages.ImageRequest,
+                           field: int) -> "Prepared":
+        from sampler_server.service.servicer import Prepared
+
+        assembler = self.servicer.assembler
+        if images.encoded:
+            def read() -> tuple[Callable[[], bytes], None, int]:
+                header.encoded.CopyFrom(messages.encoded_images(assembler.encoded(store, ids)))
+                return header.SerializeToString, None, header.ByteSize()
+
+            return Prepared(header, self.servicer._record_bytes(store) * len(ids), read)
+        pixel_bytes = len(ids) * images.size * images.size * 3
+
+        def decode() -> tuple[Callable[[], bytes], Any, int]:
+            pending = assembler.submit(store, ids, images.size, images.resize)
+            return (lambda: messages.pixels_reply(header, [field], pending, [len(ids)], images.size)), pending, pixel_bytes
+
+        return Prepared(header, pixel_bytes, decode)
+
+    def _check_message(self, images: messages.ImageRequest, count: int, what: str) -> None:
+        limit = self.servicer.limits.max_message_bytes
+        pixel_bytes = count * images.size * images.size * 3
+        if not images.encoded and pixel_bytes > limit:
+            raise ResourceExhausted(f"{what} of {count} at image_size {images.size} needs {pixel_bytes} bytes; "
+                                    f"the server's message limit is {limit}")
+
+    def _serving_store(self, records: TfdsRecords, images: messages.ImageRequest) -> str:
+        name = records.manifest.name
+        self.servicer.registry.get(name, images.size, images.resize.value)  # quarantined: FAILED_PRECONDITION
+        return name
+
+    def stream_task_batches(self, request: pb.StreamTaskBatchesRequest, end: Any) -> Iterator[Any]:
+        from sampler_server.service.servicer import _stream_window
+
+        task = get_task(request.task)
+        split = check_split(request.split, "split")
+        images = images_from_wire(request.images)
+        records = self.store_for(task, request.store)
+        listing = self.listing(records, task, split)
+        store = self._serving_store(records, images)
+        sampler = TaskBatchSampler(task.name, split, listing.fingerprint, listing.record_ids, listing.labels,
+                                   request.batch_size, shuffle=request.shuffle)
+        self._check_message(images, sampler.batch_size, "batch_size")
+        last_index = sampler.max_index
+        count = request.count
+        if not sampler.shuffle and count == 0:
+            count = max(0, last_index + 1 - request.start_index) or 1  # past the end: start_index names the range
+        start, count, step = _stream_window(request.start_index, count, 1, last_index,
+                                            f" (the last batch of {split} at batch_size {sampler.batch_size})")
+        seed = request.seed
+        resize = messages._RESIZE_BACK[images.resize]
+
+        def prepare(index: int) -> "Prepared":
+            batch = sampler.sample(seed, index)
+            header = pb.TaskBatch(
+                task=task.name, split=split, seed=seed, index=index, epoch=batch.epoch, fingerprint=batch.fingerprint,
+                record_ids=batch.record_ids, num_classes=task.num_classes, shuffle=sampler.shuffle,
+                split_fingerprint=listing.fingerprint, split_size=sampler.size, store=store,
+                image_size=images.size, resize=resize,
+            )
+            if not sampler.shuffle and index == last_index:
+                header.last = True
+            messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
+            return self._pixels_or_encoded(header, store, list(batch.record_ids), images, TASK_BATCH_IMAGES)
+
+        label = f"{task.name} {split} {'shuffled' if sampler.shuffle else 'in-order'} seed={seed} " \
+                f"batch_size={sampler.batch_size}"
+        yield from self.servicer._stream(end, prepare, start, count, step, label, last_index)
+
+    def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: Any) -> Iterator[Any]:
+        from sampler_server.service.servicer import _stream_window
+
+        task = get_task(request.task)
+        support_split = check_split(request.support_split or SUPPORT_SPLIT, "support_split")
+        query_split = check_split(request.query_split or QUERY_SPLIT, "query_split")
+        images = images_from_wire(request.images)
+        chunk = request.chunk_size or DEFAULT_CHUNK
+        if not 1 <= chunk <= MAX_CHUNK:
+            raise InvalidArgument(f"chunk_size: got {chunk}, expected 1 to {MAX_CHUNK} (0 = {DEFAULT_CHUNK})")
+        self._check_message(images, chunk, "chunk_size")
+        records = self.store_for(task, request.store)
+        support = self.listing(records, task, support_split)
+        query = self.listing(records, task, query_split)
+        store = self._serving_store(records, images)
+        parts = [(pb.EPISODE_PART_SUPPORT, support), (pb.EPISODE_PART_QUERY, query)]
+        counts = [-(-len(listing.record_ids) // chunk) for _, listing in parts]
+        num_chunks = sum(counts)
+        last_index = num_chunks - 1
+        start, count, step = _stream_window(request.start_index, max(1, num_chunks - request.start_index), 1,
+                                            last_index, f" (the episode has {num_chunks} chunks of {chunk})")
+        fingerprint = episode_fingerprint(task.name, support.fingerprint, query.fingerprint)
+        resize = messages._RESIZE_BACK[images.resize]
+
+        def prepare(index: int) -> "Prepared":
+            part, listing = parts[0] if index < counts[0] else parts[1]
+            offset = (index if index < counts[0] else index - counts[0]) * chunk
+            ids = list(listing.record_ids[offset: offset + chunk])
+            header = pb.TaskEpisodeChunk(
+                task=task.name, index=index, part=part, offset=offset, record_ids=ids, num_classes=task.num_classes,
+                support_size=len(support.record_ids), query_size=len(query.record_ids), num_chunks=num_chunks,
+                fingerprint=fingerprint, support_fingerprint=support.fingerprint,
+                query_fingerprint=query.fingerprint, support_split=support_split, query_split=query_split,
+                last=index == last_index, store=store, image_size=images.size, resize=resize,
+            )
+            messages.fill_tensor(header.labels, np.asarray(listing.labels[offset: offset + chunk], dtype=np.int64))
+            return self._pixels_or_encoded(header, store, ids, images, CHUNK_IMAGES)
+
+        label = f"{task.name} episode {support_split}+{query_split} chunk_size={chunk}"
+        yield from self.servicer._stream(end, prepare, start, count, step, label, last_index)
+
+    # ---- metrics -----------------------------------------------------------------------
+
+    @staticmethod
+    def task_result(report: pb.MetricReport) -> TaskResult:
+        if "accuracy" not in report.metrics:
+            raise InvalidArgument("reports.metrics: a vtab-task report needs \"accuracy\" (top-1 in [0, 1])")
+        if not report.task:
+            raise InvalidArgument(f"reports.task: empty; expected one of {', '.join(TASKS)}")
+        get_task(report.task)
+        check_split(report.task_split, "reports.task_split")
+        return TaskResult(run_id=report.run_id, task=report.task, split=report.task_split,
+                          accuracy=float(report.metrics["accuracy"]), examples=int(report.examples))
+
+    @staticmethod
+    def render_table(metrics: Any, request: pb.GetReportRequest) -> str:
+        from sampler_server.metrics.vtab_report import (
+            build_vtab_md_report, build_vtab_report, render_vtab_md_report, render_vtab_report,
+        )
+
+        fmt = request.format or "table"
+        if request.table == "vtab":
+            report = build_vtab_report(metrics, list(request.run_ids), request.vtab_benchmark or "vtab-v1",
+                                       check_split(request.vtab_split or "test", "vtab_split"))
+            return render_vtab_report(report, fmt)
+        return render_vtab_md_report(build_vtab_md_report(metrics, list(request.run_ids)), fmt)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_listing(records: TfdsRecords, task: str, split: str) -> SplitListing:
+    return list_split(records, get_task(task), split)
