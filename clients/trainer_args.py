@@ -252,3 +252,101 @@ def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any
         config[f"requested_{key}"] = config[key]
     config.update(extra)
     return config
+
+
+# ---- the VTAB transfer learner (``python -m clients.torch transfer`` / ``clients.tf transfer``) ----
+
+TRANSFER_MODES = ("linear", "finetune", "protonet")
+SELECTIONS = ("all-tasks", "per-task")
+# The VTAB lightweight sweep (Zhai et al., 2019), as VTAB+MD runs it for BiT (Sec. 4)
+SWEEP_LRS = (0.01, 0.001)
+SWEEP_STEPS = (2500, 10000)
+VTAB_BATCH_SIZE = 512
+
+
+def _init_source(text: str) -> str:
+    if text == "scratch":
+        return text
+    if not Path(text).exists() and not Path(text + ".index").exists():  # a tf.train.Checkpoint prefix
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected 'scratch' or an existing checkpoint file "
+                                         "(our MD trainers' checkpoint, a torchvision state_dict or Keras weights)")
+    return text
+
+
+class TransferArgumentParser(TrainerArgumentParser):
+    """One-line errors as the trainer's; validated by the transfer learner's own rules."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed, extras = argparse.ArgumentParser.parse_known_args(self, args, namespace)
+        _validate_transfer(self, parsed)
+        return parsed, extras
+
+
+def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
+    """The transfer learner's command line of ``framework``; same flags in both frameworks."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+    parser = TransferArgumentParser(
+        prog=f"python -m clients.{framework} transfer",
+        description=("Transfer a backbone to VTAB-1k tasks: a linear probe or full fine-tuning over the "
+                     "lightweight sweep (train800, pick on val200, retrain on train800val200, test), or "
+                     "ProtoNet full-way episodes; per-task top-1 is reported to the server."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    where = parser.add_argument_group("server and run")
+    where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
+    where.add_argument("--run", required=True, type=_run_id, metavar="RUN_ID", help="run id the reports are stored under")
+    where.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                       help="give up connecting to the server after this long (per attempt)")
+    where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",
+                       help="attempts per call or stream before a fault is reported (exit 3)")
+    where.add_argument("--tls-ca", type=_readable_file, default=None, metavar="FILE", help="CA of the server (PEM)")
+    where.add_argument("--tls-cert", type=_readable_file, default=None, metavar="FILE", help="client certificate")
+    where.add_argument("--tls-key", type=_readable_file, default=None, metavar="FILE", help="key of --tls-cert")
+    where.add_argument("--token-file", type=_token_file, default=None, metavar="FILE", help="bearer token file")
+
+    what = parser.add_argument_group("tasks and model")
+    what.add_argument("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK",
+                      help="VTAB tasks as the server names them (ListTasks), e.g. cifar100 kitti_distance")
+    what.add_argument("--mode", choices=TRANSFER_MODES, default="linear",
+                      help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes")
+    what.add_argument("--backbone", choices=BACKBONES, default="resnet18", help="embedding network")
+    what.add_argument("--init", type=_init_source, default="scratch", metavar="FILE|scratch",
+                      help="starting weights: an MD trainer checkpoint, a torchvision state_dict (torch) or Keras "
+                           "weights (tf) of the same backbone, or scratch")
+    what.add_argument("--image-size", type=_int_at_least(8), default=224, metavar="PIXELS", help="image side")
+    what.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the weights and the batch order")
+    what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
+
+    sweep = parser.add_argument_group("the lightweight sweep (linear, finetune)")
+    sweep.add_argument("--lrs", nargs="+", type=_positive_float, default=list(SWEEP_LRS), metavar="LR",
+                       help="SGD (momentum 0.9) learning rates swept")
+    sweep.add_argument("--steps", nargs="+", type=_int_at_least(1), default=list(SWEEP_STEPS), metavar="T",
+                       help="training steps swept")
+    sweep.add_argument("--steps-scale", type=_positive_float, default=1.0, metavar="F",
+                       help="multiply every --steps value by F (at least 1 step), for small machines")
+    sweep.add_argument("--batch-size", type=_int_at_least(1), default=VTAB_BATCH_SIZE, help="images per step")
+    sweep.add_argument("--eval-batch-size", type=_int_at_least(1), default=256, metavar="N",
+                       help="images per evaluation forward pass")
+    sweep.add_argument("--select", choices=SELECTIONS, default="all-tasks",
+                       help="all-tasks: one setting, best mean val200 accuracy over the tasks (VTAB+MD); "
+                            "per-task: each task's best")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--log-every", type=_int_at_least(1), default=100, metavar="N", help="progress every N steps")
+    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    return parser
+
+
+def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("tasks", "lrs", "steps"):
+        values = getattr(args, name)
+        if len(set(values)) != len(values):
+            parser.error(f"argument --{name}: got {' '.join(map(str, values))}, expected each value once")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+
+
+def parse_transfer_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the transfer command line; exits 2 with one line on bad input."""
+    return build_transfer_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))

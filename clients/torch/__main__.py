@@ -1,11 +1,16 @@
-"""``python -m clients.torch``: the PyTorch trainer (see ``clients.torch.trainer``).
+"""``python -m clients.torch``: the PyTorch trainer (see ``clients.torch.trainer``);
+``python -m clients.torch transfer ...``: the VTAB-1k transfer learner (``clients.torch.transfer``).
 
 Exit status: 0 done, 2 bad input, 3 a server fault; errors are one line on stderr.
 """
 
 import sys
 
-from clients.torch.trainer import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["transfer"]:
+        from clients.torch.transfer import main as transfer_main
+
+        sys.exit(transfer_main(sys.argv[2:]))
+    from clients.torch.trainer import main
+
     sys.exit(main())

@@ -1,0 +1,278 @@
+"""The VTAB-1k transfer learner, framework-free: the part ``clients.torch.transfer`` and
+``clients.tf.transfer`` share (tasks checked with the server, the sweep, the choice,
+the final fit, evaluation, reports, summary, exit codes). A framework supplies a
+``TransferLearner``: weights, a training step, predictions.
+
+The protocol (VTAB+MD Sec. 4, after the VTAB lightweight sweep of Zhai et al. 2019):
+every (lr, steps) of ``--lrs`` x ``--steps`` is trained on ``train800`` and scored
+top-1 on ``val200``; one setting is chosen for all tasks (best mean val200 accuracy,
+as VTAB+MD does) or, with ``--select per-task``, each task's best; ties go to the
+first setting in sweep order. The chosen setting is trained again on
+``train800val200`` and scored on ``test`` (the evaluation form: every example once).
+Optimiser: SGD, momentum 0.9, batch 512 by default, the learning rate divided by 10
+after 1/3 and after 2/3 of the steps. Simplified against the reference: no warm-up,
+no weight decay, no augmentation, no task-dependent resolution (one ``--image-size``).
+
+Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
+seed hashed from (--seed, task, split, lr, steps); batches come from the server's
+seeded shuffle; so two runs with the same arguments report the same accuracies
+(CPU; deterministic kernels are switched on by each framework).
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clients.core import RetryPolicy, SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
+from clients.orchestration import EXIT_BAD_INPUT, EXIT_SERVER, UsageError
+from clients.trainer_args import OPERATIONAL, client_security, parse_transfer_args
+
+MOMENTUM = 0.9
+SWEEP_SPLITS = ("train800", "val200", "train800val200", "test")
+PROTONET_SPLITS = ("train800val200", "test")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the sweep."""
+
+    lr: float
+    steps: int
+
+    @property
+    def label(self) -> str:
+        return f"lr={self.lr:g},steps={self.steps}"
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed hashed from ``seed`` and ``parts`` (hashing, not adding, so no two inputs collide)."""
+    digest = hashlib.sha256(json.dumps([seed, *map(str, parts)]).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def learning_rate(base: float, step: int, total: int) -> float:
+    """``base``, divided by 10 from step total/3 on and by 100 from step 2 total/3 on."""
+    drops = sum(step >= boundary for boundary in (total // 3, 2 * total // 3) if boundary > 0)
+    return base * 0.1 ** drops
+
+
+def sweep_settings(lrs: Sequence[float], steps: Sequence[int], scale: float) -> list[Setting]:
+    """The sweep in order (lr major), steps scaled (at least 1); settings that scaling merges appear once."""
+    settings: list[Setting] = []
+    for lr in lrs:
+        for count in steps:
+            setting = Setting(float(lr), max(1, round(count * scale)))
+            if setting not in settings:
+                settings.append(setting)
+    return settings
+
+
+def choose(val: Mapping[str, Mapping[str, float]], settings: Sequence[Setting], per_task: bool) -> dict[str, Setting]:
+    """Each task's chosen setting from val accuracies ``val[task][setting.label]``: the
+    best mean over tasks (one setting for all) or each task's best; ties: sweep order."""
+    if per_task:
+        return {task: max(settings, key=lambda s: (scores[s.label], -settings.index(s))) for task, scores in val.items()}
+    best = max(settings, key=lambda s: (float(np.mean([val[t][s.label] for t in val])), -settings.index(s)))
+    return {task: best for task in val}
+
+
+class TransferLearner(abc.ABC):
+    """A framework's model for the transfer learner; images arrive uint8 NHWC from the wire."""
+
+    name = "framework"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Framework, versions, device, parameter count: stored with the reports."""
+
+    @abc.abstractmethod
+    def reset(self, num_classes: int, seed: int) -> None:
+        """Backbone back to ``--init``, a fresh ``num_classes`` head drawn from ``seed``, a fresh optimiser."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: TaskBatchArrays, lr: float) -> float:
+        """One SGD step at ``lr`` (linear: head only, frozen features; finetune: every weight); the loss."""
+
+    @abc.abstractmethod
+    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+        """Predicted labels of a batch (inference mode)."""
+
+    @abc.abstractmethod
+    def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
+        """Query predictions from support prototypes of the ``--init`` embedding."""
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        """(exit status, one line) for a framework error worth a clean exit, else None."""
+        return None
+
+
+class TransferRun:
+    """One transfer run; ``execute`` returns the JSON-able summary."""
+
+    def __init__(self, learner: TransferLearner, client: SamplerClient, log: Callable[[str], None]) -> None:
+        self.learner, self.client, self.log = learner, client, log
+        self.args = learner.args
+        self.num_classes: dict[str, int] = {}
+
+    def check_tasks(self) -> None:
+        """Every named task is served with the splits this mode reads (ListTasks), else one line, exit 2."""
+        needed = PROTONET_SPLITS if self.args.mode == "protonet" else SWEEP_SPLITS
+        served: dict[str, Any] = {}
+        for summary in self.client.list_tasks():
+            served.setdefault(summary.task, summary)
+        for task in self.args.tasks:
+            if task not in served:
+                raise UsageError(f"argument --tasks: got {task!r}, expected a task this server serves "
+                                 f"({', '.join(sorted(served)) or 'none: it has no VTAB store'})")
+            splits = {s.split: s for s in served[task].splits}
+            for split in needed:
+                if split not in splits or not splits[split].available:
+                    reason = splits[split].reason if split in splits else "not listed"
+                    raise UsageError(f"argument --tasks: task {task!r} has no usable {split} split on the server "
+                                     f"({reason}); --mode {self.args.mode} needs {', '.join(needed)}")
+            self.num_classes[task] = int(served[task].num_classes)
+
+    def config(self, extra: Mapping[str, Any]) -> dict[str, Any]:
+        config = {k: v for k, v in sorted(vars(self.args).items()) if k not in OPERATIONAL}
+        config.update(self.learner.describe())
+        config.update(extra)
+        return json.loads(json.dumps(config))
+
+    def fit(self, task: str, split: str, setting: Setting) -> float:
+        args = self.args
+        self.learner.reset(self.num_classes[task], derive_seed(args.seed, task, split, setting.lr, setting.steps))
+        loss = float("nan")
+        batches = self.client.task_batches(task, split, args.batch_size, seed=args.seed, count=setting.steps,
+                                           image_size=args.image_size)
+        for step, batch in enumerate(batches):
+            loss = self.learner.train_step(batch, learning_rate(setting.lr, step, setting.steps))
+            if (step + 1) % args.log_every == 0:
+                self.log(f"{task} {split} {setting.label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
+        return loss
+
+    def evaluate(self, task: str, split: str) -> tuple[float, int]:
+        correct = total = 0
+        for batch in self.client.eval_batches(task, split, self.args.eval_batch_size, image_size=self.args.image_size):
+            correct += int(np.sum(np.asarray(self.learner.predict(batch)) == batch.labels))
+            total += len(batch.labels)
+        return correct / max(total, 1), total
+
+    def execute(self) -> dict[str, Any]:
+        self.check_tasks()
+        if self.args.mode == "protonet":
+            return self._protonet()
+        return self._sweep()
+
+    def _protonet(self) -> dict[str, Any]:
+        args, results = self.args, {}
+        config = self.config({"protocol": "full-way episode: support train800val200, query test"})
+        for task in args.tasks:
+            episode = self.client.task_episode(task, image_size=args.image_size)
+            predicted = np.asarray(self.learner.protonet_predict(episode))
+            accuracy = float(np.mean(predicted == episode.query_labels)) if len(predicted) else 0.0
+            self.client.report_task(args.run, task, "test", accuracy, len(predicted), run_config=config)
+            results[task] = {"test_accuracy": accuracy, "test_examples": len(predicted),
+                             "support_examples": len(episode.support_labels)}
+            self.log(f"{task}: protonet test accuracy {accuracy:.4f} ({len(predicted)} queries)")
+        return {"run": args.run, "mode": args.mode, "config": config, "tasks": results}
+
+    def _sweep(self) -> dict[str, Any]:
+        args = self.args
+        settings = sweep_settings(args.lrs, args.steps, args.steps_scale)
+        val: dict[str, dict[str, float]] = {task: {} for task in args.tasks}
+        val_examples: dict[str, int] = {}
+        for setting in settings:
+            for task in args.tasks:
+                self.fit(task, "train800", setting)
+                val[task][setting.label], val_examples[task] = self.evaluate(task, "val200")
+                self.log(f"{task} {setting.label}: val200 accuracy {val[task][setting.label]:.4f}")
+        chosen = choose(val, settings, args.select == "per-task")
+        config = self.config({"settings": [s.label for s in settings],
+                              "chosen": {task: s.label for task, s in chosen.items()}})
+        results: dict[str, Any] = {}
+        for task in args.tasks:
+            setting = chosen[task]
+            self.fit(task, "train800val200", setting)
+            accuracy, examples = self.evaluate(task, "test")
+            self.client.report_task(args.run, task, "val200", val[task][setting.label], val_examples[task],
+                                    run_config=config)
+            self.client.report_task(args.run, task, "test", accuracy, examples, run_config=config)
+            results[task] = {"chosen": {"lr": setting.lr, "steps": setting.steps}, "val": val[task],
+                             "val_accuracy": val[task][setting.label], "test_accuracy": accuracy,
+                             "test_examples": examples}
+        summary: dict[str, Any] = {
+            "run": args.run, "mode": args.mode, "select": args.select, "config": config,
+            "settings": [{"lr": s.lr, "steps": s.steps} for s in settings],
+            "mean_val": {s.label: float(np.mean([val[t][s.label] for t in args.tasks])) for s in settings},
+            "tasks": results}
+        if args.select == "all-tasks":
+            summary["chosen"] = results[args.tasks[0]]["chosen"]
+        return summary
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    lines = [f"run {summary['run']}: {summary['config'].get('framework', '?')} {summary['mode']} "
+             f"{summary['config'].get('backbone', '?')}" + (f", chosen {summary['chosen']}" if "chosen" in summary else "")]
+    for task, result in summary["tasks"].items():
+        val = f"val200 {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
+        chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
+        lines.append(f"  {task}{chosen} {val}test {result['test_accuracy']:.4f} ({result['test_examples']} examples)")
+    return "\n".join(lines)
+
+
+def run_transfer_main(framework_name: str, make: Callable[[argparse.Namespace], TransferLearner],
+                      argv: Sequence[str] | None = None) -> int:
+    """Parse, run and report one transfer run; exit status 0 ok, 2 bad input, 3 server fault."""
+    prog = f"python -m clients.{framework_name} transfer"
+    try:
+        args = parse_transfer_args(framework_name, argv)
+    except SystemExit as stop:
+        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
+
+    def log(message: str) -> None:
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def fail(message: str) -> None:
+        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+    learner: TransferLearner | None = None
+    try:
+        learner = make(args)
+        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
+                   **client_security(args)}
+        with SamplerClient(args.server, **options) as client:
+            summary = TransferRun(learner, client, log).execute()
+    except UsageError as error:
+        fail(str(error))
+        return EXIT_BAD_INPUT
+    except SamplerClientError as error:
+        fail(f"server {args.server}: {error}")
+        return EXIT_SERVER
+    except KeyboardInterrupt:
+        fail("interrupted")
+        return 130
+    except Exception as error:
+        mapped = learner.classify(error) if learner is not None else None
+        if mapped is None:
+            raise
+        fail(mapped[1])
+        return mapped[0]
+    print(format_summary(summary), flush=True)
+    if args.json_summary:
+        path = Path(args.json_summary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
