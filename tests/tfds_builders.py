@@ -30,7 +30,17 @@ from PIL import Image  # noqa: E402
 from tensorflow_datasets.datasets.clevr import clevr_dataset_builder as clevr  # noqa: E402
 from tensorflow_datasets.datasets.dsprites import dsprites_dataset_builder as dsprites  # noqa: E402
 from tensorflow_datasets.datasets.kitti import kitti_dataset_builder as kitti  # noqa: E402
+from tensorflow_datasets.datasets.caltech101 import caltech101_dataset_builder as caltech101  # noqa: E402
+from tensorflow_datasets.datasets.oxford_flowers102 import oxford_flowers102_dataset_builder as flowers  # noqa: E402
+from tensorflow_datasets.datasets.oxford_iiit_pet import oxford_iiit_pet_dataset_builder as pets  # noqa: E402
+from tensorflow_datasets.datasets.patch_camelyon import patch_camelyon_dataset_builder as camelyon  # noqa: E402
+from tensorflow_datasets.datasets.resisc45 import resisc45_dataset_builder as resisc45  # noqa: E402
+from tensorflow_datasets.datasets.smallnorb import smallnorb_dataset_builder as smallnorb  # noqa: E402
+from tensorflow_datasets.datasets.sun397 import sun397_dataset_builder as sun397  # noqa: E402
+from tensorflow_datasets.datasets.svhn_cropped import svhn_cropped_dataset_builder as svhn  # noqa: E402
 from tensorflow_datasets.image_classification import cifar  # noqa: E402
+from tensorflow_datasets.image_classification import diabetic_retinopathy_detection as retinopathy  # noqa: E402
+from tensorflow_datasets.image_classification import dmlab, dtd, eurosat  # noqa: E402
 
 SHARDS = 3
 tfds.disable_progress_bar()
@@ -69,7 +79,7 @@ class TestClevr(clevr.Builder, skip_registration=True):
         offset = 0 if split == "train" else 1000
         for number in range(n):
             k = self.OBJECTS.get((split, number), 3 + number % 8)
-            z = [round(7.55 + 0.05 * number + 0.5 * j + (0.0125 if offset else 0.0), 4) for j in range(k)][::-1]
+            z = [round(self._closest(split, number) + 0.5 * j, 4) for j in range(k)][::-1]
             objects = {
                 "color": [j % 8 for j in range(k)], "material": [0] * k, "shape": [j % 3 for j in range(k)],
                 "size": [1] * k, "rotation": [0.0] * k, "3d_coords": [[0.0, 0.0, 0.0]] * k,
@@ -79,6 +89,9 @@ class TestClevr(clevr.Builder, skip_registration=True):
                 "image": png(offset + number), "file_name": f"{split}_{number}.png", "objects": objects,
                 "question_answer": {"question": [], "answer": []},
             }
+
+    def _closest(self, split: str, number: int) -> float:
+        return 7.55 + 0.05 * number + (0.0 if split == "train" else 0.0125)
 
 
 class TestDsprites(dsprites.Builder, skip_registration=True):
@@ -121,17 +134,23 @@ class TestKitti(kitti.Builder, skip_registration=True):
     def _generate_examples(self, split, n):
         offset = {"train": 2000, "validation": 3000, "test": 4000}[split]
         for number in range(n):
-            k = 0 if number % 5 == 0 else 1 + number % 4
+            types, depths = zip(*self._objects(number)) if self._objects(number) else ((), ())
+            k = len(types)
             objects = {
-                "type": [(number + j) % _KITTI_TYPES for j in range(k)],
+                "type": list(types),
                 "truncated": [0.0] * k, "occluded": [0] * k, "alpha": [0.0] * k,
                 "bbox": [tfds.features.BBox(0.1, 0.1, 0.5, 0.5)] * k,
                 "dimensions": [[1.0, 1.0, 1.0]] * k,
-                "location": [[0.0, 0.0, float(number % 30) + 2.5 * j] for j in range(k)],
+                "location": [[0.0, 0.0, z] for z in depths],
                 "rotation_y": [0.0] * k,
             }
             yield f"{split}-{number}", {"image": png(offset + number), "image/file_name": f"{number:06d}.png",
                                         "objects": objects}
+
+    def _objects(self, number: int) -> list[tuple[int, float]]:
+        """(type, location z) of each object of example ``number``."""
+        k = 0 if number % 5 == 0 else 1 + number % 4
+        return [((number + j) % _KITTI_TYPES, float(number % 30) + 2.5 * j) for j in range(k)]
 
 
 class TestCifar100(cifar.Cifar100, skip_registration=True):
@@ -155,15 +174,163 @@ class TestCifar100(cifar.Cifar100, skip_registration=True):
                                         "label": (number * 3) % 100, "coarse_label": number % 20}
 
 
-def prepare(builder_cls: type, data_dir: Path, shards: int = SHARDS, **attributes: Any) -> Path:
-    """Write ``builder_cls``'s dataset under ``data_dir`` (class attributes overridden by
-    ``attributes``, e.g. ``SIZES``); returns the version directory."""
+# The sets below back the test of all 19 VTAB tasks: sizes just above what each task's
+# carving needs (train800, val200 and the test inside the splits), tiny images.
+
+_SPLIT_OFFSET = {"train": 0, "validation": 20000, "test": 40000, "extra": 60000}
+
+
+class _Generated:
+    """Examples from ``_example(split, number)`` for each split of ``SIZES``; the image seed
+    is the split's offset plus the number, so bytes differ across splits too."""
+
+    SIZES: dict[str, int] = {}
+
+    def _split_generators(self, dl_manager):
+        return {split: self._generate_examples(split, n) for split, n in self.SIZES.items()}
+
+    def _generate_examples(self, split, n):
+        for number in range(n):
+            yield f"{split}-{number}", self._example(split, number, _SPLIT_OFFSET[split] + number)
+
+
+class _Labelled(_Generated):
+    """A classification set: ``image``, ``label`` (cycling over the classes, shifted per split)
+    and the one text feature ``TEXT`` the real builder names its file by."""
+
+    TEXT = "file_name"
+    IMAGE_SIZE = 4
+
+    def _example(self, split, number, seed):
+        num_classes = self.info.features["label"].num_classes
+        return {"image": png(seed, size=self.IMAGE_SIZE), self.TEXT: f"{split}_{number}",
+                "label": (number * 7 + len(split)) % num_classes}
+
+
+class TestCaltech101(_Labelled, caltech101.Builder, skip_registration=True):
+    name, pkg_dir_path, TEXT = "caltech101", _package(caltech101), "image/file_name"
+    SIZES = {"train": 2010, "test": 30}
+
+
+class TestDtd(_Labelled, dtd.Dtd, skip_registration=True):
+    name, pkg_dir_path = "dtd", _package(dtd)
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestFlowers102(_Labelled, flowers.Builder, skip_registration=True):
+    name, pkg_dir_path = "oxford_flowers102", _package(flowers)
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestPets(_Labelled, pets.Builder, skip_registration=True):
+    """Oxford-IIIT Pet at VTAB's 3.x (TFDS 4.9 generates 4.0.0 only; VTAB reads none of
+    the features 4.0.0 added)."""
+
+    name, pkg_dir_path = "oxford_iiit_pet", _package(pets)
+    VERSION = tfds.core.Version("3.2.0")
+    SUPPORTED_VERSIONS: list = []
+    RELEASE_NOTES: dict = {}
+    SIZES = {"train": 1010, "test": 30}
+
+    def _example(self, split, number, seed):
+        example = super()._example(split, number, seed)
+        return {**example, "species": number % 2, "segmentation_mask": png(seed, size=4, channels=1),
+                "head_bbox": tfds.features.BBox(0.1, 0.1, 0.5, 0.5)}
+
+
+class TestSun397(_Labelled, sun397.Builder, skip_registration=True):
+    """SUN397 in its ``tfds`` config (``prepare(..., config="tfds")``)."""
+
+    name, pkg_dir_path = "sun397", _package(sun397)
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestSvhn(_Labelled, svhn.Builder, skip_registration=True):
+    name, pkg_dir_path, TEXT = "svhn_cropped", _package(svhn), "id"
+    SIZES = {"train": 2010, "test": 30, "extra": 20}
+
+
+class TestCamelyon(_Labelled, camelyon.Builder, skip_registration=True):
+    name, pkg_dir_path, TEXT = "patch_camelyon", _package(camelyon), "id"
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestEurosat(_Labelled, eurosat.Eurosat, skip_registration=True):
+    """EuroSAT in its ``rgb`` config: one TFDS split, carved 60/20/20 by VTAB."""
+
+    name, pkg_dir_path, TEXT = "eurosat", _package(eurosat), "filename"
+    SIZES = {"train": 1340}
+
+
+class TestResisc45(_Labelled, resisc45.Builder, skip_registration=True):
+    name, pkg_dir_path, TEXT = "resisc45", _package(resisc45), "filename"
+    SIZES = {"train": 1340}
+
+
+class TestRetinopathy(_Labelled, retinopathy.DiabeticRetinopathyDetection, skip_registration=True):
+    """Diabetic retinopathy in its ``btgraham-300`` config (the real builder would preprocess
+    the raw fundus images; these are written as they would come out)."""
+
+    name, pkg_dir_path, TEXT = "diabetic_retinopathy_detection", _package(retinopathy), "name"
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestDmlab(_Labelled, dmlab.Dmlab, skip_registration=True):
+    name, pkg_dir_path, TEXT = "dmlab", _package(dmlab), "filename"
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+
+
+class TestSmallnorb(_Generated, smallnorb.Builder, skip_registration=True):
+    """smallNORB 2.0.0: grey pairs; azimuth and elevation cycle through their classes."""
+
+    name, pkg_dir_path = "smallnorb", _package(smallnorb)
+    SIZES = {"train": 810, "test": 420}
+
+    def _example(self, split, number, seed):
+        return {"image": png(seed, size=4, channels=1), "image2": png(seed + 1, size=4, channels=1),
+                "instance": number % 10, "label_category": number % 5, "label_lighting": number % 6,
+                "label_azimuth": (number * 5 + len(split)) % 18, "label_elevation": (number * 2) % 9}
+
+
+class TestClevrEdges(TestClevr, skip_registration=True):
+    """CLEVR whose closest depths cycle over every distance bin edge and points between."""
+
+    name, pkg_dir_path = "clevr", _package(clevr)
+    SIZES = {"train": 2010, "validation": 40}
+    CLOSEST = (0.5, 7.9, 8.0, 8.25, 8.5, 8.75, 9.0, 9.25, 9.5, 9.75, 10.0, 12.0, 100.0)
+
+    def _closest(self, split, number):
+        return self.CLOSEST[(number + len(split)) % len(self.CLOSEST)]
+
+
+class TestKittiEdges(TestKitti, skip_registration=True):
+    """KITTI whose closest vehicle sits on every bin edge and between, behind a nearer
+    non-vehicle; every tenth frame has no object, every tenth only non-vehicles."""
+
+    name, pkg_dir_path = "kitti", _package(kitti)
+    SIZES = {"train": 810, "validation": 210, "test": 30}
+    DEPTHS = (1.0, 8.0, 8.5, 20.0, 30.0, 999.0, 1000.0, 1500.0)
+
+    def _objects(self, number):
+        cycle = number % 10
+        if cycle == 8:
+            return []
+        if cycle == 9:
+            return [(3, 0.5), (7, 2.0)]
+        z = self.DEPTHS[cycle]
+        return [(4, 0.5), (cycle % 3, z), ((cycle + 1) % 3, z + 3.0)]
+
+
+def prepare(builder_cls: type, data_dir: Path, shards: int = SHARDS, config: str | None = None,
+            **attributes: Any) -> Path:
+    """Write ``builder_cls``'s dataset under ``data_dir`` (in builder config ``config``; class
+    attributes overridden by ``attributes``, e.g. ``SIZES``); returns the version directory."""
     if attributes:  # TFDS names a subclass after itself unless told
         namespace = {"name": builder_cls.name, "pkg_dir_path": builder_cls.pkg_dir_path, **attributes}
         cls = type(builder_cls.__name__, (builder_cls,), namespace, skip_registration=True)
     else:
         cls = builder_cls
-    builder = cls(data_dir=os.fspath(data_dir))
+    builder = cls(data_dir=os.fspath(data_dir), **({"config": config} if config else {}))
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=shards))
     return Path(builder.data_dir)
 
