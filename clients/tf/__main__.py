@@ -1,4 +1,5 @@
-"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.trainer``).
+"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.trainer``);
+``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.transfer``).
 
 TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
 set these variables. They take effect only if TensorFlow is not imported yet, i.e.
@@ -11,7 +12,11 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from clients.tf.trainer import main  # noqa: E402
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["transfer"]:
+        from clients.tf.transfer import main as transfer_main
+
+        sys.exit(transfer_main(sys.argv[2:]))
+    from clients.tf.trainer import main
+
     sys.exit(main())

@@ -1,0 +1,155 @@
+"""``python -m clients.tf transfer``: the VTAB-1k transfer learner in TensorFlow/Keras (the
+run itself is ``clients.transfer``; this file holds weights, steps and predictions).
+
+Same behaviour as ``clients.torch.transfer``: images scaled to [0, 1] as the adapters
+do, then to [-1, 1] (the MD backbones' range); a zero-initialised linear head; linear
+mode embeds each (task, split, record) once with the frozen backbone in inference
+mode. Op determinism is on, so a repeated run reports the same accuracies.
+
+``--init`` takes our MD trainer's checkpoint (a ``tf.train.Checkpoint`` prefix such as
+``ckpt-10``, its ``.index`` file, or the directory holding it) or a Keras weights file
+(``*.weights.h5``) of the same backbone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from clients.core import TaskBatchArrays, TaskEpisodeArrays
+from clients.orchestration import UsageError
+from clients.tf import models
+from clients.tf.trainer import select_device
+from clients.transfer import MOMENTUM, TransferLearner, derive_seed, run_transfer_main
+
+keras = tf.keras
+
+
+def _checkpoint_prefix(path: str) -> str | None:
+    """The tf.train.Checkpoint prefix ``path`` names (prefix, ``.index`` file or directory), else None."""
+    if Path(path).is_dir():
+        return tf.train.latest_checkpoint(path)
+    prefix = path[: -len(".index")] if path.endswith(".index") else path
+    return prefix if Path(prefix + ".index").exists() else None
+
+
+def load_init(backbone: keras.Model, path: str, name: str) -> None:
+    """Load ``--init`` into ``backbone``; anything else is a one-line UsageError."""
+    allowed = f"our MD trainer's checkpoint (prefix, .index or directory) or Keras weights (.weights.h5) of {name}"
+    try:
+        prefix = _checkpoint_prefix(path)
+        if prefix is not None:
+            tf.train.Checkpoint(backbone=backbone).restore(prefix).expect_partial().assert_existing_objects_matched()
+        elif path.endswith(".h5"):
+            backbone.load_weights(path)
+        else:
+            raise ValueError("neither a checkpoint nor a .weights.h5 file")
+    except (AssertionError, ValueError, OSError, tf.errors.OpError) as error:
+        detail = " ".join(str(error).split())[:200]
+        raise UsageError(f"argument --init: got {path!r}, expected {allowed} ({detail})") from None
+
+
+class TFTransferLearner(TransferLearner):
+    name = "tf"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        tf.config.experimental.enable_op_determinism()
+        self.device = select_device(args.device)
+        with tf.device(self.device):
+            keras.utils.set_random_seed(derive_seed(args.seed, "scratch", args.backbone))
+            self.backbone = models.build_backbone(args.backbone, args.image_size)
+        if args.init != "scratch":
+            load_init(self.backbone, args.init, args.backbone)
+        self.initial = self.backbone.get_weights()
+        self.dim = int(self.backbone.output_shape[-1])
+        self.features: dict[tuple[str, str, int], np.ndarray] = {}
+        images = tf.TensorSpec((None, args.image_size, args.image_size, 3), tf.uint8)
+        self._embed = tf.function(lambda x: self.backbone(self._input(x), training=False), input_signature=[images])
+
+    @staticmethod
+    def _input(images: tf.Tensor) -> tf.Tensor:
+        """uint8 -> [0, 1] (the adapters' scale) -> [-1, 1]."""
+        return (tf.cast(images, tf.float32) / 255.0) * 2.0 - 1.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"framework": self.name, "tensorflow_version": tf.__version__, "device": self.device,
+                "backbone_parameter_count": models.parameter_count(self.backbone), "embedding_dim": self.dim}
+
+    def reset(self, num_classes: int, seed: int) -> None:
+        args = self.args
+        self.backbone.set_weights(self.initial)
+        with tf.device(self.device):
+            inputs = keras.Input(shape=(self.dim,), dtype="float32")
+            self.head = keras.Model(inputs, keras.layers.Dense(num_classes, kernel_initializer="zeros")(inputs))
+            self.optimizer = keras.optimizers.SGD(learning_rate=args.lrs[0], momentum=MOMENTUM)
+        head, backbone, optimizer, classes = self.head, self.backbone, self.optimizer, num_classes
+        labels = tf.TensorSpec((None,), tf.int64)
+        if args.mode == "linear":
+            variables = list(head.trainable_variables)
+
+            @tf.function(input_signature=[tf.TensorSpec((None, self.dim), tf.float32), labels])
+            def step(features: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+                with tf.GradientTape() as tape:
+                    loss = models.episode_loss(head(features), targets, classes)
+                optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+                return loss
+        else:
+            variables = list(backbone.trainable_variables) + list(head.trainable_variables)
+            images = tf.TensorSpec((None, args.image_size, args.image_size, 3), tf.uint8)
+
+            @tf.function(input_signature=[images, labels])
+            def step(batch: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+                with tf.GradientTape() as tape:
+                    logits = head(backbone(self._input(batch), training=True))
+                    loss = models.episode_loss(logits, targets, classes)
+                optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+                return loss
+        self._step = step
+
+    def _frozen_features(self, batch: TaskBatchArrays) -> np.ndarray:
+        keys = [(batch.task, batch.split, int(r)) for r in batch.record_ids]
+        missing = [i for i, key in enumerate(keys) if key not in self.features]
+        if missing:
+            with tf.device(self.device):
+                embedded = self._embed(batch.images[missing]).numpy()
+            for i, row in zip(missing, embedded):
+                self.features[keys[i]] = row
+        return np.stack([self.features[key] for key in keys])
+
+    def train_step(self, batch: TaskBatchArrays, lr: float) -> float:
+        self.optimizer.learning_rate.assign(lr)
+        inputs = self._frozen_features(batch) if self.args.mode == "linear" else batch.images
+        with tf.device(self.device):
+            return float(self._step(inputs, np.asarray(batch.labels, np.int64)))
+
+    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+        with tf.device(self.device):
+            features = self._frozen_features(batch) if self.args.mode == "linear" else self._embed(batch.images)
+            return tf.argmax(self.head(features, training=False), axis=1).numpy()
+
+    def _embed_all(self, images: np.ndarray) -> tf.Tensor:
+        step = self.args.eval_batch_size
+        with tf.device(self.device):
+            return tf.concat([self._embed(images[i:i + step]) for i in range(0, len(images), step)], 0)
+
+    def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
+        support, query = self._embed_all(episode.support_images), self._embed_all(episode.query_images)
+        labels = tf.constant(np.asarray(episode.support_labels, np.int64))
+        logits = models.prototype_logits(support, labels, query, tf.constant(episode.num_classes, tf.int32))
+        return tf.argmax(logits, axis=1).numpy()
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        if isinstance(error, tf.errors.ResourceExhaustedError):
+            return 1, f"out of memory on {self.device} (try a smaller --batch-size or --image-size)"
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the transfer learner; exit status 0, 2 bad input, 3 server fault."""
+    return run_transfer_main("tf", TFTransferLearner, argv)

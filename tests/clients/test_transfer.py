@@ -1,0 +1,194 @@
+"""The VTAB transfer learner (torch and tf) against a real server over a test-built KITTI
+store holding train800/val200/test: reports land in the VTAB table, the sweep picks
+the best val200 setting, ProtoNet episodes report, bad input ends in one line and
+exit 2, and a repeated run reports the same accuracies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tfds_builders as tb
+
+from clients.core import SamplerClient
+from clients.transfer import Setting, choose, learning_rate, sweep_settings
+from sampler_server.cli.main import main as server_cli
+
+KITTI_SIZES = {"train": 800, "validation": 200, "test": 30}
+TASK = "kitti_distance"
+SMALL = ["--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--batch-size", "32",
+         "--eval-batch-size", "128", "--lrs", "0.1", "0.01", "--steps", "2", "4", "--log-every", "1000"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    root = tmp_path_factory.mktemp("transfer")
+    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
+    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
+                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
+    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
+                                        grace_seconds=0.5)).start()
+    yield server
+    server.stop(grace=0.5)
+
+
+def _run(main, served, run_id: str, tmp_path: Path, *extra: str) -> dict:
+    summary = tmp_path / f"{run_id}.json"
+    assert main(["--server", served.address, "--run", run_id, "--json-summary", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+def _vtab_json(served, run_id: str) -> str:
+    with SamplerClient(served.address) as client:
+        return client.get_vtab_report([run_id], fmt="json")
+
+
+def _check_sweep(summary: dict) -> None:
+    order = [Setting(s["lr"], s["steps"]).label for s in summary["settings"]]
+    best = max(order, key=lambda label: summary["mean_val"][label])  # the first of ties, in sweep order
+    chosen = summary["tasks"][TASK]["chosen"]
+    assert Setting(chosen["lr"], chosen["steps"]).label == best
+    assert summary["tasks"][TASK]["test_examples"] == KITTI_SIZES["test"]
+    assert 0.0 <= summary["tasks"][TASK]["test_accuracy"] <= 1.0
+
+
+def _check_report(served, run_id: str, summary: dict) -> None:
+    """The run's test accuracy is in GetReport's VTAB table, with its configuration."""
+    report = json.loads(_vtab_json(served, run_id))
+    score = report["scores"][run_id]["tasks"][TASK]
+    assert score["accuracy"] == pytest.approx(summary["tasks"][TASK]["test_accuracy"]) and score["examples"] == 30
+    assert report["configs"][run_id]["mode"] == summary["mode"]
+
+
+# ---- pure parts --------------------------------------------------------------------------------
+
+
+def test_choose_takes_the_best_mean_or_each_tasks_best_and_breaks_ties_in_sweep_order():
+    settings = [Setting(0.01, 10), Setting(0.001, 10)]
+    val = {"a": {"lr=0.01,steps=10": 0.2, "lr=0.001,steps=10": 0.9},
+           "b": {"lr=0.01,steps=10": 0.8, "lr=0.001,steps=10": 0.3}}
+    assert choose(val, settings, per_task=False) == {"a": settings[1], "b": settings[1]}  # 0.6 > 0.5
+    assert choose(val, settings, per_task=True) == {"a": settings[1], "b": settings[0]}
+    tied = {"a": {"lr=0.01,steps=10": 0.5, "lr=0.001,steps=10": 0.5}}
+    assert choose(tied, settings, per_task=False)["a"] == settings[0]
+
+
+def test_sweep_order_scaling_and_the_step_schedule():
+    assert [s.label for s in sweep_settings([0.01, 0.001], [2500, 10000], 0.01)] == [
+        "lr=0.01,steps=25", "lr=0.01,steps=100", "lr=0.001,steps=25", "lr=0.001,steps=100"]
+    assert len(sweep_settings([0.1], [2, 4], 0.01)) == 1  # both scale to 1 step
+    assert [learning_rate(1.0, t, 9) for t in (0, 2, 3, 5, 6, 8)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+
+
+def test_transfer_modules_import_only_the_wire_of_the_server_package():
+    code = ("import sys, clients.transfer, clients.torch.transfer\n"
+            "allowed = ('sampler_server.wire', 'sampler_server.metrics.intervals')\n"
+            "used = sorted(m for m in sys.modules if m.startswith('sampler_server.') and not m.startswith(allowed)\n"
+            "              and m != 'sampler_server.metrics')\n"
+            "assert not used, used\nassert 'tensorflow' not in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+# ---- torch -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_main():
+    torch = pytest.importorskip("torch")
+    from clients.torch.transfer import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield main
+    torch.set_num_threads(threads)
+
+
+def test_torch_linear_probe_reports_into_the_vtab_table_and_repeats_exactly(torch_main, served, tmp_path):
+    first = _run(torch_main, served, "torch-linear", tmp_path, *SMALL, "--mode", "linear", "--seed", "3")
+    _check_sweep(first)
+    assert first["chosen"] == first["tasks"][TASK]["chosen"] and first["config"]["framework"] == "torch"
+    _check_report(served, "torch-linear", first)
+    again = _run(torch_main, served, "torch-linear-again", tmp_path, *SMALL, "--mode", "linear", "--seed", "3")
+    assert again["tasks"] == first["tasks"]
+
+
+def test_torch_finetune_per_task_and_protonet_from_an_md_checkpoint(torch_main, served, tmp_path):
+    import torch
+
+    from clients.torch.models import build_backbone
+
+    tuned = _run(torch_main, served, "torch-finetune", tmp_path, *SMALL, "--mode", "finetune", "--select", "per-task",
+                 "--steps", "2")
+    assert "chosen" not in tuned and tuned["tasks"][TASK]["chosen"]["steps"] == 2
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "checkpoint.pt"
+    torch.save({"format": 2, "next_index": 5, "resume": {}, "backbone": build_backbone("conv4", 16).state_dict(),
+                "head": None, "optimizer": {}}, checkpoint)
+    proto = _run(torch_main, served, "torch-protonet", tmp_path, "--tasks", TASK, "--backbone", "conv4",
+                 "--image-size", "16", "--mode", "protonet", "--init", str(checkpoint))
+    result = proto["tasks"][TASK]
+    assert result["test_examples"] == 30 and result["support_examples"] == 1000
+    _check_report(served, "torch-protonet", proto)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_bad_inputs_end_in_one_line_and_exit_2(served, tmp_path, framework):
+    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not a checkpoint")
+    base = [sys.executable, "-m", f"clients.{framework}", "transfer", "--server", served.address, "--run", "bad",
+            "--backbone", "conv4", "--image-size", "16"]
+    cases = [
+        (["--tasks", "no_such_task"], ["--tasks", "no_such_task", TASK]),
+        (["--tasks", TASK, "--init", str(junk)], ["--init", str(junk)]),
+        (["--tasks", TASK, "--init", str(tmp_path / "missing.pt")], ["--init", "scratch"]),
+        (["--tasks", TASK, "--lrs", "-1"], ["--lrs", "-1"]),
+    ]
+    if framework == "tf":
+        cases = cases[:2]  # the parser is shared; the file and task checks are per framework
+    for extra, named in cases:
+        done = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (extra, done.stderr[-1500:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0], done.stderr
+        assert all(word in lines[0] for word in named[1:]) or named[0] in lines[0], lines[0]
+
+
+# ---- tf ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tf_main():
+    pytest.importorskip("tensorflow")
+    from clients.tf.transfer import main
+
+    return main
+
+
+def test_tf_linear_probe_reports_into_the_vtab_table_and_repeats_exactly(tf_main, served, tmp_path):
+    first = _run(tf_main, served, "tf-linear", tmp_path, *SMALL, "--mode", "linear", "--seed", "3")
+    _check_sweep(first)
+    assert first["config"]["framework"] == "tf"
+    _check_report(served, "tf-linear", first)
+    again = _run(tf_main, served, "tf-linear-again", tmp_path, *SMALL, "--mode", "linear", "--seed", "3")
+    assert again["tasks"] == first["tasks"]
+
+
+def test_tf_finetune_and_protonet_from_keras_weights(tf_main, served, tmp_path):
+    from clients.tf import models
+
+    tuned = _run(tf_main, served, "tf-finetune", tmp_path, *SMALL, "--mode", "finetune", "--steps", "2",
+                 "--lrs", "0.01")
+    assert tuned["chosen"] == {"lr": 0.01, "steps": 2}
+    weights = tmp_path / "conv4.weights.h5"
+    models.build_backbone("conv4", 16).save_weights(str(weights))
+    proto = _run(tf_main, served, "tf-protonet", tmp_path, "--tasks", TASK, "--backbone", "conv4",
+                 "--image-size", "16", "--mode", "protonet", "--init", str(weights))
+    assert proto["tasks"][TASK]["test_examples"] == 30
+    _check_report(served, "tf-protonet", proto)
