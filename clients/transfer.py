@@ -9,9 +9,10 @@ top-1 on ``val200``; one setting is chosen for all tasks (best mean val200 accur
 as VTAB+MD does) or, with ``--select per-task``, each task's best; ties go to the
 first setting in sweep order. The chosen setting is trained again on
 ``train800val200`` and scored on ``test`` (the evaluation form: every example once).
-Optimiser: SGD, momentum 0.9, batch 512 by default, the learning rate divided by 10
-after 1/3 and after 2/3 of the steps. Simplified against the reference: no warm-up,
-no weight decay, no augmentation, no task-dependent resolution (one ``--image-size``).
+Optimiser: SGD, momentum 0.9, batch 512 by default, the reference's schedule scaled to
+the steps (``learning_rate``). Simplified against the reference: no weight decay (the
+VTAB paper uses none when fine-tuning), no augmentation, one ``--image-size`` for all
+tasks.
 
 Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
 seed hashed from (--seed, task, split, lr, steps); batches come from the server's
@@ -60,9 +61,19 @@ def derive_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+DECAY_AT = (0.3, 0.6, 0.9)  # fractions of the steps: the reference script's 300, 600, 900 of 1000
+WARMUP = 0.08  # ... and its 80 warm-up steps of 1000
+
+
 def learning_rate(base: float, step: int, total: int) -> float:
-    """``base``, divided by 10 from step total/3 on and by 100 from step 2 total/3 on."""
-    drops = sum(step >= boundary for boundary in (total // 3, 2 * total // 3) if boundary > 0)
+    """The reference's schedule, scaled to ``total`` steps: a linear warm-up over the first
+    8%, then ``base`` divided by 10 after each of 30%, 60% and 90% of the steps (the VTAB
+    paper: after 1/3 and 2/3, and once more shortly before the end; the numbers are those
+    of the reference's run script, which trains 1000 steps). ``step`` counts from 0."""
+    warmup = int(round(WARMUP * total))
+    if step < warmup:
+        return base * step / warmup
+    drops = sum(step > round(fraction * total) for fraction in DECAY_AT)
     return base * 0.1 ** drops
 
 

@@ -82,7 +82,10 @@ def test_sweep_order_scaling_and_the_step_schedule():
     assert [s.label for s in sweep_settings([0.01, 0.001], [2500, 10000], 0.01)] == [
         "lr=0.01,steps=25", "lr=0.01,steps=100", "lr=0.001,steps=25", "lr=0.001,steps=100"]
     assert len(sweep_settings([0.1], [2, 4], 0.01)) == 1  # both scale to 1 step
-    assert [learning_rate(1.0, t, 9) for t in (0, 2, 3, 5, 6, 8)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+    # the reference run script's schedule at its 1000 steps: 80 warm-up steps, /10 after 300, 600 and 900
+    assert [learning_rate(1.0, t, 1000) for t in (0, 40, 80, 300, 301, 600, 601, 900, 901, 999)] == pytest.approx(
+        [0.0, 0.5, 1, 1, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001])
+    assert learning_rate(0.01, 2500, 2500) == pytest.approx(1e-5)  # scaled to 2500 steps: 750, 1500, 2250
 
 
 def test_transfer_modules_import_only_the_wire_of_the_server_package():
