@@ -7,8 +7,13 @@
 3. run the PyTorch and the TensorFlow trainer against it (each its own process,
    as users run them): ProtoNet on train-split episodes of several sources, then
    evaluation on test episodes of each evaluation source, reported to the server;
-4. print the Meta-Dataset table for both runs and write the robustness plots;
-5. stop the server (SIGTERM: it drains and exits).
+4. VTAB leg (``--no-vtab`` skips it; needs the vtab extra): test-built prepared TFDS
+   data of one natural task (svhn) and one structured task with a derived label
+   (kitti_distance), packed with the ``pack vtab`` code path into the same data
+   directory before the server starts, then a linear probe per framework
+   (``python -m clients.<framework> transfer``) at tiny CPU sizes;
+5. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
+   both runs, write the robustness plots, and print the VTAB table.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ from sampler_server.pack.plan import ConverterOptions
 TRAIN_SOURCES = ("aircraft", "cu_birds", "dtd", "fungi", "quickdraw", "vgg_flower")
 EVAL_SOURCES = ("aircraft", "cu_birds", "dtd", "traffic_sign", "mscoco")
 FRAMEWORKS = ("torch", "tf")
+VTAB_TASKS = ("svhn", "kitti_distance")  # keys of fixtures.tfds.DEMO_BUILDERS
+VTAB_INSTALL = "VTAB leg skipped: tensorflow-datasets is missing; install the extra: pip install -e '.[vtab]'"
+# A linear probe small enough for two CPU cores: 32 px, conv4, two lrs x two step counts
+# (lrs high enough that a head on frozen random features learns in 40 steps).
+VTAB_PROBE = ("--mode", "linear", "--backbone", "conv4", "--image-size", "32", "--batch-size", "64",
+              "--eval-batch-size", "200", "--lrs", "1.0", "0.1", "--steps", "20", "40", "--log-every", "1000")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--eval-episodes", type=int, default=60, help="test episodes per evaluation source")
     parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
     parser.add_argument("--data-only", action="store_true", help="only generate, pack and inspect the data")
+    parser.add_argument("--no-vtab", dest="vtab", action="store_false",
+                        help="skip the VTAB leg (TFDS data, pack vtab, linear probes, VTAB table)")
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bars while packing")
     parser.set_defaults(func=run)
@@ -74,6 +87,26 @@ def build_data(workdir: Path, classes: int, images_per_class: int, workers: int,
     return store
 
 
+def build_vtab_data(workdir: Path, store: Path, workers: int, quiet: bool) -> bool:
+    """Prepare and pack the demo's VTAB datasets into ``store``; False (one line said) without TFDS."""
+    try:
+        import tensorflow_datasets  # noqa: F401  (the vtab extra)
+    except ModuleNotFoundError:
+        print(VTAB_INSTALL, flush=True)
+        return False
+    from sampler_server.fixtures import tfds as tfds_fixtures
+    from sampler_server.core.vtab.tasks import get_task
+
+    tfds_dir = workdir / "tfds"
+    for task in VTAB_TASKS:
+        tfds_fixtures.prepare(tfds_fixtures.DEMO_BUILDERS[task], tfds_dir, shards=1)
+        tfds_name = get_task(task).tfds_name
+        plan = sources.get_converter("vtab").plan(tfds_dir, ConverterOptions(tfds_name=tfds_name))
+        summary = run_pack(plan, store, PackOptions(workers=workers, progress=not quiet))
+        print(format_summary(summary), flush=True)
+    return True
+
+
 def _environment() -> dict[str, str]:
     repo = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH", "")
@@ -96,6 +129,16 @@ def start_server(store: Path) -> tuple[subprocess.Popen, str]:
     return process, line.split()[2]
 
 
+def _run_client(command: list[str], what: str) -> None:
+    """Run one client process as a user would, echoing its command; a failure stops the demo."""
+    print("$ " + " ".join(command[1:]), flush=True)
+    started = time.perf_counter()
+    result = subprocess.run(command, env=_environment())
+    if result.returncode != 0:
+        raise FailedPrecondition(f"the {what} exited with status {result.returncode}")
+    print(f"{what} finished in {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def run_trainer(framework: str, address: str, args: argparse.Namespace) -> None:
     command = [
         sys.executable, "-m", f"clients.{framework}",
@@ -105,51 +148,74 @@ def run_trainer(framework: str, address: str, args: argparse.Namespace) -> None:
         "--eval-episodes", str(args.eval_episodes), "--checkpoint-dir", str(args.workdir / f"checkpoints-{framework}"),
         "--checkpoint-every", str(max(1, args.train_episodes)), "--log-every", "25", "--device", "cpu",
     ]
-    print("$ " + " ".join(command[1:]), flush=True)
-    started = time.perf_counter()
-    result = subprocess.run(command, env=_environment())
-    if result.returncode != 0:
-        raise FailedPrecondition(f"the {framework} trainer exited with status {result.returncode}")
-    print(f"{framework} trainer finished in {time.perf_counter() - started:.0f} s", flush=True)
+    _run_client(command, f"{framework} trainer")
+
+
+def run_probe(framework: str, address: str, args: argparse.Namespace) -> None:
+    """One framework's linear probe on the demo's VTAB tasks, reported as run ``demo-vtab-<framework>``."""
+    command = [
+        sys.executable, "-m", f"clients.{framework}", "transfer", "--server", address,
+        "--run", f"demo-vtab-{framework}", "--tasks", *VTAB_TASKS, *VTAB_PROBE, "--device", "cpu",
+    ]
+    _run_client(command, f"{framework} linear probe")
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
-    _step("1/5 generating the demo data in each source's original layout, and packing it")
+    total = 6 if args.vtab else 5
+    _step(f"1/{total} generating the demo data in each source's original layout, and packing it")
     store = build_data(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet)
+    vtab_seconds = 0.0
+    if args.vtab:
+        vtab_started = time.perf_counter()
+        print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
+        args.vtab = build_vtab_data(args.workdir, store, args.workers, args.quiet)
+        vtab_seconds += time.perf_counter() - vtab_started
     inspect_run(argparse.Namespace(data=store, json=False, classes=False))
     if args.data_only:
         print(f"\ndemo data ready in {time.perf_counter() - started:.1f} s; stores under {store}")
         return 0
-    _step("2/5 starting the sampler server")
+    _step(f"2/{total} starting the sampler server")
     server, address = start_server(store)
     try:
         for position, framework in enumerate(args.frameworks, start=3):
-            _step(f"{position}/5 {framework} trainer: ProtoNet on {', '.join(TRAIN_SOURCES)}; "
+            _step(f"{position}/{total} {framework} trainer: ProtoNet on {', '.join(TRAIN_SOURCES)}; "
                   f"evaluation on {', '.join(EVAL_SOURCES)}")
             run_trainer(framework, address, args)
+        if args.vtab:
+            vtab_started = time.perf_counter()
+            _step(f"5/{total} VTAB-1k linear probes ({', '.join(args.frameworks)}) on {', '.join(VTAB_TASKS)}")
+            for framework in args.frameworks:
+                run_probe(framework, address, args)
+            vtab_seconds += time.perf_counter() - vtab_started
     finally:
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-    _step("5/5 the Meta-Dataset table for both runs")
+    _step(f"{total}/{total} the Meta-Dataset table for both runs" + (", then the VTAB table" if args.vtab else ""))
     from sampler_server.metrics.plots import write_plots
     from sampler_server.metrics.report import build_report, render_report
     from sampler_server.metrics.store import MetricsStore
     from sampler_server.service.registry import StoreRegistry
     from sampler_server.service.replay import EpisodeReplayer
 
+    metrics = MetricsStore(store / "metrics.sqlite")
     report = build_report(
-        MetricsStore(store / "metrics.sqlite"),
-        [f"demo-{framework}" for framework in args.frameworks],
+        metrics, [f"demo-{framework}" for framework in args.frameworks],
         EpisodeReplayer(StoreRegistry.from_data_dir(store)),
     )
     print(render_report(report, "table"))
     plots = write_plots(report, args.workdir / "plots")
     print(f"\nplots: {len(plots)} PNG files in {args.workdir / 'plots'}")
+    if args.vtab:
+        from sampler_server.metrics.vtab_report import build_vtab_report, render_vtab_report
+
+        vtab = build_vtab_report(metrics, [f"demo-vtab-{framework}" for framework in args.frameworks])
+        print("\n" + render_vtab_report(vtab, "table"))
+        print(f"\nVTAB leg (data, pack, probes) took {vtab_seconds:.0f} s")
     print(f"demo finished in {time.perf_counter() - started:.0f} s")
     return 0
