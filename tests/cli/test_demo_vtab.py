@@ -14,11 +14,18 @@ from sampler_server.cli import demo_cmd
 pytest.importorskip("tensorflow_datasets")
 
 
-def test_vtab_leg_packs_its_tasks_and_a_probe_lands_in_the_vtab_table(tmp_path):
+def test_vtab_leg_packs_its_tasks_and_torch_and_tf_probes_land_in_the_vtab_and_vtab_md_tables(tmp_path):
     torch = pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    from clients.tf.transfer import main as tf_transfer_main
     from clients.torch.transfer import main as transfer_main
     from sampler_server.metrics.store import MetricsStore
-    from sampler_server.metrics.vtab_report import build_vtab_report, render_vtab_report
+    from sampler_server.metrics.vtab_report import (
+        build_vtab_md_report,
+        build_vtab_report,
+        render_vtab_md_report,
+        render_vtab_report,
+    )
     from sampler_server.service.server import RunningServer, ServerConfig
 
     store = tmp_path / "store"
@@ -30,12 +37,19 @@ def test_vtab_leg_packs_its_tasks_and_a_probe_lands_in_the_vtab_table(tmp_path):
     try:  # the demo's probe flags, cut to one setting of one step (the last --lrs / --steps win)
         assert transfer_main(["--server", server.address, "--run", "demo-vtab-torch", "--tasks", *demo_cmd.VTAB_TASKS,
                               *demo_cmd.VTAB_PROBE, "--lrs", "1.0", "--steps", "1", "--device", "cpu"]) == 0
+        assert tf_transfer_main(["--server", server.address, "--run", "demo-vtab-tf", "--tasks", *demo_cmd.VTAB_TASKS,
+                                 *demo_cmd.VTAB_PROBE, "--lrs", "1.0", "--steps", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
         server.stop(grace=0.5)
-    report = build_vtab_report(MetricsStore(store / "metrics.sqlite"), ["demo-vtab-torch"])
-    rows = {line.split()[1]: line for line in render_vtab_report(report, "table").splitlines() if len(line.split()) > 2}
-    assert "(100)" in rows["svhn"] and "(100)" in rows["kitti_distance"]  # every test example scored
+    metrics = MetricsStore(store / "metrics.sqlite")
+    runs = ["demo-vtab-torch", "demo-vtab-tf"]
+    table = render_vtab_report(build_vtab_report(metrics, runs), "table")
+    rows = {line.split()[1]: line for line in table.splitlines() if len(line.split()) > 2}
+    for task in ("svhn", "kitti_distance"):  # both runs scored every test example of both tasks
+        assert rows[task].count("(100)") == 2, table
+    combined = render_vtab_md_report(build_vtab_md_report(metrics, runs), "json")
+    assert '"svhn"' in combined and '"kitti_distance"' in combined and "demo-vtab-tf" in combined, combined
 
 
 def test_without_tensorflow_datasets_the_leg_is_skipped_with_one_line(tmp_path, capsys, monkeypatch):
