@@ -220,6 +220,12 @@ class TaskBatchDataset(IterableDataset):
         self.image_size, self.resize = image_size, resize
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        if info is not None and info.num_workers > 1:  # each worker would read the whole stream
+            raise ValueError(
+                f"TaskBatchDataset: DataLoader num_workers={info.num_workers} would repeat every batch; use "
+                "num_workers 0 or 1 (the server decodes, the client only receives)"
+            )
         with SamplerClient(self.address) as client:
             if self.shuffle:
                 batches = client.task_batches(self.task, self.split, self.batch_size, self.seed, self.start,

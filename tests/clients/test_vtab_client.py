@@ -57,3 +57,14 @@ def test_torch_and_tf_adapters_give_the_same_unit_scaled_arrays(address):
         assert np.allclose(t["images"].numpy(), expected) and np.allclose(f["images"], expected)
         assert np.array_equal(t["images"].numpy(), f["images"])
         assert np.array_equal(t["labels"].numpy(), batch.labels) and np.array_equal(f["labels"], batch.labels)
+
+
+def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
+    torch_dataset = pytest.importorskip("clients.torch.dataset")
+    from torch.utils.data import DataLoader
+
+    dataset = torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False, image_size=12)
+    one = [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1)]
+    assert one == [0, 1, 2]  # one worker reads the stream once
+    with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
+        list(DataLoader(dataset, batch_size=None, num_workers=2))
