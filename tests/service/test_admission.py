@@ -361,7 +361,7 @@ def _tree_pss_mb(pid: int) -> float:
             for line in open(f"/proc/{each}/smaps_rollup", encoding="ascii"):
                 if line.startswith("Pss:"):
                     total += int(line.split()[1])
-        except OSError:
+        except OSError:  # a worker that ended between the listing and the read holds nothing
             pass
     return total / 1024
 
