@@ -120,18 +120,8 @@ def _source_name(text: str) -> str:
     return text
 
 
-def build_parser(framework: str) -> argparse.ArgumentParser:
-    """The trainer command line of ``framework`` ('torch' or 'tf'); parsing validates."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
-    parser = TrainerArgumentParser(
-        prog=f"python -m clients.{framework}",
-        description=(
-            "Train a few-shot learner on episodes (or plain batches) from a sampler server, evaluate it on "
-            "test episodes one source at a time, and report every evaluation episode to the server."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+def _add_server_group(parser: argparse.ArgumentParser) -> None:
+    """The server, run id and connection flags: the same in every trainer's command line."""
     where = parser.add_argument_group("server and run")
     where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
     where.add_argument("--run", required=True, type=_run_id, metavar="RUN_ID", help="run id the reports are stored under")
@@ -150,6 +140,21 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     where.add_argument("--token-file", type=_token_file, default=None, metavar="FILE",
                        help="file holding the bearer token sent with every call (default: the token in "
                        "$SAMPLER_TOKEN; neither: no token)")
+
+
+def build_parser(framework: str) -> argparse.ArgumentParser:
+    """The trainer command line of ``framework`` ('torch' or 'tf'); parsing validates."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+    parser = TrainerArgumentParser(
+        prog=f"python -m clients.{framework}",
+        description=(
+            "Train a few-shot learner on episodes (or plain batches) from a sampler server, evaluate it on "
+            "test episodes one source at a time, and report every evaluation episode to the server."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_server_group(parser)
 
     data = parser.add_argument_group("training data")
     data.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME",
@@ -293,17 +298,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                      "ProtoNet full-way episodes; per-task top-1 is reported to the server."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    where = parser.add_argument_group("server and run")
-    where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
-    where.add_argument("--run", required=True, type=_run_id, metavar="RUN_ID", help="run id the reports are stored under")
-    where.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
-                       help="give up connecting to the server after this long (per attempt)")
-    where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",
-                       help="attempts per call or stream before a fault is reported (exit 3)")
-    where.add_argument("--tls-ca", type=_readable_file, default=None, metavar="FILE", help="CA of the server (PEM)")
-    where.add_argument("--tls-cert", type=_readable_file, default=None, metavar="FILE", help="client certificate")
-    where.add_argument("--tls-key", type=_readable_file, default=None, metavar="FILE", help="key of --tls-cert")
-    where.add_argument("--token-file", type=_token_file, default=None, metavar="FILE", help="bearer token file")
+    _add_server_group(parser)
 
     what = parser.add_argument_group("tasks and model")
     what.add_argument("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK",
