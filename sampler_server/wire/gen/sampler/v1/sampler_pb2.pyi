@@ -27,6 +27,7 @@ class ResizeMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESIZE_METHOD_ANTIALIAS: _ClassVar[ResizeMethod]
     RESIZE_METHOD_FAST_BILINEAR: _ClassVar[ResizeMethod]
     RESIZE_METHOD_TF2_BILINEAR: _ClassVar[ResizeMethod]
+    RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: _ClassVar[ResizeMethod]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -62,6 +63,7 @@ RESIZE_METHOD_BILINEAR: ResizeMethod
 RESIZE_METHOD_ANTIALIAS: ResizeMethod
 RESIZE_METHOD_FAST_BILINEAR: ResizeMethod
 RESIZE_METHOD_TF2_BILINEAR: ResizeMethod
+RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: ResizeMethod
 DTYPE_UNSPECIFIED: DType
 DTYPE_UINT8: DType
 DTYPE_INT32: DType
@@ -364,7 +366,7 @@ class Batch(_message.Message):
     def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class MetricReport(_message.Message):
-    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels", "task", "task_split", "examples")
+    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels", "task", "task_split", "examples", "cog_level", "shots")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +387,8 @@ class MetricReport(_message.Message):
     TASK_FIELD_NUMBER: _ClassVar[int]
     TASK_SPLIT_FIELD_NUMBER: _ClassVar[int]
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    COG_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SHOTS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     protocol: str
     source: str
@@ -398,7 +402,9 @@ class MetricReport(_message.Message):
     task: str
     task_split: str
     examples: int
-    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ..., task: _Optional[str] = ..., task_split: _Optional[str] = ..., examples: _Optional[int] = ...) -> None: ...
+    cog_level: str
+    shots: int
+    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ..., task: _Optional[str] = ..., task_split: _Optional[str] = ..., examples: _Optional[int] = ..., cog_level: _Optional[str] = ..., shots: _Optional[int] = ...) -> None: ...
 
 class ReportMetricsRequest(_message.Message):
     __slots__ = ("reports", "run_config_json")
@@ -417,18 +423,20 @@ class ReportMetricsResponse(_message.Message):
     def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split")
+    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split", "baseline_run")
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
     VTAB_BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     VTAB_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_RUN_FIELD_NUMBER: _ClassVar[int]
     run_ids: _containers.RepeatedScalarFieldContainer[str]
     format: str
     table: str
     vtab_benchmark: str
     vtab_split: str
-    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ...) -> None: ...
+    baseline_run: str
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ..., baseline_run: _Optional[str] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("text",)
@@ -612,3 +620,137 @@ class TaskEpisodeChunk(_message.Message):
     image_size: int
     resize: ResizeMethod
     def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., part: _Optional[_Union[EpisodePart, str]] = ..., offset: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., support_size: _Optional[int] = ..., query_size: _Optional[int] = ..., num_chunks: _Optional[int] = ..., fingerprint: _Optional[str] = ..., support_fingerprint: _Optional[str] = ..., query_fingerprint: _Optional[str] = ..., support_split: _Optional[str] = ..., query_split: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
+
+class ListCogLevelsRequest(_message.Message):
+    __slots__ = ("level_size", "min_images")
+    LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    level_size: int
+    min_images: int
+    def __init__(self, level_size: _Optional[int] = ..., min_images: _Optional[int] = ...) -> None: ...
+
+class CogLevelSummary(_message.Message):
+    __slots__ = ("level", "wnids", "train_size", "test_size", "similarity_min", "similarity_max", "store", "store_fingerprint")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    WNIDS_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TEST_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_MIN_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_MAX_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    STORE_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    wnids: _containers.RepeatedScalarFieldContainer[str]
+    train_size: int
+    test_size: int
+    similarity_min: float
+    similarity_max: float
+    store: str
+    store_fingerprint: str
+    def __init__(self, level: _Optional[str] = ..., wnids: _Optional[_Iterable[str]] = ..., train_size: _Optional[int] = ..., test_size: _Optional[int] = ..., similarity_min: _Optional[float] = ..., similarity_max: _Optional[float] = ..., store: _Optional[str] = ..., store_fingerprint: _Optional[str] = ...) -> None: ...
+
+class ListCogLevelsResponse(_message.Message):
+    __slots__ = ("levels", "level_size", "eligible", "min_images", "levels_fingerprint")
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ELIGIBLE_FIELD_NUMBER: _ClassVar[int]
+    MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    levels: _containers.RepeatedCompositeFieldContainer[CogLevelSummary]
+    level_size: int
+    eligible: int
+    min_images: int
+    levels_fingerprint: str
+    def __init__(self, levels: _Optional[_Iterable[_Union[CogLevelSummary, _Mapping]]] = ..., level_size: _Optional[int] = ..., eligible: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_fingerprint: _Optional[str] = ...) -> None: ...
+
+class CogSplitRequest(_message.Message):
+    __slots__ = ("level", "split", "shots", "seed", "level_size", "min_images")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SHOTS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    split: str
+    shots: int
+    seed: int
+    level_size: int
+    min_images: int
+    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., level_size: _Optional[int] = ..., min_images: _Optional[int] = ...) -> None: ...
+
+class CogSplit(_message.Message):
+    __slots__ = ("level", "split", "shots", "seed", "record_ids", "labels", "num_classes", "fingerprint", "store", "wnids")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SHOTS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    WNIDS_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    split: str
+    shots: int
+    seed: int
+    record_ids: _containers.RepeatedScalarFieldContainer[int]
+    labels: _containers.RepeatedScalarFieldContainer[int]
+    num_classes: int
+    fingerprint: str
+    store: str
+    wnids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., store: _Optional[str] = ..., wnids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StreamCogBatchesRequest(_message.Message):
+    __slots__ = ("split", "batch_size", "start_index", "count", "images")
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    START_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    split: CogSplitRequest
+    batch_size: int
+    start_index: int
+    count: int
+    images: ImageOptions
+    def __init__(self, split: _Optional[_Union[CogSplitRequest, _Mapping]] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ...) -> None: ...
+
+class CogBatch(_message.Message):
+    __slots__ = ("level", "split", "shots", "seed", "index", "record_ids", "labels", "images", "encoded", "num_classes", "split_size", "split_fingerprint", "fingerprint", "last", "store", "image_size", "resize")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SHOTS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    split: str
+    shots: int
+    seed: int
+    index: int
+    record_ids: _containers.RepeatedScalarFieldContainer[int]
+    labels: Tensor
+    images: Tensor
+    encoded: EncodedImages
+    num_classes: int
+    split_size: int
+    split_fingerprint: str
+    fingerprint: str
+    last: bool
+    store: str
+    image_size: int
+    resize: ResizeMethod
+    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., split_size: _Optional[int] = ..., split_fingerprint: _Optional[str] = ..., fingerprint: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...

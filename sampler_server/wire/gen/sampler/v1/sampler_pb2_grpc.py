@@ -84,6 +84,21 @@ class SamplerStub:
                 request_serializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.SerializeToString,
                 response_deserializer=sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.FromString,
                 _registered_method=True)
+        self.ListCogLevels = channel.unary_unary(
+                '/sampler.v1.Sampler/ListCogLevels',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.ListCogLevelsRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.ListCogLevelsResponse.FromString,
+                _registered_method=True)
+        self.GetCogSplit = channel.unary_unary(
+                '/sampler.v1.Sampler/GetCogSplit',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.CogSplitRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.CogSplit.FromString,
+                _registered_method=True)
+        self.StreamCogBatches = channel.unary_stream(
+                '/sampler.v1.Sampler/StreamCogBatches',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.CogBatch.FromString,
+                _registered_method=True)
 
 
 class SamplerServicer:
@@ -159,7 +174,30 @@ class SamplerServicer:
     def StreamTaskEpisode(self, request, context):
         """A VTAB task as one full-way episode (VTAB+MD): the support split then the query
         split, whole and in order, in chunks of at most chunk_size images; resumable by chunk.
-        Field and RPC numbers up to 31 are kept for ImageNet-CoG requests.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCogLevels(self, request, context):
+        """ImageNet-CoG: the seen level (IN-1K, from an ILSVRC store) and the concept
+        generalization levels L1..L5 computed from the served IN-21K source, with sizes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCogSplit(self, request, context):
+        """One level split (or few-shot subset, or its validation part) without images:
+        record ids and labels in order, as `sampler-server cog split` prints them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamCogBatches(self, request, context):
+        """Every image of a level split once, in split order, in batches with record ids and
+        labels, preprocessed as the CoG reference does; resumable by batch index.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -217,6 +255,21 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.StreamTaskEpisode,
                     request_deserializer=sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.FromString,
                     response_serializer=sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.SerializeToString,
+            ),
+            'ListCogLevels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCogLevels,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.ListCogLevelsRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.ListCogLevelsResponse.SerializeToString,
+            ),
+            'GetCogSplit': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCogSplit,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.CogSplitRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.CogSplit.SerializeToString,
+            ),
+            'StreamCogBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamCogBatches,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.CogBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -489,6 +542,87 @@ class Sampler:
             '/sampler.v1.Sampler/StreamTaskEpisode',
             sampler_dot_v1_dot_sampler__pb2.StreamTaskEpisodeRequest.SerializeToString,
             sampler_dot_v1_dot_sampler__pb2.TaskEpisodeChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCogLevels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sampler.v1.Sampler/ListCogLevels',
+            sampler_dot_v1_dot_sampler__pb2.ListCogLevelsRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.ListCogLevelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCogSplit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sampler.v1.Sampler/GetCogSplit',
+            sampler_dot_v1_dot_sampler__pb2.CogSplitRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.CogSplit.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamCogBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sampler.v1.Sampler/StreamCogBatches',
+            sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.CogBatch.FromString,
             options,
             channel_credentials,
             insecure,
