@@ -26,6 +26,7 @@ _SUBCOMMAND_MODULES = {
     "report": "sampler_server.cli.report_cmd",
     "verify": "sampler_server.cli.verify_cmd",
     "vtab": "sampler_server.cli.vtab_cmd",
+    "cog": "sampler_server.cli.cog_cmd",
 }
 
 
