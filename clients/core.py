@@ -52,7 +52,8 @@ e.g. a long evaluation pause) is reopened at the next index like a broken one.""
 _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
 _SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
 _RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
-           "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR, "tf2_bilinear": pb.RESIZE_METHOD_TF2_BILINEAR}
+           "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR, "tf2_bilinear": pb.RESIZE_METHOD_TF2_BILINEAR,
+           "shorter_bicubic_center_crop": pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP}
 
 
 class _Unreachable(grpc.RpcError):
@@ -419,7 +420,62 @@ class VtabClientMixin:
         return self._call("GetReport", request).text  # type: ignore[attr-defined]
 
 
-class SamplerClient(VtabClientMixin):
+# ---- ImageNet-CoG -------------------------------------------------------------------------
+
+
+def cog_split_request(level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
+                      min_images: int = 0) -> pb.CogSplitRequest:
+    """The request naming one CoG level split; names and values are checked by the server
+    (level_size / min_images 0 = the paper's 1000 / 782)."""
+    return pb.CogSplitRequest(level=level, split=split, shots=shots, seed=seed, level_size=level_size,
+                              min_images=min_images)
+
+
+class CogClientMixin:
+    """ImageNet-CoG calls of ``SamplerClient``: the levels, one level split's record ids and
+    labels, and its images in split order (a broken stream resumes at the next batch)."""
+
+    def cog_levels(self, level_size: int = 0, min_images: int = 0) -> pb.ListCogLevelsResponse:
+        """IN-1K (when an ILSVRC store is served) and L1..L5 with their concepts, sizes and
+        similarity ranges, for the level configuration (level_size, min_images)."""
+        request = pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images)
+        return self._call("ListCogLevels", request)  # type: ignore[attr-defined]
+
+    def cog_split(self, level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
+                  min_images: int = 0) -> pb.CogSplit:
+        """One level split without images: record ids, labels (label i = wnids[i]) and the
+        fingerprint ``sampler-server cog split`` prints for it."""
+        request = cog_split_request(level, split, shots, seed, level_size, min_images)
+        return self._call("GetCogSplit", request)  # type: ignore[attr-defined]
+
+    def stream_cog_batches(self, level: str, split: str, shots: int = 0, seed: int = 0, batch_size: int = 256,
+                           start_index: int = 0, count: int = 0, image_size: int = 224,
+                           resize: str = "shorter_bicubic_center_crop", level_size: int = 0, min_images: int = 0,
+                           encoded: bool = False) -> Iterator[pb.CogBatch]:
+        """Batches start_index, start_index + 1, ... of a level split (count of them; 0 = to
+        the end, which is the batch with ``last`` set), every image once in split order.
+        Images are uint8 [B, S, S, 3] (``to_array(batch.images)``), or the stored bytes in
+        ``batch.encoded`` when ``encoded``. An empty split (val of a 1-shot subset) is one
+        empty batch with ``last`` set."""
+        if resize not in _RESIZE:
+            raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
+        mode = pb.IMAGE_MODE_ENCODED if encoded else pb.IMAGE_MODE_DECODED
+        base = pb.StreamCogBatchesRequest(
+            split=cog_split_request(level, split, shots, seed, level_size, min_images), batch_size=batch_size,
+            images=pb.ImageOptions(image_size=image_size, mode=mode, resize=_RESIZE[resize]))
+
+        def open_stream(next_index: int, remaining: int) -> Iterator[pb.CogBatch]:
+            request = pb.StreamCogBatchesRequest()
+            request.CopyFrom(base)
+            request.start_index, request.count = next_index, remaining
+            return self._open("StreamCogBatches", pb.StreamCogBatchesRequest, pb.CogBatch.FromString,  # type: ignore[attr-defined]
+                              request)
+
+        return self._resumable(open_stream, start_index, count, 1, "StreamCogBatches",  # type: ignore[attr-defined]
+                               until_last=True)
+
+
+class SamplerClient(VtabClientMixin, CogClientMixin):
     """One channel to a server; safe to use from one thread per stream."""
 
     def __init__(
@@ -641,8 +697,10 @@ class SamplerClient(VtabClientMixin):
 
         yield from self._resumable(open_stream, start, count, step, "StreamBatches")
 
-    def _resumable(self, open_stream: Any, start: int, count: int, step: int, what: str) -> Iterator[Any]:
-        """Yield messages in index order with prefetch; reopen after retryable failures."""
+    def _resumable(self, open_stream: Any, start: int, count: int, step: int, what: str,
+                   until_last: bool = False) -> Iterator[Any]:
+        """Yield messages in index order with prefetch; reopen after retryable failures.
+        ``until_last``: the stream is finite and ends with the message that has ``last`` set."""
         buffer: queue.Queue = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
         done = object()
@@ -670,6 +728,9 @@ class SamplerClient(VtabClientMixin):
                                 return
                             delivered += 1
                             next_index += step
+                            if until_last and message.last:
+                                buffer.put(done)
+                                return
                         if count and delivered < count:
                             raise SamplerClientError(f"{what}: stream ended after {delivered} of {count} items")
                         if not count:
