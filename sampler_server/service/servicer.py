@@ -224,23 +224,32 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         waiting: collections.deque[tuple[int, Prepared | None]] = collections.deque()
         final_index = start + (count - 1) * step if count else None
         # One thread per stream packs the next reply (waits for its pixels, copies them
-        # into the message) while gRPC sends the current one.
+        # into the message) while gRPC sends the current one. The packed copy is memory
+        # beside the episode's pixels, so it is charged to the lookahead budget too: with
+        # no room, the next reply is packed when its turn comes.
         packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
         packing: futures.Future | None = None
+        packing_charge = 0
         # While the thread is blocked sending to a client that reads nothing, the watchdog
         # may shed what this stream prepared ahead (decoded pixels, a packed reply); the
         # same indices are prepared again, identically, once the client reads.
         state = threading.Lock()
         sending = shed_done = False
 
+        def drop_packing() -> None:
+            nonlocal packing, packing_charge
+            if packing is not None:
+                futures.wait([packing])  # it owns its buffers until done; its reply is dropped
+                packing = None
+            budget.give(packing_charge)
+            packing_charge = 0
+
         def shed() -> int:
-            nonlocal packing, shed_done
+            nonlocal shed_done
             with state:
                 if not sending or shed_done:
                     return 0
-                if packing is not None:
-                    futures.wait([packing])  # it owns its buffers until done; its reply is dropped
-                    packing = None
+                drop_packing()
                 for entry in in_flight:
                     entry[1].discard()
                     budget.give(entry[2])
@@ -312,9 +321,11 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 _, prepared, charged = in_flight.popleft()
                 reply = packing.result() if packing is not None else prepared.finish()
                 packing = None
-                budget.give(charged)
+                budget.give(charged + packing_charge)  # from here the send budget holds it
+                packing_charge = 0
                 fill()
-                if in_flight:
+                if in_flight and budget.try_take(in_flight[0][1].nbytes):
+                    packing_charge = in_flight[0][1].nbytes
                     packing = packer.submit(in_flight[0][1].finish)
                 with state:
                     sending = True
@@ -336,8 +347,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         finally:
             with state:
                 sending = False  # no shedding from here on
-            if packing is not None:
-                futures.wait([packing])  # it owns its buffers until done
+            drop_packing()
             packer.shutdown(wait=False)
             for entry in in_flight:
                 entry[1].discard()
