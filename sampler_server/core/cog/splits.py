@@ -1,0 +1,260 @@
+"""ImageNet-CoG level splits and few-shot subsets: which images of a concept are test,
+train, few-shot train and validation.
+
+Per concept, over its records in store order (record id order = file-name order):
+
+- ``test``: ``TEST_PER_CONCEPT`` (50) images, the first 50 positions of a permutation
+  keyed on (source fingerprint, wnid); ``train``: the rest, at most
+  ``MAX_TRAIN_PER_CONCEPT`` (1300), taken in the same permutation's order. The
+  reference ships these lists; we cannot, so they are drawn once per store content and
+  never depend on the level, the shots or the seed. A concept of 50 images or fewer
+  (only possible with a toy ``min_images``) has all of them in test and none in train.
+- ``train`` with ``shots`` N: the first N of a permutation of the concept's train
+  images keyed on (fingerprint, wnid, seed), so for one seed the subsets nest
+  (1 in 2 in 4 ... in 128). A concept with fewer than N train images gives all it has.
+- ``val`` for (shots, seed): ``int(0.2 n)`` of the n images of that train set (full or
+  few-shot), the first positions of a permutation keyed on (fingerprint, wnid, shots,
+  seed) (the reference's rule, ``int(n * 0.2)`` per class), but at least 1 when n >= 2.
+  With n = 1 (every 1-shot subset) there is nothing to hold out: val is empty and the
+  split is served as such. The hyper-parameter search trains on train minus val.
+
+A split lists concepts in label order (sorted wnid; label = position) and each
+concept's records by record id. Permutations are legacy ``RandomState`` streams from
+the one seeding helper (``core.seeding``, protocol ``imagenet_cog``), so everything
+here is a pure function of (source fingerprint, level configuration, level, split,
+shots, seed) and of the records, never of input order, process or NumPy release.
+
+Requests: ``shots`` 0 means all train images; a few-shot train set and every val set
+need a seed (>= 1; the paper uses 1..5); the test set and the full train set do not
+depend on the seed and are always reported with seed 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sampler_server.core.cog import (
+    LEVEL_NAMES,
+    MAX_TRAIN_PER_CONCEPT,
+    SEEN_LEVEL,
+    SHOTS,
+    TEST_PER_CONCEPT,
+    VAL_FRACTION,
+)
+from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.seeding import MAX_SEED, Protocol, derive_rng
+from sampler_server.core.split import Split
+from sampler_server.errors import InvalidArgument
+from sampler_server.quoting import quoted
+
+SPLITS = ("train", "val", "test")
+LEVELS = (SEEN_LEVEL, *LEVEL_NAMES)
+_SPLIT_DOMAIN = "sampler-server/cog-split/v1"
+_BATCH_DOMAIN = "sampler-server/cog-batch/v1"
+
+
+@dataclass(frozen=True)
+class SplitRequest:
+    """A checked, canonical name of one level split: seedless splits carry seed 0."""
+
+    level: str
+    split: str
+    shots: int = 0
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, level: str, split: str, shots: int = 0, seed: int = 0) -> "SplitRequest":
+        """``InvalidArgument`` naming the field and what it allows; the seed of the test
+        set and of the full train set is dropped (they do not depend on it)."""
+        if level not in LEVELS:
+            raise InvalidArgument(f"level: got {quoted(level)}, expected one of {', '.join(LEVELS)}")
+        if split not in SPLITS:
+            raise InvalidArgument(f"split: got {quoted(split)}, expected one of {', '.join(SPLITS)}")
+        if isinstance(shots, bool) or not isinstance(shots, (int, np.integer)) or (shots and shots not in SHOTS):
+            raise InvalidArgument(f"shots: got {shots!r}, expected 0 (all images) or one of "
+                                  f"{', '.join(map(str, SHOTS))}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+            raise InvalidArgument(f"seed: got {seed!r}, expected an integer in [0, {MAX_SEED}]")
+        shots, seed = int(shots), int(seed)
+        if split == "test":
+            if shots:
+                raise InvalidArgument(f"shots: got {shots} for split test, expected 0 (the test set is "
+                                      f"always {TEST_PER_CONCEPT} images per concept)")
+            return cls(level, split, 0, 0)
+        if split == "train" and not shots:
+            return cls(level, split, 0, 0)
+        if not seed:
+            what = f"a {shots}-shot train set" if split == "train" else "the val split"
+            raise InvalidArgument(f"seed: {what} is drawn at random and needs a seed >= 1 (the paper uses "
+                                  f"1 to 5), got 0")
+        return cls(level, split, shots, seed)
+
+    @property
+    def label(self) -> str:
+        shots = f" {self.shots}-shot" if self.shots else ""
+        seed = f" seed {self.seed}" if self.seed else ""
+        return f"{self.level} {self.split}{shots}{seed}"
+
+
+def _rng(fingerprint: str, wnid: str, split: Split, seed: int, index: int) -> np.random.RandomState:
+    if not wnid:
+        raise InvalidArgument("wnid: empty; every CoG concept is a WordNet synset id")
+    return derive_rng(seed, Protocol.IMAGENET_COG, f"{fingerprint}/{wnid}", split, index)
+
+
+def _sorted_ids(record_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+    if len(ids) != len(record_ids):
+        raise InvalidArgument("record_ids: a concept lists a record twice")
+    return ids
+
+
+def partition_concept(fingerprint: str, wnid: str, record_ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(test, full train) record ids of one concept, each sorted."""
+    ids = _sorted_ids(record_ids)
+    if not len(ids):
+        return ids, ids
+    order = _rng(fingerprint, wnid, Split.TEST, 0, 0).permutation(len(ids))
+    test = ids[order[:TEST_PER_CONCEPT]]
+    train = ids[order[TEST_PER_CONCEPT: TEST_PER_CONCEPT + MAX_TRAIN_PER_CONCEPT]]
+    return np.sort(test), np.sort(train)
+
+
+def few_shot(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """The ``shots``-image subset of one concept's train ids for ``seed`` (sorted); all of
+    them when it has fewer. Subsets of one seed nest across ``shots``."""
+    ids = _sorted_ids(train_ids)
+    if not len(ids):
+        return ids
+    order = _rng(fingerprint, wnid, Split.TRAIN, seed, 0).permutation(len(ids))
+    return np.sort(ids[order[:shots]])
+
+
+def val_count(n: int) -> int:
+    """Images held out of an n-image train set: int(0.2 n), at least 1 when n >= 2."""
+    if n < 2:
+        return 0
+    return max(1, int(n * VAL_FRACTION))
+
+
+def validation(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """The val ids (sorted) held out of one concept's train set of (shots, seed)."""
+    ids = _sorted_ids(train_ids)
+    take = val_count(len(ids))
+    if not take:
+        return ids[:0]
+    order = _rng(fingerprint, wnid, Split.VALID, seed, shots).permutation(len(ids))
+    return np.sort(ids[order[:take]])
+
+
+def concept_records(fingerprint: str, wnid: str, record_ids: Sequence[int] | np.ndarray,
+                    request: SplitRequest) -> np.ndarray:
+    """The sorted record ids one concept contributes to ``request``'s split."""
+    test, train = partition_concept(fingerprint, wnid, record_ids)
+    if request.split == "test":
+        return test
+    if request.shots:
+        train = few_shot(fingerprint, wnid, train, request.shots, request.seed)
+    if request.split == "train":
+        return train
+    return validation(fingerprint, wnid, train, request.shots, request.seed)
+
+
+def split_sizes(count: int) -> tuple[int, int]:
+    """(full train, test) images of a concept of ``count`` images."""
+    test = min(TEST_PER_CONCEPT, count)
+    return min(MAX_TRAIN_PER_CONCEPT, count - test), test
+
+
+@dataclass(frozen=True)
+class CogSplit:
+    """One level split in order: ``labels[i]`` is the position of record ``record_ids[i]``'s
+    concept in ``wnids``. ``level_size`` / ``min_images`` are 0 for IN-1K (its splits do
+    not depend on the level configuration)."""
+
+    level: str
+    split: str
+    shots: int
+    seed: int
+    level_size: int
+    min_images: int
+    source_fingerprint: str
+    wnids: tuple[str, ...]
+    record_ids: np.ndarray
+    labels: np.ndarray
+    fingerprint: str
+
+    @property
+    def size(self) -> int:
+        return len(self.record_ids)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.wnids)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``sampler-server cog split --json`` prints: the split and its records in order."""
+        return {
+            "level": self.level, "split": self.split, "shots": self.shots, "seed": self.seed,
+            "level_size": self.level_size, "min_images": self.min_images,
+            "source_fingerprint": self.source_fingerprint, "num_classes": self.num_classes,
+            "count": self.size, "fingerprint": self.fingerprint, "wnids": list(self.wnids),
+            "records": [{"record_id": int(r), "label": int(label), "wnid": self.wnids[label]}
+                        for r, label in zip(self.record_ids.tolist(), self.labels.tolist())],
+        }
+
+
+def split_fingerprint(source_fingerprint: str, level_size: int, min_images: int, request: SplitRequest,
+                      wnids: Sequence[str], record_ids: np.ndarray, labels: np.ndarray) -> str:
+    hasher = FieldHasher(_SPLIT_DOMAIN).text(source_fingerprint).integer(level_size).integer(min_images)
+    hasher.text(request.level).text(request.split).integer(request.shots).integer(request.seed)
+    hasher.integer(len(wnids))
+    for wnid in wnids:
+        hasher.text(wnid)
+    return hasher.integers(record_ids.tolist()).integers(labels.tolist()).hexdigest()
+
+
+def build_split(source_fingerprint: str, records: Mapping[str, Sequence[int] | np.ndarray], concepts: Sequence[str],
+                request: SplitRequest, *, level_size: int, min_images: int) -> CogSplit:
+    """The split of ``request`` over ``concepts`` (the level's wnids, any order), whose
+    records are ``records[wnid]`` in a store of content ``source_fingerprint``.
+
+    ``level_size`` / ``min_images`` are the level configuration the concepts came from
+    (they enter the fingerprint; IN-1K ignores them). ``InvalidArgument`` when a concept
+    has no records listed."""
+    wnids = tuple(sorted(set(concepts)))
+    if len(wnids) != len(concepts):
+        raise InvalidArgument(f"concepts: a level lists a concept twice ({len(concepts)} given, {len(wnids)} distinct)")
+    missing = [w for w in wnids if w not in records]
+    if missing:
+        raise InvalidArgument(f"concepts: {len(missing)} have no records in the store, e.g. {quoted(missing[0])}")
+    if request.level == SEEN_LEVEL:
+        level_size = min_images = 0
+    parts = [concept_records(source_fingerprint, wnid, records[wnid], request) for wnid in wnids]
+    record_ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    labels = np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for p in parts])
+    fingerprint = split_fingerprint(source_fingerprint, level_size, min_images, request, wnids, record_ids, labels)
+    return CogSplit(request.level, request.split, request.shots, request.seed, level_size, min_images,
+                    source_fingerprint, wnids, record_ids.astype(np.int64), labels, fingerprint)
+
+
+def records_by_wnid(classes: Sequence[Any]) -> dict[str, range]:
+    """wnid -> record ids of a store's classes (``ClassInfo``: contiguous [start, end));
+    classes without a wnid are not CoG concepts and are left out."""
+    return {c.wnid: range(c.start, c.end) for c in classes if c.wnid}
+
+
+def num_batches(size: int, batch_size: int) -> int:
+    """Batches of a split streamed in order; an empty split is one empty batch (it carries ``last``)."""
+    return max(1, -(-size // batch_size))
+
+
+def batch_fingerprint(split_fingerprint: str, index: int, record_ids: Sequence[int] | np.ndarray,
+                      labels: Sequence[int] | np.ndarray) -> str:
+    """A batch's identity: its split, its index and its records with their labels."""
+    hasher = FieldHasher(_BATCH_DOMAIN).text(split_fingerprint).integer(int(index))
+    return hasher.integers(np.asarray(record_ids).tolist()).integers(np.asarray(labels).tolist()).hexdigest()
