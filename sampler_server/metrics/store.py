@@ -25,10 +25,17 @@ retried write a duplicate, and a different accuracy or example count for the sam
 key is refused. They share the ``runs`` table, hence the run's owner and its
 configuration (stored once, as for episode reports).
 
-Schema version 4 (``PRAGMA user_version``). Migrated in place on open: version 3
-gains the empty ``task_results`` table; version 2 (runs without an owner) also gains
-the ``owner`` column, NULL for every existing run; version 1 (key without the seed,
-configuration overwritten on every write) is rebuilt.
+ImageNet-CoG results (``CogResult``) are a third kind, one row per (run id, level,
+shots, seed): a linear classifier is trained once per level, number of training
+images per concept and seed, so that key makes a retry a duplicate; a different
+accuracy, example count or hyper-parameter for the same key is refused. They too
+share the ``runs`` table (owner and configuration).
+
+Schema version 5 (``PRAGMA user_version``). Migrated in place on open: version 4
+gains the empty ``cog_results`` table; version 3 also gains the empty
+``task_results`` table; version 2 (runs without an owner) also gains the ``owner``
+column, NULL for every existing run; version 1 (key without the seed, configuration
+overwritten on every write) is rebuilt.
 """
 
 from __future__ import annotations
@@ -36,15 +43,16 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from sampler_server.metrics.cog_results import CogResult
 from sampler_server.quoting import quoted
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -71,6 +79,16 @@ CREATE TABLE IF NOT EXISTS task_results (
     accuracy REAL NOT NULL,
     examples INTEGER NOT NULL,
     PRIMARY KEY (run_id, task, split)
+);
+CREATE TABLE IF NOT EXISTS cog_results (
+    run_id TEXT NOT NULL,
+    level TEXT NOT NULL,
+    shots INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    accuracy REAL NOT NULL,
+    examples INTEGER NOT NULL,
+    extras_json TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run_id, level, shots, seed)
 );
 """
 _REPORT_COLUMNS = "run_id, protocol, source, split, idx, seed, fingerprint, metrics_json, request_json, predicted_json"
@@ -174,7 +192,7 @@ class MetricsStore:
                 self._db.execute(f"INSERT INTO reports({_REPORT_COLUMNS}) SELECT {_REPORT_COLUMNS} FROM reports_v1")
                 self._db.execute("DROP TABLE reports_v1")
                 self._db.execute("DROP TABLE runs_v1")
-            for statement in _SCHEMA.split(";"):  # creates what is missing: all, or version 3's task_results
+            for statement in _SCHEMA.split(";"):  # creates what is missing: all, task_results, cog_results
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -290,40 +308,108 @@ class MetricsStore:
             PermissionDenied: a run belongs to another owner (as in ``add``).
         """
         checked = [result.validate() for result in results]
+        return self._add_keyed(checked, run_config_json, owner, admin, self._write_task_result)
+
+    def _write_task_result(self, result: TaskResult) -> bool:
+        row = self._db.execute(
+            "SELECT accuracy, examples FROM task_results WHERE run_id=? AND task=? AND split=?", result.key(),
+        ).fetchone()
+        if row is not None:
+            if row != (float(result.accuracy), result.examples):
+                raise FailedPrecondition(
+                    f"run {result.run_id!r} already has a different result for VTAB task {result.task} "
+                    f"split {result.split}; a run reports each task and split once"
+                )
+            return False
+        self._db.execute(
+            "INSERT INTO task_results(run_id, task, split, accuracy, examples) VALUES (?,?,?,?,?)",
+            (*result.key(), float(result.accuracy), result.examples),
+        )
+        return True
+
+    def _add_keyed(
+        self, results: list[Any], run_config_json: str, owner: str | None, admin: bool,
+        write: Callable[[Any], bool],
+    ) -> tuple[int, int]:
+        """Claim and configure each result's run, then ``write`` each result (True: stored,
+        False: a duplicate), all in one transaction; returns (stored, duplicates)."""
         stored = duplicates = 0
         config = _canonical_config(run_config_json) if run_config_json else None
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 claimed: set[str] = set()
-                for result in checked:
+                for result in results:
                     if result.run_id not in claimed:
                         self._claim(result.run_id, owner, admin)
                         if config is not None:
                             self._set_config_once(result.run_id, config)
                         claimed.add(result.run_id)
-                    row = self._db.execute(
-                        "SELECT accuracy, examples FROM task_results WHERE run_id=? AND task=? AND split=?",
-                        result.key(),
-                    ).fetchone()
-                    if row is not None:
-                        if row != (float(result.accuracy), result.examples):
-                            raise FailedPrecondition(
-                                f"run {result.run_id!r} already has a different result for VTAB task {result.task} "
-                                f"split {result.split}; a run reports each task and split once"
-                            )
+                    if write(result):
+                        stored += 1
+                    else:
                         duplicates += 1
-                        continue
-                    self._db.execute(
-                        "INSERT INTO task_results(run_id, task, split, accuracy, examples) VALUES (?,?,?,?,?)",
-                        (*result.key(), float(result.accuracy), result.examples),
-                    )
-                    stored += 1
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return stored, duplicates
+
+    def add_cog_results(
+        self, results: Iterable[CogResult], run_config_json: str = "", *, owner: str | None = None,
+        admin: bool = False,
+    ) -> tuple[int, int]:
+        """Store ImageNet-CoG results atomically; returns (stored, duplicates).
+
+        What ``ReportMetrics`` calls for protocol "cog", with the same ``run_config_json``,
+        ``owner`` and ``admin`` as ``add``. A result whose key (run, level, shots, seed)
+        is stored already counts as a duplicate when its accuracy, example count and
+        extras are all equal, and is refused otherwise.
+
+        Raises:
+            InvalidArgument: a field outside what ``CogResult.validate`` allows (nothing
+                is stored).
+            FailedPrecondition: a different result for a stored key, or a different
+                configuration for a configured run (nothing is stored).
+            PermissionDenied: a run belongs to another owner (as in ``add``).
+        """
+        checked = [result.validate() for result in results]
+        return self._add_keyed(checked, run_config_json, owner, admin, self._write_cog_result)
+
+    def _write_cog_result(self, result: CogResult) -> bool:
+        row = self._db.execute(
+            "SELECT accuracy, examples, extras_json FROM cog_results WHERE run_id=? AND level=? AND shots=? AND seed=?",
+            result.key(),
+        ).fetchone()
+        values = (float(result.accuracy), result.examples, result.extras_json())
+        if row is not None:
+            if row != values:
+                raise FailedPrecondition(
+                    f"run {result.run_id!r} already has a different result for CoG {result.where()} (stored: "
+                    f"accuracy {row[0]!r} over {row[1]} examples); a run reports each level, N and seed once"
+                )
+            return False
+        self._db.execute(
+            "INSERT INTO cog_results(run_id, level, shots, seed, accuracy, examples, extras_json) "
+            "VALUES (?,?,?,?,?,?,?)",
+            (*result.key(), *values),
+        )
+        return True
+
+    def cog_results(self, run_id: str) -> list[CogResult]:
+        """A run's ImageNet-CoG results, sorted by (level, shots, seed).
+
+        Raises:
+            NotFound: no run ``run_id`` (as ``reports``).
+        """
+        self.run_config(run_id)  # NotFound for an unknown run
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run_id, level, shots, seed, accuracy, examples, extras_json FROM cog_results WHERE run_id=? "
+                "ORDER BY level, shots, seed",
+                (run_id,),
+            ).fetchall()
+        return [CogResult(*row[:6], extras=json.loads(row[6])) for row in rows]
 
     def task_results(self, run_id: str, split: str | None = None) -> list[TaskResult]:
         """A run's VTAB task results (those of ``split`` only, if given), sorted by (task, split).

@@ -34,6 +34,7 @@ from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
+from sampler_server.service.cog_reports import COG_TABLE, PROTOCOL_COG, cog_result, render_cog_table
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.service.vtab import PROTOCOL_VTAB_TASK, TABLES, VtabHandlers
@@ -448,16 +449,25 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 json.loads(request.run_config_json)
             except json.JSONDecodeError as error:
                 raise InvalidArgument(f"run_config_json: not valid JSON ({error})") from None
-        episodes = [r for r in request.reports if r.protocol != PROTOCOL_VTAB_TASK]
+        protocols = (PROTOCOL_MD_EPISODE, PROTOCOL_VTAB_TASK, PROTOCOL_COG)
+        for report in request.reports:
+            if report.protocol not in protocols:
+                raise InvalidArgument(f"reports.protocol: got {quoted(report.protocol)}, expected one of "
+                                      f"{', '.join(map(repr, protocols))}")
+        episodes = [r for r in request.reports if r.protocol == PROTOCOL_MD_EPISODE]
         tasks = [self.vtab.task_result(r) for r in request.reports if r.protocol == PROTOCOL_VTAB_TASK]
+        cogs = [cog_result(r) for r in request.reports if r.protocol == PROTOCOL_COG]
         checked = [self._checked_report(report) for report in episodes]
         caller = auth.current_caller()  # None: no tokens, no owners; read tokens never get here
         owner, admin = caller and caller.name, caller is not None and caller.role is auth.Role.ADMIN
         stored = duplicates = 0
-        if checked or not tasks:
+        if checked or not (tasks or cogs):
             stored, duplicates = self.metrics.add(checked, request.run_config_json, owner=owner, admin=admin)
         if tasks:
             more, again = self.metrics.add_task_results(tasks, request.run_config_json, owner=owner, admin=admin)
+            stored, duplicates = stored + more, duplicates + again
+        if cogs:
+            more, again = self.metrics.add_cog_results(cogs, request.run_config_json, owner=owner, admin=admin)
             stored, duplicates = stored + more, duplicates + again
         return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
 
@@ -494,15 +504,21 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
         caller = auth.current_caller()
         if caller is not None and not caller.reads_every_run:
-            for run_id in request.run_ids:
+            for run_id in [*request.run_ids, *([request.baseline_run] if request.baseline_run else [])]:
                 try:
                     owner = self.metrics.run_owner(run_id)
                 except NotFound:
                     owner = None
                 if owner != caller.name:  # another team's run reads exactly as an unknown one
                     raise NotFound(f"run {quoted(run_id)} has no reports")
-        if request.table not in ("",) + TABLES:
-            raise InvalidArgument(f"table: got {quoted(request.table)}, expected one of {', '.join(TABLES)}")
+        tables = (*TABLES, COG_TABLE)
+        if request.table not in ("", *tables):
+            raise InvalidArgument(f"table: got {quoted(request.table)}, expected one of {', '.join(tables)}")
+        if request.baseline_run and request.table != COG_TABLE:
+            raise InvalidArgument(f"baseline_run: only with table {COG_TABLE!r} "
+                                  f"(got table {quoted(request.table or 'md')})")
+        if request.table == COG_TABLE:
+            return pb.GetReportResponse(text=render_cog_table(self.metrics, request))
         if request.table in ("vtab", "vtab-md"):
             return pb.GetReportResponse(text=self.vtab.render_table(self.metrics, request))
         report = build_report(self.metrics, list(request.run_ids), self.replayer)

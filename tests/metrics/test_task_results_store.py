@@ -91,15 +91,15 @@ def test_a_version_3_database_gains_the_task_table_and_keeps_its_reports(tmp_pat
     assert len(list(store.reports("old"))) == 1 and store.task_results("old") == []
     assert store.add_task_results([_result(run="old")], owner="team-a") == (1, 0)
     store.close()
-    assert SCHEMA_VERSION == 4
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 4
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_a_newer_database_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "future.sqlite"
     db = sqlite3.connect(path)
-    db.execute("PRAGMA user_version = 5")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(FailedPrecondition, match=r"future.sqlite: metrics schema version 5 is newer than this"):
+    with pytest.raises(FailedPrecondition, match=rf"future.sqlite: metrics schema version {SCHEMA_VERSION + 1} is "
+                                                 rf"newer than this server's \({SCHEMA_VERSION}\)"):
         MetricsStore(path)

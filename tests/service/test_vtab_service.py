@@ -169,5 +169,5 @@ def test_bad_report_and_table_are_invalid_arguments(vtab):
             stub.ReportMetrics(pb.ReportMetricsRequest(reports=[report]))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as caught:
-        stub.GetReport(pb.GetReportRequest(run_ids=["vtab-run"], table="cog"))
+        stub.GetReport(pb.GetReportRequest(run_ids=["vtab-run"], table="cogs"))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "vtab-md" in caught.value.details()
