@@ -1,9 +1,10 @@
-"""``sampler-server report --run RUN [--run RUN2 ...]``: the Meta-Dataset, VTAB-1k or VTAB+MD table.
+"""``sampler-server report --run RUN [--run RUN2 ...]``: the Meta-Dataset, VTAB-1k, VTAB+MD or ImageNet-CoG table.
 
 Reads the metrics the server stored (SQLite). ``--table md`` (the default) recomputes
 each reported episode's composition from the packed stores, so trainers need to report
-only accuracies; ``--table vtab`` and ``--table vtab-md`` read stored numbers only and
-need no packed stores, just the metrics file.
+only accuracies; ``--table vtab``, ``--table vtab-md`` and ``--table cog`` read stored
+numbers only and need no packed stores, just the metrics file. ``--table cog
+--baseline RUN`` adds each cell's difference from RUN's same cell.
 """
 
 from __future__ import annotations
@@ -17,19 +18,22 @@ from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.metrics.report import FORMATS, build_report, render_report
 from sampler_server.metrics.store import MetricsStore
 
-TABLES = ("md", "vtab", "vtab-md")
+TABLES = ("md", "vtab", "vtab-md", "cog")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "report",
-        help="per-source accuracy with 95%% CI, average ranks, robustness plots; VTAB-1k and VTAB+MD tables",
+        help="per-source accuracy with 95%% CI, average ranks, robustness plots; VTAB-1k, VTAB+MD and "
+        "ImageNet-CoG tables",
         description="The Meta-Dataset table for one or more runs: per source mean query accuracy, 95% confidence "
         "interval and episode count; with several runs each run's average rank (ties by a 95% test). "
         "--plots DIR writes accuracy-vs-ways and precision-vs-shots PNGs. "
         "--table vtab: per-task top-1, group and overall means (VTAB-1k); --table vtab-md: the VTAB+MD aggregate "
         "(MD-v2 test sources, VTAB-v2 tasks and groups) with per-source and per-task detail; with these --plots "
-        "writes one per-task bar plot per run.",
+        "writes one per-task bar plot per run. --table cog: ImageNet-CoG top-1 per level (IN-1K, L1..L5) and N "
+        "(training images per concept), mean ± std over seeds, with --baseline RUN also relative to RUN; --plots "
+        "writes accuracy-vs-level and accuracy-vs-N plots.",
     )
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
     parser.add_argument("--data", type=Path,
@@ -37,12 +41,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics", type=Path, help="metrics SQLite file (default DATA/metrics.sqlite)")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--table", choices=TABLES, default="md",
-                        help="md: Meta-Dataset episodes (default); vtab: VTAB-1k tasks; vtab-md: the VTAB+MD aggregate")
+                        help="md: Meta-Dataset episodes (default); vtab: VTAB-1k tasks; vtab-md: the VTAB+MD aggregate; "
+                        "cog: ImageNet-CoG levels and N")
     parser.add_argument("--vtab-benchmark", choices=[b.value for b in VtabBenchmark],
                         help="task set of --table vtab (default vtab-v1; vtab-md always uses vtab-v2)")
     parser.add_argument("--vtab-split", choices=SPLITS,
                         help="VTAB split whose results --table vtab shows (default test)")
+    parser.add_argument("--baseline", metavar="RUN",
+                        help="--table cog: show each cell also relative to this run's same cell (points)")
     parser.add_argument("--plots", type=Path, help="write the plots (PNG) into this directory")
+    parser.add_argument("--plots-per-n", action="store_true",
+                        help="--table cog with --plots: also an accuracy-vs-level plot for each few-shot N")
     parser.set_defaults(func=run)
 
 
@@ -60,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.table != "vtab" and (args.vtab_benchmark or args.vtab_split):
         given = "--vtab-benchmark" if args.vtab_benchmark else "--vtab-split"
         raise InvalidArgument(f"{given}: only with --table vtab (--table {args.table} uses its own fixed plan)")
+    if args.table != "cog" and (args.baseline or args.plots_per_n):
+        given = "--baseline" if args.baseline else "--plots-per-n"
+        raise InvalidArgument(f"{given}: only with --table cog (got --table {args.table})")
+    if args.table == "cog":
+        return _run_cog(args)
     if args.table != "md":
         return _run_vtab(args)
     if args.data is None:
@@ -102,6 +116,23 @@ def _run_vtab(args: argparse.Namespace) -> int:
         from sampler_server.metrics.vtab_plots import write_vtab_plots
 
         written = write_vtab_plots(scores, args.plots)
+        if args.format != "json":
+            print(f"\nplots: {len(written)} PNG files in {args.plots}")
+    return 0
+
+
+def _run_cog(args: argparse.Namespace) -> int:
+    """``--table cog``: stored numbers only, no packed stores needed."""
+    from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
+
+    if args.plots_per_n and args.plots is None:
+        raise InvalidArgument("--plots-per-n: only with --plots DIR (it adds plots to that directory)")
+    report = build_cog_report(_open_metrics(args), args.run, args.baseline)
+    print(render_cog_report(report, args.format))
+    if args.plots is not None:
+        from sampler_server.metrics.cog_plots import write_cog_plots
+
+        written = write_cog_plots(report, args.plots, per_shots=args.plots_per_n)
         if args.format != "json":
             print(f"\nplots: {len(written)} PNG files in {args.plots}")
     return 0
