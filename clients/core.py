@@ -423,6 +423,51 @@ class VtabClientMixin:
 # ---- ImageNet-CoG -------------------------------------------------------------------------
 
 
+_COG_IMAGES = pb.CogBatch.DESCRIPTOR.fields_by_name["images"].number
+
+
+@dataclass(frozen=True)
+class CogBatchArrays:
+    """One batch of a CoG level split, named as the CogBatch message names its fields:
+    ``images`` uint8 [B, S, S, 3] (0..255; [0, S, S, 3] when ``encoded``), ``labels``
+    int64 [B] (label i = the split's wnids[i]), ``record_ids`` in split order;
+    ``encoded`` holds the stored bytes when they were asked for, else None."""
+
+    level: str
+    split: str
+    shots: int
+    seed: int
+    index: int
+    fingerprint: str
+    split_fingerprint: str
+    split_size: int
+    images: np.ndarray
+    labels: np.ndarray
+    record_ids: tuple[int, ...]
+    num_classes: int
+    last: bool
+    store: str
+    image_size: int
+    encoded: pb.EncodedImages | None = None
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "CogBatchArrays":
+        """Parse a serialised CogBatch; the image array is a zero-copy view of ``data``."""
+        rest, tensors = split_tensors(data, frozenset({_COG_IMAGES}))
+        message = pb.CogBatch.FromString(rest)
+        if _COG_IMAGES in tensors:
+            images = _raw_array(tensors[_COG_IMAGES])
+        elif message.HasField("images"):
+            images = to_array(message.images)
+        else:
+            images = np.zeros((0, message.image_size, message.image_size, 3), np.uint8)
+        labels = to_array(message.labels) if message.HasField("labels") else np.zeros(0, np.int64)
+        return cls(message.level, message.split, message.shots, message.seed, message.index, message.fingerprint,
+                   message.split_fingerprint, message.split_size, images, labels,
+                   tuple(message.record_ids), message.num_classes, message.last, message.store, message.image_size,
+                   message.encoded if message.HasField("encoded") else None)
+
+
 def cog_split_request(level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
                       min_images: int = 0) -> pb.CogSplitRequest:
     """The request naming one CoG level split; names and values are checked by the server
@@ -435,9 +480,14 @@ class CogClientMixin:
     """ImageNet-CoG calls of ``SamplerClient``: the levels, one level split's record ids and
     labels, and its images in split order (a broken stream resumes at the next batch)."""
 
-    def cog_levels(self, level_size: int = 0, min_images: int = 0) -> pb.ListCogLevelsResponse:
-        """IN-1K (when an ILSVRC store is served) and L1..L5 with their concepts, sizes and
-        similarity ranges, for the level configuration (level_size, min_images)."""
+    def cog_levels(self, level_size: int = 0, min_images: int = 0) -> list[pb.CogLevelSummary]:
+        """IN-1K (when an ILSVRC store is served) then L1..L5 (when an IN-21K store is), with
+        their concepts, sizes and similarity ranges, for the level configuration."""
+        return list(self.cog_levels_response(level_size, min_images).levels)
+
+    def cog_levels_response(self, level_size: int = 0, min_images: int = 0) -> pb.ListCogLevelsResponse:
+        """The whole ListCogLevels reply: the levels plus the configuration as the server
+        resolved it, the number of eligible concepts and the levels' fingerprint."""
         request = pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images)
         return self._call("ListCogLevels", request)  # type: ignore[attr-defined]
 
@@ -451,12 +501,12 @@ class CogClientMixin:
     def stream_cog_batches(self, level: str, split: str, shots: int = 0, seed: int = 0, batch_size: int = 256,
                            start_index: int = 0, count: int = 0, image_size: int = 224,
                            resize: str = "shorter_bicubic_center_crop", level_size: int = 0, min_images: int = 0,
-                           encoded: bool = False) -> Iterator[pb.CogBatch]:
+                           encoded: bool = False) -> Iterator[CogBatchArrays]:
         """Batches start_index, start_index + 1, ... of a level split (count of them; 0 = to
-        the end, which is the batch with ``last`` set), every image once in split order.
-        Images are uint8 [B, S, S, 3] (``to_array(batch.images)``), or the stored bytes in
-        ``batch.encoded`` when ``encoded``. An empty split (val of a 1-shot subset) is one
-        empty batch with ``last`` set."""
+        the end, which is the batch with ``last`` set), every image once in split order,
+        ``batch_size`` per batch (the last one short). Images are uint8 [B, S, S, 3], or
+        the stored bytes in ``batch.encoded`` when ``encoded``. An empty split (the val
+        split of a 1-shot subset) is one empty batch with ``last`` set."""
         if resize not in _RESIZE:
             raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
         mode = pb.IMAGE_MODE_ENCODED if encoded else pb.IMAGE_MODE_DECODED
@@ -464,12 +514,12 @@ class CogClientMixin:
             split=cog_split_request(level, split, shots, seed, level_size, min_images), batch_size=batch_size,
             images=pb.ImageOptions(image_size=image_size, mode=mode, resize=_RESIZE[resize]))
 
-        def open_stream(next_index: int, remaining: int) -> Iterator[pb.CogBatch]:
+        def open_stream(next_index: int, remaining: int) -> Iterator[CogBatchArrays]:
             request = pb.StreamCogBatchesRequest()
             request.CopyFrom(base)
             request.start_index, request.count = next_index, remaining
-            return self._open("StreamCogBatches", pb.StreamCogBatchesRequest, pb.CogBatch.FromString,  # type: ignore[attr-defined]
-                              request)
+            return self._open("StreamCogBatches", pb.StreamCogBatchesRequest,  # type: ignore[attr-defined]
+                              CogBatchArrays.from_bytes, request)
 
         return self._resumable(open_stream, start_index, count, 1, "StreamCogBatches",  # type: ignore[attr-defined]
                                until_last=True)
