@@ -186,8 +186,8 @@ def render_cog_report(report: CogReport, fmt: str = "table") -> str:
     if report.baseline is not None:
         notes.append(
             f"Δ: the cell's mean minus baseline {report.baseline}'s mean in the same level and N, in percentage "
-            "points (the CoG paper's relative accuracy); Δ -: the baseline has no result there; *: the two means are over "
-            "different seeds")
+            "points (the CoG paper's relative accuracy); Δ -: the baseline has no result there; *: the two means "
+            "are over different seeds")
     notes += [f"  {run} has no CoG results" for run in report.blocks if not report.cells[run]]
     header = ["run", "level"] + [f"N={shots_name(shots)}" for shots in report.shots]
     return render_grid(header, rows, notes, fmt)

@@ -76,18 +76,19 @@ def test_a_bad_report_is_one_invalid_argument_line_and_stores_nothing(stub, repo
 
 
 @pytest.mark.parametrize(("request_", "code", "words"), [
-    (pb.GetReportRequest(run_ids=["cog-model"], table="vtab", baseline_run="cog-base"),
+    (pb.GetReportRequest(run_ids=["cog-table-run"], table="vtab", baseline_run="cog-table-run"),
      grpc.StatusCode.INVALID_ARGUMENT, ["baseline_run: only with table 'cog'", "'vtab'"]),
-    (pb.GetReportRequest(run_ids=["cog-model"], baseline_run="cog-base"),
+    (pb.GetReportRequest(run_ids=["cog-table-run"], baseline_run="cog-table-run"),
      grpc.StatusCode.INVALID_ARGUMENT, ["baseline_run: only with table 'cog'", "'md'"]),
-    (pb.GetReportRequest(run_ids=["cog-model"], table="cog", vtab_split="test"),
+    (pb.GetReportRequest(run_ids=["cog-table-run"], table="cog", vtab_split="test"),
      grpc.StatusCode.INVALID_ARGUMENT, ["vtab_split: only with table vtab"]),
-    (pb.GetReportRequest(run_ids=["cog-model"], table="cog", baseline_run="no-such-run"),
+    (pb.GetReportRequest(run_ids=["cog-table-run"], table="cog", baseline_run="no-such-run"),
      grpc.StatusCode.NOT_FOUND, ["run 'no-such-run' has no reports"]),
-    (pb.GetReportRequest(run_ids=["cog-model"], table="cogs"),
+    (pb.GetReportRequest(run_ids=["cog-table-run"], table="cogs"),
      grpc.StatusCode.INVALID_ARGUMENT, ["table: got 'cogs'", "vtab-md, cog"]),
 ])
 def test_bad_table_requests(stub, request_, code, words):
+    stub.ReportMetrics(pb.ReportMetricsRequest(reports=[_cog("cog-table-run", "L1", 0, 1, 0.5)]))  # a run to name
     got, message = _code(lambda: stub.GetReport(request_))
     assert got == code and "\n" not in message
     for word in words:

@@ -46,8 +46,9 @@ def test_a_good_report_becomes_its_result():
     ({"metrics": {"accuracy": math.nan}}, r'reports.metrics\["accuracy"\]: got nan for level L2'),
     ({"examples": 0}, r"reports.examples: got 0 for level L2 N=16 seed 3, expected the number of test images "
                       r"evaluated, 1 to 9223372036854775807"),
-    ({"metrics": {"accuracy": 0.5, "loss": 1.2}}, r"reports.metrics: got 'loss' for level L2 N=16 seed 3, expected "
-                                                  r'"accuracy" and optionally val_accuracy, learning_rate, weight_decay'),
+    ({"metrics": {"accuracy": 0.5, "loss": 1.2}},
+     r"""reports.metrics: got 'loss' for level L2 N=16 seed 3, expected "accuracy" and optionally val_accuracy, """
+     r"learning_rate, weight_decay"),
     ({"metrics": {"accuracy": 0.5, "val_accuracy": 2.0}}, r'reports.metrics\["val_accuracy"\]: got 2.0 for level L2 '
                                                           r"N=16 seed 3, expected a number from 0 to 1"),
     ({"metrics": {"accuracy": 0.5, "learning_rate": 0.0}}, r'reports.metrics\["learning_rate"\]: got 0.0 for level '
