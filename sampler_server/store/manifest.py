@@ -38,7 +38,10 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class ClassInfo:
-    """One class: its id is its position; its records are [start, end)."""
+    """One class: its id is its position; its records are [start, end).
+
+    ``digest``: the class's content digest, on stores fingerprinted per class
+    (``store.fingerprint.ClassDigestFingerprint``: sources packed in shards)."""
 
     id: int
     name: str
@@ -47,6 +50,7 @@ class ClassInfo:
     split: Split | None = None
     wnid: str | None = None
     group: str | None = None
+    digest: str | None = None
 
     @property
     def count(self) -> int:
@@ -65,6 +69,8 @@ class ClassInfo:
             out["wnid"] = self.wnid
         if self.group is not None:
             out["group"] = self.group
+        if self.digest is not None:
+            out["digest"] = self.digest
         return out
 
     @classmethod
@@ -78,6 +84,7 @@ class ClassInfo:
             split=Split(split) if split else None,
             wnid=data.get("wnid"),
             group=data.get("group"),
+            digest=data.get("digest"),
         )
 
 

@@ -116,6 +116,13 @@ class StoreReader:
         # named by its directory, as the server serves it (a copied store keeps its manifest name)
         return _environment_for(self.directory, self.directory.resolve().name, self.manifest.data_size)
 
+    def data_bytes(self) -> int:
+        """Size of the data file now (0 when it cannot be read): what a record costs on average."""
+        try:
+            return (self.directory / DATA_NAME).stat().st_size
+        except OSError:
+            return 0
+
     def check_data(self) -> None:
         """Open the data file now and check its size (start-up).
 
