@@ -1,4 +1,5 @@
-"""``sampler-server pack SOURCE --input DIR --output DIR`` (``pack vtab --tfds-name NAME --tfds-data-dir DIR``)."""
+"""``sampler-server pack SOURCE --input DIR --output DIR`` (``pack vtab --tfds-name NAME --tfds-data-dir DIR``,
+``pack imagenet21k --input DIR --output DATA [--wnids FILE] [--shard I/N]``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, spl
 from sampler_server.pack.plan import ConverterOptions
 from sampler_server.pack.reference_notes import reference_warnings
 from sampler_server.store.manifest import Manifest
+from sampler_server.store.shards import parse_shard, shard_store_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="ILSVRC: a Meta-Dataset duplicates list; its files are left out (repeatable)",
     )
     parser.add_argument("--labels", type=Path, help="VGG Flower / Traffic Signs: class names, one per line")
+    parser.add_argument("--wnids", type=Path, help="imagenet21k: pack only these synsets (one wnid per line)")
+    parser.add_argument(
+        "--shard", metavar="I/N",
+        help="imagenet21k: pack shard I (0-based) of N, a contiguous chunk of the synsets in wnid order, into "
+        "<name>-IIIII-of-NNNNN; pack every I into one --output and the server serves them as one source <name>",
+    )
     parser.add_argument("--max-side", type=int, help="downscale so the longer side is at most N (re-encodes)")
     parser.add_argument("--raw-size", type=int, help="store every image decoded and resized to S x S raw uint8 RGB")
     parser.add_argument(
@@ -60,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    name = args.name
+    if shard is not None and name is not None:
+        if not name or name.startswith(".") or "/" in name:
+            raise InvalidArgument(f"--name must be a plain directory name, got {name!r}")
+        name = shard_store_name(name, *shard)  # every shard its own store, served together as --name
     options = PackOptions(
         max_side=args.max_side,
         raw_size=args.raw_size,
@@ -67,14 +81,14 @@ def run(args: argparse.Namespace) -> int:
         lossless_derived=args.lossless_derived,
         on_error=args.on_error,
         workers=args.workers,
-        name=args.name,
+        name=name,
         overwrite=args.overwrite,
         progress=not args.quiet and not args.json,
     )
     converter = sources.get_converter(args.source)
     converter_options = ConverterOptions(
         class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels,
-        tfds_name=args.tfds_name,
+        tfds_name=args.tfds_name, wnids=args.wnids, shard=shard,
     )
     plan = converter.plan(_input_dir(args), converter_options)
     warnings = reference_warnings(args.source, converter_options)

@@ -30,7 +30,7 @@ from sampler_server.errors import DiskFull, FailedPrecondition, InputFormatError
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
 from sampler_server.pack.plan import RecordSidecar, SourceItem, SourcePlan
-from sampler_server.store.fingerprint import ContentFingerprint
+from sampler_server.store.fingerprint import ClassDigestFingerprint, ContentFingerprint
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
 from sampler_server.store.writer import StoreWriter, is_servable
 
@@ -312,7 +312,7 @@ def _write_all(
     progress: _Progress,
     sidecar: RecordSidecar | None,
 ) -> PackSummary:
-    fingerprint = ContentFingerprint(plan.source)
+    fingerprint = (ClassDigestFingerprint if plan.class_digests else ContentFingerprint)(plan.source)
     classes: list[ClassInfo] = []
     skipped: list[dict[str, str]] = []
     num_skipped = 0
@@ -369,6 +369,7 @@ def _write_all(
     bar.close()
 
     empty: list[str] = []
+    digests = fingerprint.class_digests() if isinstance(fingerprint, ClassDigestFingerprint) else None
     for class_index, class_plan in enumerate(plan.classes):
         if class_start[class_index] < 0:
             if options.on_error == "fail":
@@ -384,6 +385,7 @@ def _write_all(
                 split=class_plan.split,
                 wnid=class_plan.wnid,
                 group=class_plan.group,
+                digest=digests[len(classes)] if digests is not None else None,
             )
         )
     if not classes:

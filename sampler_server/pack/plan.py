@@ -100,7 +100,9 @@ class SourcePlan:
     beside the LMDB values (VTAB's TFDS index and label attributes); its ``finish``
     gives the manifest's ``tfds`` block. ``default_name``: the store directory when
     ``--name`` is not given (else the source name). ``total_items``: when known,
-    progress counts images instead of classes.
+    progress counts images instead of classes. ``class_digests``: fingerprint per
+    class (``store.fingerprint.ClassDigestFingerprint``), so shards of the source
+    merge into the fingerprint of one store (ImageNet-21K).
     """
 
     source: str
@@ -112,6 +114,7 @@ class SourcePlan:
     sidecar: Callable[[Path], RecordSidecar] | None = None
     default_name: str | None = None
     total_items: int | None = None
+    class_digests: bool = False
 
 
 class RecordSidecar(Protocol):
@@ -135,6 +138,8 @@ class ConverterOptions:
     duplicates: tuple[Path, ...] = ()
     labels: Path | None = None
     tfds_name: str | None = None  # VTAB: name[/config][:version] of a prepared TFDS dataset
+    wnids: Path | None = None  # ImageNet-21K: pack only the synsets listed (one wnid per line)
+    shard: tuple[int, int] | None = None  # ImageNet-21K: (index I, count N) of the share to pack
 
 
 def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:

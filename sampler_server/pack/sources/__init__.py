@@ -26,6 +26,7 @@ CONVERTERS: dict[str, str] = {
     "mscoco": "sampler_server.pack.sources.mscoco",
     "image_folder": "sampler_server.pack.sources.image_folder",
     "vtab": "sampler_server.pack.sources.vtab",
+    "imagenet21k": "sampler_server.pack.sources.imagenet21k",
 }
 
 

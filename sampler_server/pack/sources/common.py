@@ -102,7 +102,7 @@ def reject_unused(source: str, options: ConverterOptions, accepts: Iterable[str]
     """A flag the source does not use is a user error, not something to ignore."""
     accepted = set(accepts)
     flags = {"class_splits": "--class-splits", "duplicates": "--duplicates", "labels": "--labels",
-             "tfds_name": "--tfds-name"}
+             "tfds_name": "--tfds-name", "wnids": "--wnids", "shard": "--shard"}
     for field_name, flag in flags.items():
         value = getattr(options, field_name)
         if value and field_name not in accepted:
