@@ -4,7 +4,9 @@ The server process only samples and packs replies; JPEG/PNG decoding and resizin
 run in a pool of worker processes (CPU-bound work the GIL would serialise in
 threads). Workers start from a ``forkserver`` (never forked from a process already
 running gRPC threads), open the stores themselves read-only, and write pixels
-straight into shared-memory buffers the server reuses, so no pixel crosses a pipe.
+straight into shared-memory buffers the server reuses, so no pixel crosses a pipe
+(a source packed in shards is re-opened there as one reader over its shards,
+``store.sharded_reader``).
 Work is submitted without blocking (``submit``), so a stream can keep several
 episodes in flight and the workers never wait for the sender. Stores packed with
 ``--raw-size`` skip the pool: their records are copied straight into the output, but
@@ -53,17 +55,20 @@ from sampler_server.errors import DataLoss, FailedPrecondition
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, read_header
+from sampler_server.store.sharded_reader import ReaderLocation, ShardedReader, open_reader, reader_location
+
+Reader = StoreReader | ShardedReader  # one store, or the shards of one source read as one
 
 T = TypeVar("T")
 _MIN_CHUNK = 16
-_WORKER_READERS: dict[str, StoreReader] = {}
-_WORKER_STORES: dict[str, str] = {}
+_WORKER_READERS: dict[str, Reader] = {}
+_WORKER_STORES: dict[str, ReaderLocation] = {}
 _WORKER_BUFFERS: "OrderedDict[str, shared_memory.SharedMemory]" = OrderedDict()
 _WORKER_BUFFERS_KEPT = 2
 log = logging.getLogger("sampler_server.assembly")
 
 
-def _init_worker(stores: Mapping[str, str]) -> None:
+def _init_worker(stores: Mapping[str, ReaderLocation]) -> None:
     procutil.die_with_parent()  # no decode worker outlives its forkserver (see procutil)
     import cv2
 
@@ -72,10 +77,10 @@ def _init_worker(stores: Mapping[str, str]) -> None:
     _WORKER_STORES.update(stores)
 
 
-def _worker_reader(store: str) -> StoreReader:
+def _worker_reader(store: str) -> Reader:
     reader = _WORKER_READERS.get(store)
     if reader is None:
-        reader = _WORKER_READERS[store] = StoreReader(_WORKER_STORES[store])
+        reader = _WORKER_READERS[store] = open_reader(_WORKER_STORES[store])
     return reader
 
 
@@ -105,7 +110,7 @@ def _shm_exists(name: str) -> bool:
 
 
 def decode_records(
-    reader: StoreReader,
+    reader: Reader,
     record_ids: Sequence[int],
     size: int,
     method: ResizeMethod,
@@ -303,7 +308,7 @@ class PendingImages:
 class Assembler:
     """Shared by all requests of a server; thread-safe (the executor queues work)."""
 
-    def __init__(self, stores: Mapping[str, StoreReader], workers: int | None = None) -> None:
+    def __init__(self, stores: Mapping[str, Reader], workers: int | None = None) -> None:
         self.readers = dict(stores)
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
         self._pool: futures.ProcessPoolExecutor | None = None
@@ -321,7 +326,7 @@ class Assembler:
             self.workers,
             mp_context=context,
             initializer=_init_worker,
-            initargs=({name: str(reader.directory) for name, reader in self.readers.items()},),
+            initargs=({name: reader_location(reader) for name, reader in self.readers.items()},),
         )
 
     def _replace_pool(self, broken: futures.ProcessPoolExecutor) -> None:
@@ -482,7 +487,7 @@ class Assembler:
         return self._logged(_encoded_payloads, self.readers[store], [int(i) for i in record_ids])
 
 
-def _encoded_payloads(reader: StoreReader, ids: list[int]) -> list[tuple[bytes, Encoding, int, int, int]]:
+def _encoded_payloads(reader: Reader, ids: list[int]) -> list[tuple[bytes, Encoding, int, int, int]]:
     out = []
     for record_id, value in zip(ids, reader.read_values(ids)):
         try:
@@ -493,7 +498,7 @@ def _encoded_payloads(reader: StoreReader, ids: list[int]) -> list[tuple[bytes, 
     return out
 
 
-def _raw_payloads(reader: StoreReader, ids: list[int], size: int) -> list[memoryview]:
+def _raw_payloads(reader: Reader, ids: list[int], size: int) -> list[memoryview]:
     """The pixel payload of each raw record, as views of the values read (no copy)."""
     out = []
     expected = size * size * 3

@@ -76,8 +76,14 @@ def imagenet_spec(
     )
 
 
+UNSPLIT_WNID_SOURCES = frozenset({"imagenet21k"})  # wnids, no split, and not MD's WordNet split either
+
+
 def needs_wordnet_split(manifest: Any) -> bool:
-    """True for a store whose classes all carry wnids and none a split (ILSVRC as packed)."""
+    """True for a store whose classes all carry wnids and none a split (ILSVRC as packed).
+    ImageNet-21K looks the same but is split by ImageNet-CoG's levels instead."""
+    if manifest.source in UNSPLIT_WNID_SOURCES:
+        return False
     infos = tuple(manifest.classes)
     return bool(infos) and all(info.wnid and info.split is None for info in infos)
 

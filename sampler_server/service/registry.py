@@ -11,6 +11,15 @@ md-v2), because only these stores' class splits differ between the two.
 A request may name a store (its directory name) or a source kind (``omniglot``);
 ``StoreRegistry.get`` is the one place that resolves either.
 
+Shards (``pack imagenet21k --shard I/N``, ``store.shards``) are served as ONE store
+named by their base name (``imagenet21k``), whose manifest is the merged one and whose
+reader reads across them (``store.sharded_reader``); the shards themselves are not
+listed. A shard group that does not merge (a shard missing or unreadable, shards of
+different counts or inputs) is quarantined under its base name with that one-line
+reason: never served in part. So is a group whose base name is also a single store's
+directory (each shard is then quarantined under its own name, and the single store
+served).
+
 A store that cannot be read safely is quarantined at start-up, not served, and the
 others are: an unreadable or invalid manifest, a data file that is not LMDB, shorter
 than its LMDB pages or than the manifest records (a truncated copy). Each is logged
@@ -40,6 +49,8 @@ from sampler_server.quoting import quoted
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.naming import StoreName, pick_store
 from sampler_server.store.reader import StoreReader, find_stores
+from sampler_server.store.sharded_reader import ShardedReader
+from sampler_server.store.shards import group_stores
 
 log = logging.getLogger("sampler_server.service")
 
@@ -56,7 +67,7 @@ class QuarantinedStore:
 @dataclass(frozen=True)
 class ServedStore:
     name: str
-    reader: StoreReader
+    reader: StoreReader | ShardedReader
 
     @property
     def manifest(self) -> Manifest:
@@ -73,7 +84,11 @@ class ServedStore:
 
 
 def _needs_wordnet_split(manifest: Manifest) -> bool:
-    """Every class has a wnid and none a split: the split comes from WordNet (ILSVRC)."""
+    """Every class has a wnid and none a split: the split comes from WordNet (ILSVRC).
+    ImageNet-21K is unsplit too, but its levels and splits are ImageNet-CoG's, not MD's
+    (the same rule as ``core.imagenet_spec.needs_wordnet_split``, without importing networkx)."""
+    if manifest.source == "imagenet21k":
+        return False
     return bool(manifest.classes) and all(c.wnid and c.split is None for c in manifest.classes)
 
 
@@ -93,23 +108,57 @@ class StoreRegistry:
         """
         stores: list[ServedStore] = []
         quarantined: list[QuarantinedStore] = []
+
+        def refuse(name: str, reason: str, source: str | None) -> None:
+            quarantined.append(QuarantinedStore(name, reason, source))
+            log.error("store %r quarantined: %s", name, reason)
+
+        readers: dict[str, StoreReader] = {}
+        unreadable: dict[str, str] = {}  # store directory -> why (a shard among them breaks its group)
         for path in find_stores(data_dir):
             reader: StoreReader | None = None
             try:
                 reader = StoreReader(path)
                 reader.check_data()
             except SamplerError as error:
-                source = reader.manifest.source if reader is not None else None
-                quarantined.append(QuarantinedStore(path.name, str(error), source))
-                log.error("store %r quarantined: %s", path.name, error)
+                unreadable[path.name] = str(error)
+                if reader is None:
+                    refuse(path.name, str(error), None)
+                    continue
+            readers[path.name] = reader
+        grouped = group_stores({name: reader.manifest for name, reader in readers.items()})
+        for name, reason in grouped.refused.items():
+            refuse(name, reason, readers[name].manifest.source)
+        for name in grouped.single:
+            reader = readers[name]
+            if name in unreadable:
+                refuse(name, unreadable[name], reader.manifest.source)
                 continue
             if not reader.manifest.verifiable:
                 log.warning(
                     "store %r was packed before record checksums (record layout %d): its records cannot be "
                     "verified; repack it with the same `sampler-server pack` command (same episodes and "
-                    "fingerprint)", path.name, reader.manifest.record_layout,
+                    "fingerprint)", name, reader.manifest.record_layout,
                 )
-            stores.append(ServedStore(path.name, reader))
+            stores.append(ServedStore(name, reader))
+        for base, shards in grouped.groups.items():
+            source = next(iter(shards.values())).source
+            if base in grouped.single:
+                for name in shards:
+                    refuse(name, f"store {name!r} is a shard of {base!r}, which is also the name of a single store "
+                           f"here; remove the shards or that store", source)
+                continue
+            try:
+                broken = {name: unreadable[name] for name in shards if name in unreadable}
+                if broken:
+                    name, reason = next(iter(broken.items()))
+                    raise FailedPrecondition(f"sharded store {base!r}: shard {name!r} cannot be read ({reason}); "
+                                             "its other shards are not served either")
+                sharded = ShardedReader(base, [readers[name] for name in sorted(shards)])
+            except SamplerError as error:
+                refuse(base, str(error), source)
+                continue
+            stores.append(ServedStore(base, sharded))
         if not stores:
             if quarantined:
                 reasons = "; ".join(q.reason for q in quarantined)
