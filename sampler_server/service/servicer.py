@@ -140,11 +140,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         """A store's mean record size (data file over records): what an encoded image
         is charged against the stream budgets before it is read."""
         reader = self.assembler.readers[store]
-        try:
-            size = (reader.directory / "data.mdb").stat().st_size
-        except OSError:
-            return 1
-        return max(1, size // max(1, reader.num_records))
+        return max(1, reader.data_bytes() // max(1, reader.num_records))
 
     def _episode_source(self, request: pb.EpisodeRequest) -> tuple[Callable[[int], "Prepared"], str]:
         """For this request (validated up front): index -> a function that packs that episode."""
