@@ -39,6 +39,7 @@ TRAIN_SOURCES = ("aircraft", "cu_birds", "dtd", "fungi", "quickdraw", "vgg_flowe
 EVAL_SOURCES = ("aircraft", "cu_birds", "dtd", "traffic_sign", "mscoco")
 FRAMEWORKS = ("torch", "tf")
 VTAB_TASKS = ("svhn", "kitti_distance")  # keys of fixtures.tfds.DEMO_BUILDERS
+OWN_LEG_SOURCES = ("imagenet21k",)  # not MD sources: their leg builds its own data (CoG: its wnids and counts)
 VTAB_INSTALL = "VTAB leg skipped: tensorflow-datasets is missing; install the extra: pip install -e '.[vtab]'"
 # A linear probe small enough for two CPU cores: 32 px, conv4, two lrs x two step counts
 # (lrs high enough that a head on frozen random features learns in 40 steps).
@@ -75,7 +76,7 @@ def _step(text: str) -> None:
 def build_data(workdir: Path, classes: int, images_per_class: int, workers: int, quiet: bool) -> Path:
     original, store = workdir / "original", workdir / "store"
     for name in fixtures.available():
-        if name not in sources.CONVERTERS:
+        if name not in sources.CONVERTERS or name in OWN_LEG_SOURCES:
             continue
         fixture = fixtures.get_generator(name).generate(
             original / name, seed=0, num_classes=classes, images_per_class=images_per_class
