@@ -23,6 +23,17 @@ Other methods, each named in every episode that uses it:
   half-pixel centres, no antialiasing) after a full decode. OpenCV's ``INTER_LINEAR``
   samples that same grid without antialiasing; its 11-bit fixed-point weights keep
   the uint8 within 1 level of TF's float result (tests/fidelity).
+- ``SHORTER_BICUBIC_CENTER_CROP``: the ImageNet-CoG reference's torchvision
+  ``Resize(S, BICUBIC)`` then ``CenterCrop(S)`` on a PIL image opened with
+  ``.convert("RGB")``: the shorter side becomes S and the longer
+  ``int(S * long / short)`` (torchvision's truncation), resized with PIL's bicubic
+  (antialiased when downscaling, as torchvision always is on PIL images), then the
+  S x S centre at torchvision's offsets ``int(round((side - S) / 2.0))`` (Python's
+  round, ties to even). Since the shorter side is S the crop never pads. We call
+  the same PIL ``resize`` on the same RGB image, so the pixels are torchvision's
+  exactly (tests/fidelity/test_cog_preprocess.py). A resize with a ``box`` (only
+  the cropped part) would be cheaper but is not the same: PIL takes the box in
+  float32 and shifts every tap, up to 26 levels off on noise.
 
 Everything here is a pure function of its inputs.
 """
@@ -44,19 +55,66 @@ class ResizeMethod(str, enum.Enum):
     ANTIALIAS = "antialias"  # PIL bilinear with antialiasing when downscaling
     FAST_BILINEAR = "fast_bilinear"  # reduced-scale decode + half-pixel bilinear: faster, other pixels
     TF2_BILINEAR = "tf2_bilinear"  # the VTAB reference's: full decode + TF2 tf.image.resize bilinear
+    SHORTER_BICUBIC_CENTER_CROP = "shorter_bicubic_center_crop"  # CoG's: PIL decode, torchvision Resize + CenterCrop
 
 
-def to_rgb_array(image: Image.Image) -> np.ndarray:
-    """H x W x 3 uint8, whatever the file's mode (palette, grey, 1-bit, CMYK, alpha).
+def to_rgb_image(image: Image.Image) -> Image.Image:
+    """The image in mode RGB, whatever the file's mode (palette, grey, 1-bit, CMYK, alpha).
 
     Grey is replicated to three channels, as ``decode_image(..., channels=3)`` does;
-    alpha is dropped (not composited), as it does.
+    alpha is dropped (not composited), as it does. For every mode a file opens in
+    this equals PIL's own ``image.convert("RGB")`` (the CoG reference's), 16-bit,
+    32-bit and float grey included: both clamp to 0..255.
     """
     if image.mode != "RGB":
         if image.mode in ("1", "I", "I;16", "F"):
             image = image.convert("L")
         image = image.convert("RGB")
-    return np.asarray(image, dtype=np.uint8)
+    return image
+
+
+def to_rgb_array(image: Image.Image) -> np.ndarray:
+    """H x W x 3 uint8 pixels of ``to_rgb_image(image)``."""
+    return np.asarray(to_rgb_image(image), dtype=np.uint8)
+
+
+def shorter_side_size(height: int, width: int, size: int) -> tuple[int, int]:
+    """(height, width) after torchvision's ``Resize(size)``: the shorter side becomes
+    ``size``, the longer ``int(size * long / short)``, truncated in float as torchvision
+    computes it (so the aspect ratio is kept to within one pixel, never rounded up)."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_long = int(size * long / short)
+    return (new_long, size) if width <= height else (size, new_long)
+
+
+def center_crop_offsets(height: int, width: int, size: int) -> tuple[int, int]:
+    """(top, left) of torchvision's ``CenterCrop(size)`` in a height x width image that
+    is at least size x size: ``int(round((side - size) / 2.0))``, ties to even."""
+    return int(round((height - size) / 2.0)), int(round((width - size) / 2.0))
+
+
+def resize_shorter_center_crop(image: Image.Image, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """size x size x C uint8: the CoG reference's ``Resize(size, BICUBIC)`` +
+    ``CenterCrop(size)`` of a PIL image in mode RGB or L (C = 3 or 1).
+
+    The whole image is resized, as torchvision does (see the module docstring for
+    why a cropped resize would not be the same pixels). ``out`` (size x size x C
+    uint8) receives the result; else a new writable array is returned."""
+    if image.mode not in ("RGB", "L"):
+        raise ValueError(f"resize_shorter_center_crop: got a {image.mode} image, expected RGB or L")
+    new_height, new_width = shorter_side_size(image.height, image.width, size)
+    if (new_height, new_width) != (image.height, image.width):  # torchvision skips a no-op resize
+        image = image.resize((new_width, new_height), Image.Resampling.BICUBIC)
+    top, left = center_crop_offsets(new_height, new_width, size)
+    if (top, left, new_height, new_width) != (0, 0, size, size):
+        image = image.crop((left, top, left + size, top + size))
+    pixels = np.asarray(image, dtype=np.uint8)  # read-only, over PIL's bytes
+    if pixels.ndim == 2:
+        pixels = pixels[:, :, None]
+    if out is None:
+        return pixels.copy()
+    out[...] = pixels
+    return out
 
 
 def _source_coordinates(in_size: int, out_size: int) -> np.ndarray:
@@ -98,7 +156,8 @@ def resize_align_corners(pixels: np.ndarray, size: int, out: np.ndarray | None =
 
 
 def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMethod.BILINEAR) -> np.ndarray:
-    """Resize H x W x C uint8 pixels to size x size x C."""
+    """Resize H x W x C uint8 pixels to size x size x C (for
+    ``SHORTER_BICUBIC_CENTER_CROP``: the centre of the shorter-side resize)."""
     height, width = pixels.shape[:2]
     if height == size and width == size:
         return np.ascontiguousarray(pixels)
@@ -106,6 +165,11 @@ def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMe
         out = resize_align_corners(np.ascontiguousarray(pixels), size)
     elif method in (ResizeMethod.FAST_BILINEAR, ResizeMethod.TF2_BILINEAR):
         out = cv2.resize(pixels, (size, size), interpolation=cv2.INTER_LINEAR)
+    elif method is ResizeMethod.SHORTER_BICUBIC_CENTER_CROP:
+        grey = pixels.ndim == 2 or pixels.shape[2] == 1
+        image = Image.fromarray(np.ascontiguousarray(pixels.reshape(height, width) if grey else pixels))
+        out = resize_shorter_center_crop(image, size)  # size x size x C
+        return out[:, :, 0] if pixels.ndim == 2 else out
     else:
         mode = "RGB" if pixels.ndim == 3 and pixels.shape[2] == 3 else "L"
         image = Image.fromarray(pixels.reshape(height, width, -1).squeeze(-1) if mode == "L" else pixels, mode)

@@ -13,6 +13,15 @@ By resize method:
 - ``ANTIALIAS``: full-size IFAST decode, then PIL's antialiased bilinear.
 - ``TF2_BILINEAR`` (VTAB's default): full-size IFAST decode (TFDS decodes with
   ``decode_jpeg``'s default), then TF2's half-pixel bilinear (``imaging``).
+- ``SHORTER_BICUBIC_CENTER_CROP`` (ImageNet-CoG's): every encoding, JPEG included,
+  is decoded by Pillow and converted to RGB, as the reference's
+  ``Image.open(path).convert("RGB")`` does (Pillow's libjpeg-turbo with its default
+  accurate DCT and fancy upsampling; CMYK and grey converted by Pillow), then the
+  shorter side is resized to S with PIL's bicubic and the centre S x S cropped
+  (``imaging.resize_shorter_center_crop``). Using Pillow for the decode too makes
+  the pixels torchvision's by construction; simplejpeg with the accurate DCT gives
+  the same RGB JPEG pixels (tests/fidelity/test_cog_preprocess.py) but would need
+  a copy into a PIL image for the resize, which costs what it saves.
 PNG and other formats are decoded by Pillow (lossless, so any decoder agrees), grey
 replicated to RGB. RAW records are the stored pixels: the assembler serves them only
 at the size and with the method they were packed with. The output is a pure function
@@ -28,7 +37,14 @@ import simplejpeg
 from PIL import Image
 
 from sampler_server.errors import DataLoss
-from sampler_server.imaging import ResizeMethod, resize_align_corners, resize_square, to_rgb_array
+from sampler_server.imaging import (
+    ResizeMethod,
+    resize_align_corners,
+    resize_shorter_center_crop,
+    resize_square,
+    to_rgb_array,
+    to_rgb_image,
+)
 from sampler_server.store.record import Encoding, read_header
 
 
@@ -52,6 +68,9 @@ def record_pixels(
     """
     encoding, width, height, channels, offset = read_header(value)
     payload = memoryview(value)[offset:]
+    if method is ResizeMethod.SHORTER_BICUBIC_CENTER_CROP and encoding is not Encoding.RAW:
+        image = to_rgb_image(_open_with_pillow(payload))
+        return resize_shorter_center_crop(image, size, out)
     if encoding is Encoding.RAW:
         pixels = np.frombuffer(payload, dtype=np.uint8).reshape(height, width, channels)
         if channels == 1:
@@ -83,6 +102,11 @@ def _decode_jpeg(payload: memoryview, min_side: int, fastdct: bool) -> np.ndarra
 
 
 def _decode_with_pillow(payload: memoryview, draft_side: int = 0) -> np.ndarray:
+    return to_rgb_array(_open_with_pillow(payload, draft_side))
+
+
+def _open_with_pillow(payload: memoryview, draft_side: int = 0) -> Image.Image:
+    """The decoded image in the file's own mode (DataLoss if it cannot be decoded)."""
     try:
         image = Image.open(io.BytesIO(payload))
         if draft_side and image.format == "JPEG":
@@ -90,7 +114,7 @@ def _decode_with_pillow(payload: memoryview, draft_side: int = 0) -> np.ndarray:
         image.load()
     except (OSError, SyntaxError, ValueError) as error:
         raise DataLoss(f"cannot decode stored image ({error})") from None
-    return to_rgb_array(image)
+    return image
 
 
 def decode_into(out: np.ndarray, values: list[bytes], method: ResizeMethod = ResizeMethod.BILINEAR) -> None:

@@ -33,6 +33,7 @@ _RESIZE = {
     pb.RESIZE_METHOD_ANTIALIAS: ResizeMethod.ANTIALIAS,
     pb.RESIZE_METHOD_FAST_BILINEAR: ResizeMethod.FAST_BILINEAR,
     pb.RESIZE_METHOD_TF2_BILINEAR: ResizeMethod.TF2_BILINEAR,
+    pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: ResizeMethod.SHORTER_BICUBIC_CENTER_CROP,
 }
 _RESIZE_BACK = {method: code for code, method in _RESIZE.items() if code != pb.RESIZE_METHOD_UNSPECIFIED}
 _ENCODINGS = {
@@ -91,8 +92,8 @@ def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
         raise InvalidArgument(f"images.mode: got {message.mode}, expected IMAGE_MODE_DECODED or IMAGE_MODE_ENCODED")
     if message.resize not in _RESIZE:
         raise InvalidArgument(f"images.resize: got {message.resize}, "
-                              "expected RESIZE_METHOD_BILINEAR, RESIZE_METHOD_ANTIALIAS, RESIZE_METHOD_FAST_BILINEAR "
-                              "or RESIZE_METHOD_TF2_BILINEAR")
+                              "expected RESIZE_METHOD_BILINEAR, RESIZE_METHOD_ANTIALIAS, RESIZE_METHOD_FAST_BILINEAR, "
+                              "RESIZE_METHOD_TF2_BILINEAR or RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP")
     return ImageRequest(size, message.mode == pb.IMAGE_MODE_ENCODED, _RESIZE[message.resize])
 
 
