@@ -1,5 +1,6 @@
 """``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.trainer``);
-``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.transfer``).
+``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.transfer``);
+``python -m clients.tf cog ...``: the ImageNet-CoG linear evaluation (``clients.tf.cog``).
 
 TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
 set these variables. They take effect only if TensorFlow is not imported yet, i.e.
@@ -17,6 +18,10 @@ if __name__ == "__main__":
         from clients.tf.transfer import main as transfer_main
 
         sys.exit(transfer_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["cog"]:
+        from clients.tf.cog import main as cog_main
+
+        sys.exit(cog_main(sys.argv[2:]))
     from clients.tf.trainer import main
 
     sys.exit(main())

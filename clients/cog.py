@@ -1,0 +1,697 @@
+"""The ImageNet-CoG linear evaluation, framework-free: the part ``clients.torch.cog`` and
+``clients.tf.cog`` share (levels checked with the server, features extracted once and
+cached, the hyper-parameter search, the final fit, test, reports, summary, exit codes).
+A framework supplies a ``CogBackend``: the user's backbone, and the linear layer's
+training step and predictions.
+
+The protocol (CoG paper, supplementary B; the reference's ``logreg.py`` defaults):
+for each level asked (default: every level ListCogLevels gives, IN-1K first), the
+backbone embeds the level's whole ``train`` split and its ``test`` split once, images
+preprocessed by the server (shorter side to ``--image-size`` bicubic, centre crop),
+then divided by 255 and normalised with ``--mean``/``--std`` (ImageNet's by default).
+The features are cached on disk (``clients.cog_cache``) and L2-normalised when read.
+For each N of ``--shots`` (``all`` = every train image) and each seed of ``--seeds``,
+train(N, seed) and its 20% validation part val(N, seed) come from the server as record
+ids (GetCogSplit) and select rows of the cached train features. A linear layer (bias
+included) is trained by SGD with momentum 0.9 and weight decay on train(N, seed) minus
+val(N, seed), batches of ``--batch-size`` (1024; all rows when fewer) reshuffled every
+epoch, the learning rate decayed by a cosine over ``--epochs`` (100) as the reference
+steps it: set after each epoch to ``lr * (1 + cos(pi * e / epochs)) / 2``, so epochs 0
+and 1 use ``lr``. Each (learning rate, weight decay) of the search is scored top-1 on
+val(N, seed); the best (ties: the first in grid order) is trained again on the whole
+train(N, seed) and scored on the test split. One report per (level, N, seed).
+
+The search is a deterministic log-spaced grid, not Optuna's TPE sampler (the paper's 30
+trials): the grid keeps ``clients`` installable with no further dependency, gives the
+same choice on every machine, and covers the same ranges with the same budget by
+default: ``--grid 6x5`` = 6 learning rates log-spaced over [0.1, 100] times 5 weight
+decays log-spaced over [1e-12, 1e-4] (the reference's ``LR_INTV`` and ``WD_INTV``); a
+grid of one point takes the range's geometric middle. Grid order: learning rate major.
+
+N with no validation images (val(N, seed) empty, e.g. N = 1 where 20% of one image per
+concept is none; or nothing left to train on without val): the hyper-parameters are
+those chosen for the same level and seed at the smallest larger N of the paper's
+1, 2, 4, ..., 128, then all, whose val is not empty; that search is run even when its N
+was not asked for, so a result never depends on which other N a run evaluates. Its
+report carries no ``val_accuracy``; the summary names the N it came from.
+
+Determinism: a fit's initial weights (drawn as ``torch.nn.Linear`` draws them, uniform
+in +-1/sqrt(D)) and its per-epoch batch orders come from one legacy ``RandomState``
+seeded by hashing (seed, level, N, phase): every grid point of a search sees the same
+initialisation and batch order (common random numbers), so the choice measures the
+hyper-parameters; both frameworks get the same draws. With deterministic kernels (each
+framework switches them on for the CPU) two runs with the same arguments report the
+same accuracies. A fit whose loss turns non-finite stops there, as the reference's
+does; in the search it scores 0 (never preferred over one that trained).
+
+Reports (protocol "cog"): key (run, level, N, seed); metrics ``accuracy`` (test top-1),
+``val_accuracy``, ``learning_rate``, ``weight_decay``; ``examples`` = test images. The
+run configuration leaves out what only selects work (``--levels``, ``--shots``,
+``--seeds``) and where files live (the checkpoint's path; its sha256 is kept), so one
+run may be completed over several invocations.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import importlib
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clients.cog_cache import CachedFeatures, FeatureCache, SplitIds, sha256_path
+from clients.core import RetryPolicy, SamplerClient, SamplerClientError
+from clients.orchestration import EXIT_BAD_INPUT, EXIT_SERVER, UsageError
+from clients.reporting import run_config_json
+from clients.trainer_args import (
+    DEVICES,
+    FRAMEWORKS,
+    OPERATIONAL,
+    TrainerArgumentParser,
+    _add_server_group,
+    _int_at_least,
+    _positive_float,
+    client_security,
+)
+from clients.transfer import derive_seed
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+PROTOCOL = "cog"
+MOMENTUM = 0.9
+LR_RANGE = (1e-1, 1e2)
+WD_RANGE = (1e-12, 1e-4)
+DEFAULT_GRID = (6, 5)
+EPOCHS = 100
+BATCH_SIZE = 1024
+IMAGE_SIZE = 224
+EXTRACT_BATCH_SIZE = 128
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+PAPER_SHOTS = (1, 2, 4, 8, 16, 32, 64, 128)
+DEFAULT_SHOTS = (0, *PAPER_SHOTS)  # 0 = all
+DEFAULT_SEEDS = (1, 2, 3, 4, 5)
+RESIZE = "shorter_bicubic_center_crop"
+# What selects work or names a place, not what defines a result: left out of the run configuration.
+COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "backbone_checkpoint",
+                   "extract_batch_size")
+
+
+# ---- the pure parts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HParams:
+    """One point of the search."""
+
+    lr: float
+    wd: float
+
+    @property
+    def label(self) -> str:
+        return f"lr={self.lr:.6g},wd={self.wd:.6g}"
+
+
+def log_points(lo: float, hi: float, count: int) -> tuple[float, ...]:
+    """``count`` values log-spaced over [lo, hi], both ends included; one point: the geometric middle."""
+    if count == 1:
+        return (math.sqrt(lo * hi),)
+    return tuple(float(lo * (hi / lo) ** (i / (count - 1))) for i in range(count))
+
+
+def search_grid(lr_points: int, wd_points: int) -> list[HParams]:
+    """The search's points in order: learning rate major, both ascending."""
+    return [HParams(lr, wd) for lr in log_points(*LR_RANGE, lr_points) for wd in log_points(*WD_RANGE, wd_points)]
+
+
+def cosine_lr(base: float, epoch: int, epochs: int) -> float:
+    """Learning rate of ``epoch`` (from 0), as the reference steps its cosine: after epoch e
+    it sets ``base * (1 + cos(pi * e / epochs)) / 2``, so epochs 0 and 1 both use ``base``."""
+    return base if epoch == 0 else base * 0.5 * (1.0 + math.cos(math.pi * (epoch - 1) / epochs))
+
+
+def l2_normalise(features: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm (at least 1e-12, as ``torch.nn.functional.normalize``), float32."""
+    x = np.asarray(features, np.float32)
+    return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))).astype(np.float32)
+
+
+def choose(scores: Sequence[float], grid: Sequence[HParams]) -> HParams:
+    """The best-scoring point; ties go to the first in grid order."""
+    return grid[max(range(len(grid)), key=lambda i: (scores[i], -i))]
+
+
+def fallback_shots(shots: int) -> list[int]:
+    """Where an N without validation images borrows its hyper-parameters from, in order."""
+    if shots == 0:
+        return []
+    return [n for n in PAPER_SHOTS if n > shots] + [0]
+
+
+_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """What ``--backbone`` names: ``kind`` 'builtin', 'file' or 'callable'; ``target`` the
+    file, or 'module:callable'; ``checkpoint`` the weights file whose sha256 keys the cache
+    (for 'builtin': where its weights are kept, written when missing)."""
+
+    kind: str
+    target: str
+    checkpoint: Path
+
+
+def backbone_spec(args: argparse.Namespace, builtin_name: str) -> BackboneSpec:
+    """Resolve ``--backbone`` / ``--backbone-checkpoint``; bad combinations are one line (exit 2)."""
+    text, checkpoint = args.backbone, args.backbone_checkpoint
+    if text == "builtin":
+        return BackboneSpec("builtin", text, Path(checkpoint or Path(args.feature_cache) / builtin_name))
+    if Path(text).exists():
+        if checkpoint is not None:
+            raise UsageError(f"argument --backbone-checkpoint: got {checkpoint!r}, but --backbone {text!r} is a file "
+                             "holding its own weights (the flag is for builtin and module:callable backbones)")
+        return BackboneSpec("file", text, Path(text))
+    if _CALLABLE.match(text):
+        if checkpoint is None or not Path(checkpoint).exists():
+            raise UsageError(f"argument --backbone-checkpoint: got {checkpoint!r}, expected the existing weights file "
+                             f"that {text} loads (its sha256 keys the feature cache)")
+        return BackboneSpec("callable", text, Path(checkpoint))
+    raise UsageError(f"argument --backbone: got {text!r}, expected builtin, an existing model file, or "
+                     "module:callable")
+
+
+def load_callable(target: str) -> Callable[..., Any]:
+    """The object ``module:callable`` names (dotted attributes allowed), else one line (exit 2)."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"argument --backbone: got {target!r}, which cannot be loaded ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:160]})") from None
+    if not callable(value):
+        raise UsageError(f"argument --backbone: got {target!r}, which names a {type(value).__name__}, not a callable")
+    return value
+
+
+# ---- what a framework supplies --------------------------------------------------------------
+
+
+class CogBackend(abc.ABC):
+    """A framework's backbone (frozen, inference mode) and linear classifier."""
+
+    name = "framework"
+
+    def __init__(self, args: argparse.Namespace, spec: BackboneSpec) -> None:
+        self.args, self.spec = args, spec
+
+    @property
+    def checkpoint(self) -> Path:
+        """The backbone's weights on disk (file or directory): its sha256 keys the feature cache."""
+        return self.spec.checkpoint
+
+    def backbone_kind(self) -> str:
+        """'builtin', 'file' or the 'module:callable' named: part of the cache key and configuration."""
+        return self.spec.target if self.spec.kind == "callable" else self.spec.kind
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Framework, versions, device, feature size: stored with the reports."""
+
+    @abc.abstractmethod
+    def extract(self, images: np.ndarray) -> np.ndarray:
+        """Features float32 [B, D] of uint8 RGB images [B, S, S, 3] (scaled to [0, 1], then --mean/--std)."""
+
+    @abc.abstractmethod
+    def classifier_data(self, features: np.ndarray, labels: np.ndarray) -> Any:
+        """The (L2-normalised) features and labels placed where the classifier trains."""
+
+    @abc.abstractmethod
+    def reset(self, weight: np.ndarray, bias: np.ndarray, weight_decay: float) -> None:
+        """A fresh linear layer (weight [C, D], bias [C]) and a fresh SGD (momentum 0.9, weight decay)."""
+
+    @abc.abstractmethod
+    def train_step(self, data: Any, indices: np.ndarray, lr: float) -> float:
+        """One SGD step at ``lr`` on rows ``indices`` of ``data`` (mean cross-entropy); the loss."""
+
+    @abc.abstractmethod
+    def predict(self, data: Any) -> np.ndarray:
+        """Predicted labels of every row of ``data``."""
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        """(exit status, one line) for a framework error worth a clean exit, else None."""
+        return None
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    loss: float
+    diverged: bool
+
+
+def fit(backend: CogBackend, data: Any, count: int, dim: int, num_classes: int, hp: HParams, epochs: int,
+        batch_size: int, seed: int) -> FitOutcome:
+    """Train a fresh linear layer on ``count`` rows of ``data``: the init and the batch orders
+    drawn from ``seed``, the reference's schedule; stops at a non-finite loss."""
+    rng = np.random.RandomState(seed)
+    bound = 1.0 / math.sqrt(dim)
+    weight = rng.uniform(-bound, bound, (num_classes, dim)).astype(np.float32)
+    bias = rng.uniform(-bound, bound, num_classes).astype(np.float32)
+    backend.reset(weight, bias, hp.wd)
+    step = min(batch_size, count)
+    loss = float("nan")
+    for epoch in range(epochs):
+        order = rng.permutation(count)
+        lr = cosine_lr(hp.lr, epoch, epochs)
+        for start in range(0, count, step):
+            loss = backend.train_step(data, order[start:start + step], lr)
+            if not math.isfinite(loss):
+                return FitOutcome(loss, True)
+    return FitOutcome(loss, False)
+
+
+def accuracy(backend: CogBackend, data: Any, labels: np.ndarray) -> float:
+    predicted = np.asarray(backend.predict(data)).reshape(-1)
+    return float(np.mean(predicted == labels)) if len(labels) else 0.0
+
+
+# ---- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Search:
+    """The search of one (level, N, seed): every point's val accuracy and the choice."""
+
+    shots: int
+    scores: tuple[float, ...]
+    best: HParams
+    fit_examples: int
+    val_examples: int
+
+
+def _split_ids(message: Any, level: str, split: str) -> SplitIds:
+    return SplitIds(level, split, str(message.fingerprint), np.asarray(message.record_ids, np.int64),
+                    np.asarray(message.labels, np.int64))
+
+
+class CogRun:
+    """One evaluation run; ``execute`` returns the JSON-able summary."""
+
+    def __init__(self, backend: CogBackend, client: SamplerClient, log: Callable[[str], None]) -> None:
+        self.backend, self.client, self.log = backend, client, log
+        self.args = args = backend.args
+        self.grid = search_grid(*args.grid)
+        self.cache = FeatureCache(args.feature_cache)
+        self.checkpoint_sha256 = sha256_path(backend.checkpoint)
+        self.searches: dict[tuple[str, int, int], Search | None] = {}
+        self.splits: dict[tuple[str, str, int, int], SplitIds] = {}
+        self.features: dict[str, CachedFeatures] = {}
+        self.num_classes: dict[str, int] = {}
+
+    # -- server-side facts --
+
+    def levels(self) -> list[Any]:
+        """The levels to evaluate, in the server's order; unknown names are one line, exit 2."""
+        served = list(self.client.cog_levels(level_size=self.args.level_size, min_images=self.args.min_images))
+        names = [summary.level for summary in served]
+        if not self.args.levels:
+            if not served:
+                raise UsageError("the server serves no ImageNet-CoG level (no imagenet21k or ILSVRC store)")
+            return served
+        for name in self.args.levels:
+            if name not in names:
+                raise UsageError(f"argument --levels: got {name!r}, expected levels this server serves "
+                                 f"({', '.join(names) or 'none'})")
+        return [summary for summary in served if summary.level in self.args.levels]
+
+    def split(self, level: str, split: str, shots: int = 0, seed: int = 0) -> SplitIds:
+        key = (level, split, shots, seed)
+        if key not in self.splits:
+            message = self.client.cog_split(level, split, shots=shots, seed=seed, level_size=self.args.level_size,
+                                            min_images=self.args.min_images)
+            self.splits[key] = _split_ids(message, level, split)
+            self.num_classes[level] = int(message.num_classes)
+        return self.splits[key]
+
+    # -- features --
+
+    def cache_fields(self, split: SplitIds) -> dict[str, Any]:
+        args = self.args
+        return {"checkpoint_sha256": self.checkpoint_sha256, "split_fingerprint": split.fingerprint,
+                "image_size": args.image_size, "resize": RESIZE, "framework": self.backend.name,
+                "backbone": self.backend.backbone_kind(), "mean": list(args.mean), "std": list(args.std),
+                "level": split.level, "split": split.split}
+
+    def _batches(self, split: SplitIds) -> Callable[[int], Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
+        args = self.args
+
+        def batches(start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+            total = -(-len(split.record_ids) // args.extract_batch_size)
+            if start >= total:
+                return
+            stream = self.client.stream_cog_batches(
+                split.level, split.split, batch_size=args.extract_batch_size, start_index=start,
+                image_size=args.image_size, level_size=args.level_size, min_images=args.min_images)
+            for batch in stream:
+                if batch.split_fingerprint != split.fingerprint:
+                    raise SamplerClientError(
+                        f"StreamCogBatches {split.level}/{split.split}: batch {batch.index} is of split "
+                        f"{batch.split_fingerprint[:16]}, expected {split.fingerprint[:16]}")
+                features = np.asarray(self.backend.extract(batch.images), np.float32)
+                if features.ndim != 2 or features.shape[0] != len(batch.record_ids):
+                    raise UsageError(f"argument --backbone: it maps {len(batch.record_ids)} images to an output of "
+                                     f"shape {tuple(features.shape)}, expected [{len(batch.record_ids)}, D] features")
+                if not np.all(np.isfinite(features)):
+                    raise UsageError(f"argument --backbone: its features of {split.level}/{split.split} batch "
+                                     f"{batch.index} are not all finite")
+                if (int(batch.index) + 1) % args.log_every == 0:
+                    self.log(f"{split.level} {split.split}: embedded batch {int(batch.index) + 1}/{total}")
+                yield (int(batch.index), np.asarray(batch.record_ids, np.int64), np.asarray(batch.labels, np.int64),
+                       features)
+
+        return batches
+
+    def level_features(self, level: str, split_name: str) -> CachedFeatures:
+        split = self.split(level, split_name)
+        if not len(split.record_ids):
+            raise SamplerClientError(f"GetCogSplit {level}/{split_name}: the server lists an empty split")
+        found = self.cache.get_or_extract(self.cache_fields(split), split, self.args.extract_batch_size,
+                                          self._batches(split), self.log)
+        self.log(f"{level} {split_name}: {len(split.record_ids)} images, features "
+                 f"{'extracted' if found.extracted else 'from the cache'} ({found.path})")
+        return found
+
+    # -- classifiers --
+
+    def _rows(self, level: str, shots: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the cached train features of train(N, seed) and of its val part."""
+        train = self.split(level, "train", shots, seed)
+        val = self.split(level, "val", shots, seed)
+        features = self.features[f"{level}/train"]
+        train_rows = features.rows(train.record_ids, train.labels, f"train split (N={shots or 'all'}, seed {seed})")
+        val_rows = features.rows(val.record_ids, val.labels, f"val split (N={shots or 'all'}, seed {seed})")
+        if not np.all(np.isin(val_rows, train_rows)):
+            raise SamplerClientError(f"GetCogSplit {level}: val (N={shots or 'all'}, seed {seed}) holds images that "
+                                     "its train split does not")
+        return train_rows, val_rows
+
+    def _data(self, level: str, rows: np.ndarray) -> tuple[Any, np.ndarray, int]:
+        """(classifier data, labels, feature size) of rows of the level's train features, L2-normalised."""
+        features = self.features[f"{level}/train"]
+        rows = np.sort(rows)
+        x = l2_normalise(features.features[rows])
+        labels = features.labels[rows]
+        return self.backend.classifier_data(x, labels), labels, int(x.shape[1])
+
+    def _fit(self, level: str, data: Any, count: int, dim: int, hp: HParams, seed: int) -> FitOutcome:
+        return fit(self.backend, data, count, dim, self.num_classes[level], hp, self.args.epochs,
+                   self.args.batch_size, seed)
+
+    def search(self, level: str, shots: int, seed: int) -> Search | None:
+        """The search of (level, N, seed), or None when it has no val images (or nothing besides)."""
+        key = (level, shots, seed)
+        if key in self.searches:
+            return self.searches[key]
+        train_rows, val_rows = self._rows(level, shots, seed)
+        fit_rows = np.setdiff1d(train_rows, val_rows)
+        if not len(val_rows) or not len(fit_rows):
+            self.searches[key] = None
+            return None
+        fit_data, _, dim = self._data(level, fit_rows)
+        val_data, val_labels, _ = self._data(level, val_rows)
+        fit_seed = derive_seed(seed, "cog", level, shots, "search")
+        scores = []
+        for hp in self.grid:
+            outcome = self._fit(level, fit_data, len(fit_rows), dim, hp, fit_seed)
+            score = 0.0 if outcome.diverged else accuracy(self.backend, val_data, val_labels)
+            scores.append(score)
+            self.log(f"{level} N={shots or 'all'} seed {seed} {hp.label}: val accuracy {score:.4f}"
+                     f"{' (diverged)' if outcome.diverged else ''}")
+        result = Search(shots, tuple(scores), choose(scores, self.grid), len(fit_rows), len(val_rows))
+        self.searches[key] = result
+        return result
+
+    def chosen(self, level: str, shots: int, seed: int) -> Search:
+        for candidate in (shots, *fallback_shots(shots)):
+            found = self.search(level, candidate, seed)
+            if found is not None:
+                return found
+        raise UsageError(f"level {level}, seed {seed}: no N has validation images to choose hyper-parameters on "
+                         "(the level's train split is too small; try a larger --min-images)")
+
+    def evaluate(self, level: str, shots: int, seed: int, test: Any) -> dict[str, Any]:
+        search = self.chosen(level, shots, seed)
+        train_rows, _ = self._rows(level, shots, seed)
+        data, _, dim = self._data(level, train_rows)
+        final_seed = derive_seed(seed, "cog", level, shots, "final")
+        outcome = self._fit(level, data, len(train_rows), dim, search.best, final_seed)
+        test_accuracy = accuracy(self.backend, test, self.features[f"{level}/test"].labels)
+        own = search.shots == shots
+        return {"shots": shots, "seed": seed, "accuracy": test_accuracy,
+                "val_accuracy": max(search.scores) if own else None,
+                "learning_rate": search.best.lr, "weight_decay": search.best.wd, "chosen_at_shots": search.shots,
+                "train_examples": int(len(train_rows)), "val_examples": search.val_examples if own else 0,
+                "test_examples": int(len(self.features[f"{level}/test"].labels)), "diverged": outcome.diverged,
+                "search": ([{"lr": hp.lr, "wd": hp.wd, "val_accuracy": s} for hp, s in zip(self.grid, search.scores)]
+                           if own else [])}
+
+    def report(self, level: str, result: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        metrics = {"accuracy": result["accuracy"], "learning_rate": result["learning_rate"],
+                   "weight_decay": result["weight_decay"]}
+        if result["val_accuracy"] is not None:
+            metrics["val_accuracy"] = result["val_accuracy"]
+        report = pb.MetricReport(run_id=self.args.run, protocol=PROTOCOL, cog_level=level, shots=result["shots"],
+                                 seed=result["seed"], examples=result["test_examples"], metrics=metrics)
+        self.client.report([report], run_config_json=run_config_json(config))
+
+    def config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {k: v for k, v in sorted(vars(self.args).items()) if k not in COG_OPERATIONAL}
+        config.update(self.backend.describe())
+        config.update({"protocol": PROTOCOL, "backbone": self.backend.backbone_kind(),
+                       "checkpoint_sha256": self.checkpoint_sha256, "search": "log grid, learning rate major",
+                       "grid": [asdict(hp) for hp in self.grid], "momentum": MOMENTUM, "resize": RESIZE})
+        return json.loads(json.dumps(config))
+
+    def execute(self) -> dict[str, Any]:
+        args = self.args
+        config = self.config()
+        levels: dict[str, Any] = {}
+        extracted = 0
+        for summary in self.levels():
+            level = summary.level
+            for split_name in ("train", "test"):
+                self.features[f"{level}/{split_name}"] = found = self.level_features(level, split_name)
+                extracted += found.extracted
+            test = self.features[f"{level}/test"]
+            test_data = self.backend.classifier_data(l2_normalise(test.features), test.labels)
+            results = []
+            for seed in args.seeds:
+                for shots in args.shots:
+                    result = self.evaluate(level, shots, seed, test_data)
+                    self.report(level, result, config)
+                    results.append(result)
+                    val = f"val {result['val_accuracy']:.4f}, " if result["val_accuracy"] is not None else (
+                        f"hyper-parameters of N={result['chosen_at_shots'] or 'all'}, ")
+                    self.log(f"{level} N={shots or 'all'} seed {seed}: lr={result['learning_rate']:.6g} "
+                             f"wd={result['weight_decay']:.6g}, {val}test accuracy {result['accuracy']:.4f}")
+            levels[level] = {"num_classes": self.num_classes[level],
+                             "train_size": len(self.features[f"{level}/train"].labels),
+                             "test_size": len(test.labels), "feature_dim": int(test.features.shape[1]),
+                             "cache": {s: str(self.features[f"{level}/{s}"].path) for s in ("train", "test")},
+                             "extracted": {s: self.features[f"{level}/{s}"].extracted for s in ("train", "test")},
+                             "results": results}
+        return {"run": args.run, "config": config, "levels": levels, "extracted": extracted}
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    config = summary["config"]
+    lines = [f"run {summary['run']}: {config.get('framework', '?')} ImageNet-CoG linear evaluation, backbone "
+             f"{config.get('backbone', '?')} (sha256 {config.get('checkpoint_sha256', '?')[:12]}), "
+             f"{summary['extracted']} images embedded"]
+    for level, entry in summary["levels"].items():
+        for result in entry["results"]:
+            lines.append(f"  {level} N={result['shots'] or 'all'} seed {result['seed']}: "
+                         f"lr={result['learning_rate']:.4g} wd={result['weight_decay']:.3g} "
+                         f"test {result['accuracy']:.4f} ({result['test_examples']} images)")
+    return "\n".join(lines)
+
+
+# ---- the command line -------------------------------------------------------------------------
+
+
+def _shots(text: str) -> int:
+    if text == "all":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected 'all' or an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {value}, expected 'all' or an integer >= 1")
+    return value
+
+
+def _grid(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected LRxWD, two integers >= 1 such as 6x5")
+    return int(parts[0]), int(parts[1])
+
+
+def _level(text: str) -> str:
+    if not text or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a level name such as IN-1K or L3")
+    return text
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite number")
+    return value
+
+
+class CogArgumentParser(TrainerArgumentParser):
+    """One-line errors as the trainer's; validated by the CoG evaluation's own rules."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed, extras = argparse.ArgumentParser.parse_known_args(self, args, namespace)
+        _validate_cog(self, parsed)
+        return parsed, extras
+
+
+def build_cog_parser(framework: str) -> argparse.ArgumentParser:
+    """The CoG evaluation's command line of ``framework``; the same flags in both frameworks."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+    parser = CogArgumentParser(
+        prog=f"python -m clients.{framework} cog",
+        description=("ImageNet-CoG linear evaluation of a backbone: features of each level's train and test "
+                     "splits extracted once (cached), a linear classifier per (level, N, seed) with learning rate "
+                     "and weight decay chosen on the 20%% validation split, test top-1 reported to the server."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_server_group(parser)
+
+    what = parser.add_argument_group("levels and subsets")
+    what.add_argument("--levels", nargs="+", type=_level, default=None, metavar="LEVEL",
+                      help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
+    what.add_argument("--shots", nargs="+", type=_shots, default=list(DEFAULT_SHOTS), metavar="N",
+                      help="training images per concept: 'all' or an integer (default: all 1 2 4 8 16 32 64 128)")
+    what.add_argument("--seeds", nargs="+", type=_int_at_least(0), default=list(DEFAULT_SEEDS), metavar="S",
+                      help="seeds of the few-shot subsets, validation splits and fits")
+    what.add_argument("--level-size", type=_int_at_least(0), default=0, metavar="K",
+                      help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
+    what.add_argument("--min-images", type=_int_at_least(0), default=0, metavar="M",
+                      help="images a concept needs to be eligible, passed to the server (0: the paper's 782)")
+
+    model = parser.add_argument_group("backbone and features")
+    model.add_argument("--backbone", required=True, metavar="SPEC",
+                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript; "
+                             "tf: a SavedModel directory or a .keras/.h5 model), or module:callable (called with "
+                             "--backbone-checkpoint, returns the model)"))
+    model.add_argument("--backbone-checkpoint", default=None, metavar="FILE",
+                       help="weights of a module:callable backbone (required there; its sha256 keys the cache), or "
+                            "where the builtin's weights are kept (default: in --feature-cache)")
+    model.add_argument("--feature-cache", required=True, metavar="DIR",
+                       help="features are cached here, keyed by checkpoint sha256, split fingerprint and image size")
+    model.add_argument("--image-size", type=_int_at_least(8), default=IMAGE_SIZE, metavar="PIXELS",
+                       help="S: shorter side resized to S (bicubic), centre crop S x S, by the server")
+    model.add_argument("--mean", nargs=3, type=_finite, default=list(MEAN), metavar="M",
+                       help="per-channel mean subtracted after dividing by 255 (RGB)")
+    model.add_argument("--std", nargs=3, type=_positive_float, default=list(STD), metavar="S",
+                       help="per-channel standard deviation divided by (RGB)")
+    model.add_argument("--extract-batch-size", type=_int_at_least(1), default=EXTRACT_BATCH_SIZE, metavar="N",
+                       help="images per StreamCogBatches batch and backbone forward pass")
+    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
+
+    train = parser.add_argument_group("the linear classifier")
+    train.add_argument("--epochs", type=_int_at_least(1), default=EPOCHS, help="epochs of every fit (cosine decay)")
+    train.add_argument("--batch-size", type=_int_at_least(1), default=BATCH_SIZE, help="features per SGD step")
+    train.add_argument("--grid", type=_grid, default=DEFAULT_GRID, metavar="LRxWD",
+                       help="search points: learning rates log-spaced over [0.1, 100] x weight decays log-spaced "
+                            "over [1e-12, 1e-4] (6x5 = 30 trials, the paper's budget)")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--log-every", type=_int_at_least(1), default=50, metavar="N",
+                     help="progress line every N extraction batches")
+    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    return parser
+
+
+def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("levels", "shots", "seeds"):
+        values = getattr(args, name)
+        if values is not None and len(set(values)) != len(values):
+            shown = " ".join("all" if name == "shots" and v == 0 else str(v) for v in values)
+            parser.error(f"argument --{name}: got {shown}, expected each value once")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+    args.grid = tuple(args.grid)
+
+
+def parse_cog_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the CoG command line; exits 2 with one line on bad input."""
+    return build_cog_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
+
+
+def run_cog_main(framework_name: str, make: Callable[[argparse.Namespace], CogBackend],
+                 argv: Sequence[str] | None = None) -> int:
+    """Parse, run and report one CoG evaluation; exit status 0 ok, 2 bad input, 3 server fault."""
+    prog = f"python -m clients.{framework_name} cog"
+    try:
+        args = parse_cog_args(framework_name, argv)
+    except SystemExit as stop:
+        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
+
+    def log(message: str) -> None:
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def fail(message: str) -> None:
+        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+    backend: CogBackend | None = None
+    try:
+        backend = make(args)
+        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
+                   **client_security(args)}
+        with SamplerClient(args.server, **options) as client:
+            summary = CogRun(backend, client, log).execute()
+    except UsageError as error:
+        fail(str(error))
+        return EXIT_BAD_INPUT
+    except SamplerClientError as error:
+        fail(f"server {args.server}: {error}")
+        return EXIT_SERVER
+    except KeyboardInterrupt:
+        fail("interrupted")
+        return 130
+    except Exception as error:
+        mapped = backend.classify(error) if backend is not None else None
+        if mapped is None:
+            raise
+        fail(mapped[1])
+        return mapped[0]
+    print(format_summary(summary), flush=True)
+    if args.json_summary:
+        path = Path(args.json_summary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
+__all__ = ["CogBackend", "CogRun", "HParams", "Search", "accuracy", "choose", "cosine_lr", "fallback_shots", "fit",
+           "l2_normalise", "log_points", "run_cog_main", "search_grid"]
+

@@ -1,0 +1,252 @@
+"""The ImageNet-CoG feature cache (framework-free): a level split's features, extracted once
+with one backbone and reused by every seed, every N and every later run.
+
+An entry is keyed by everything its features depend on: the sha256 of the backbone's
+checkpoint (file, or every file of a SavedModel directory), the split's fingerprint (as
+GetCogSplit and ``sampler-server cog split`` give it), the image size, the framework,
+the backbone's kind and the input normalisation. The key's sha256 names a directory
+``<DIR>/<key>/`` holding ``meta.json`` (the key and the shapes), ``record_ids.npy``,
+``labels.npy`` and ``features.npy`` (float32 [N, D], the backbone's raw output: the
+evaluation L2-normalises it when it reads it, so one entry serves any use).
+
+Writes are atomic: an extraction fills ``<key>.partial/`` (features written through a
+memory map as batches arrive, ``progress.json`` replaced after each flush), then renames
+it to ``<key>/``. A run that stopped part way resumes at the batch after the last one
+recorded. Two runs extracting the same entry take turns (an advisory lock on
+``<key>.lock``); the second finds the first's finished entry.
+
+An entry whose meta, record ids or labels disagree with the split asked for, or that
+cannot be read, is refused with one line naming it (exit 2), never used: the cache
+holds what the run computed, so a disagreement means a damaged or foreign file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clients.orchestration import UsageError
+
+CACHE_FORMAT = "sampler-cog-features-v1"
+_CHUNK = 1 << 20
+
+
+class FeatureCacheError(UsageError):
+    """A cache entry that cannot be used (damaged, foreign, unreadable): one line, exit 2."""
+
+
+def sha256_path(path: str | Path) -> str:
+    """sha256 of a file's bytes, or of a directory's files (relative path and each file's
+    sha256, in sorted path order), so a SavedModel directory has one hash."""
+    path = Path(path)
+    if path.is_file():
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(_CHUNK), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for child in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(f"{child.relative_to(path).as_posix()}\0{sha256_path(child)}\n".encode())
+        return digest.hexdigest()
+    raise FeatureCacheError(f"backbone checkpoint {str(path)!r}: expected a file or a directory, found neither")
+
+
+@dataclass(frozen=True)
+class SplitIds:
+    """What a split is, without images: record ids and labels in split order, its fingerprint."""
+
+    level: str
+    split: str
+    fingerprint: str
+    record_ids: np.ndarray  # int64 [N]
+    labels: np.ndarray      # int64 [N]
+
+
+@dataclass(frozen=True)
+class CachedFeatures:
+    """One split's features (``features`` may be a read-only memory map)."""
+
+    path: Path
+    record_ids: np.ndarray
+    labels: np.ndarray
+    features: np.ndarray  # float32 [N, D]
+    extracted: int         # images this call ran through the backbone (0: read from the cache)
+
+    def rows(self, record_ids: Iterable[int], labels: np.ndarray | None = None, what: str = "subset") -> np.ndarray:
+        """Row positions of ``record_ids``; every id must be here (and carry ``labels`` if given)."""
+        wanted = np.asarray(record_ids if isinstance(record_ids, np.ndarray) else list(record_ids), np.int64)
+        order = np.argsort(self.record_ids, kind="stable")
+        sorted_ids = self.record_ids[order]
+        at = np.searchsorted(sorted_ids, wanted)
+        found = at < len(sorted_ids)
+        found[found] = sorted_ids[at[found]] == wanted[found]
+        if not np.all(found):
+            missing = wanted[~found][:3].tolist()
+            raise FeatureCacheError(f"feature cache {self.path}: the {what} holds record ids {missing} that its "
+                                    "split's features do not (the server's subsets should lie inside the full split)")
+        rows = order[at]
+        if labels is not None and not np.array_equal(self.labels[rows], np.asarray(labels, np.int64)):
+            raise FeatureCacheError(f"feature cache {self.path}: the {what}'s labels disagree with its split's")
+        return rows
+
+
+def entry_key(fields: Mapping[str, Any]) -> str:
+    """The directory name of an entry: sha256 of its key fields as canonical JSON."""
+    text = json.dumps({"format": CACHE_FORMAT, **fields}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _write_json(path: Path, value: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as handle:
+        json.dump(value, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+Batches = Callable[[int], Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]
+"""start batch index -> (batch index, record ids, labels, features) from that batch on."""
+
+
+class FeatureCache:
+    """Entries under one directory (created when first written)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, fields: Mapping[str, Any]) -> Path:
+        return self.root / entry_key(fields)
+
+    def load(self, fields: Mapping[str, Any], split: SplitIds) -> CachedFeatures | None:
+        """The entry of ``fields`` checked against ``split``; None when there is none yet."""
+        path = self.path(fields)
+        if not path.exists():
+            return None
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            record_ids = np.load(path / "record_ids.npy", allow_pickle=False)
+            labels = np.load(path / "labels.npy", allow_pickle=False)
+            features = np.load(path / "features.npy", mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise FeatureCacheError(f"feature cache {path}: cannot be read ({type(error).__name__}: "
+                                    f"{' '.join(str(error).split())[:160]}); delete it to extract again") from None
+        if meta.get("key") != {"format": CACHE_FORMAT, **fields}:
+            raise FeatureCacheError(f"feature cache {path}: its meta.json names another key than "
+                                    f"{split.level}/{split.split} (fingerprint {split.fingerprint[:16]}) with this "
+                                    "backbone; delete it to extract again")
+        self._check(path, split, record_ids, labels, features)
+        return CachedFeatures(path, record_ids, labels, features, 0)
+
+    @staticmethod
+    def _check(path: Path, split: SplitIds, record_ids: np.ndarray, labels: np.ndarray, features: np.ndarray) -> None:
+        what = f"{split.level}/{split.split} (fingerprint {split.fingerprint[:16]})"
+        if not np.array_equal(record_ids, split.record_ids):
+            raise FeatureCacheError(f"feature cache {path}: its record ids disagree with split {what}; "
+                                    "delete it to extract again")
+        if not np.array_equal(labels, split.labels):
+            raise FeatureCacheError(f"feature cache {path}: its labels disagree with split {what}; "
+                                    "delete it to extract again")
+        if features.ndim != 2 or features.shape[0] != len(record_ids) or features.dtype != np.float32:
+            raise FeatureCacheError(f"feature cache {path}: features of shape {features.shape} ({features.dtype}), "
+                                    f"expected float32 [{len(record_ids)}, D]; delete it to extract again")
+
+    def get_or_extract(self, fields: Mapping[str, Any], split: SplitIds, batch_size: int, batches: Batches,
+                       log: Callable[[str], None] = lambda _: None) -> CachedFeatures:
+        """The entry of ``fields``, extracted first when missing (resuming a partial one)."""
+        found = self.load(fields, split)
+        if found is not None:
+            return found
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path(fields)
+        with _locked(final.with_name(final.name + ".lock")):
+            found = self.load(fields, split)  # another run may have finished it while we waited
+            if found is not None:
+                return found
+            extracted = self._extract(fields, split, batch_size, batches, final, log)
+            found = self.load(fields, split)
+            assert found is not None
+            return CachedFeatures(found.path, found.record_ids, found.labels, found.features, extracted)
+
+    def _extract(self, fields: Mapping[str, Any], split: SplitIds, batch_size: int, batches: Batches, final: Path,
+                 log: Callable[[str], None]) -> int:
+        partial = final.with_name(final.name + ".partial")
+        total = len(split.record_ids)
+        meta = {"key": {"format": CACHE_FORMAT, **fields}, "level": split.level, "split": split.split,
+                "fingerprint": split.fingerprint, "count": total, "batch_size": batch_size}
+        progress_path = partial / "progress.json"
+        start, features = 0, None
+        if progress_path.exists():
+            try:
+                progress = json.loads(progress_path.read_text())
+                if progress.get("meta") == meta and progress.get("dim"):
+                    features = np.lib.format.open_memmap(partial / "features.npy", mode="r+")
+                    start = int(progress["batches"])
+                    log(f"{split.level} {split.split}: resuming the extraction at batch {start}")
+            except (OSError, ValueError):
+                features, start = None, 0
+        if features is None:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        extracted = 0
+        for index, ids, labels, rows in batches(start):
+            lo = index * batch_size
+            hi = lo + len(ids)
+            if index != start or hi > total:
+                raise FeatureCacheError(f"extraction of {split.level}/{split.split}: the server sent batch {index} "
+                                        f"of {len(ids)} images, expected batch {start} within {total} images")
+            if not (np.array_equal(ids, split.record_ids[lo:hi]) and np.array_equal(labels, split.labels[lo:hi])):
+                raise FeatureCacheError(f"extraction of {split.level}/{split.split}: batch {index}'s record ids or "
+                                        "labels disagree with the split the server listed")
+            if features is None:
+                features = np.lib.format.open_memmap(partial / "features.npy", mode="w+", dtype=np.float32,
+                                                     shape=(total, rows.shape[1]))
+            features[lo:hi] = rows
+            features.flush()
+            start, extracted = start + 1, extracted + len(ids)
+            _write_json(progress_path, {"meta": meta, "batches": start, "dim": int(features.shape[1])})
+        if features is None or min(start * batch_size, total) != total:
+            raise FeatureCacheError(f"extraction of {split.level}/{split.split}: the stream ended after "
+                                    f"{min(start * batch_size, total)} of {total} images")
+        del features
+        np.save(partial / "record_ids.npy", np.asarray(split.record_ids, np.int64))
+        np.save(partial / "labels.npy", np.asarray(split.labels, np.int64))
+        _write_json(partial / "meta.json", meta)
+        progress_path.unlink()
+        for name in ("features.npy", "record_ids.npy", "labels.npy"):
+            with (partial / name).open("rb+") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(partial)
+        os.rename(partial, final)
+        _fsync_dir(self.root)
+        return extracted

@@ -1,0 +1,257 @@
+"""The ImageNet-CoG evaluation's own logic (clients.cog, clients.cog_cache) and its torch
+backend, over a stand-in client (tests/clients/cog_eval_fake.py): the schedule and the
+grid, the linear classifier learning a separable problem, the search's choice, N = 1
+borrowing its hyper-parameters, determinism, and the feature cache (reused, resumed,
+refused when it disagrees with the split)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
+
+from clients import cog
+from clients.cog import CogRun, HParams, choose, cosine_lr, fallback_shots, log_points, parse_cog_args, search_grid
+from clients.cog_cache import FeatureCacheError
+from clients.torch.cog import BuiltinBackbone, TorchCogBackend
+from clients.torch.cog import main as torch_main
+
+
+def _args(tmp_path: Path, *extra: str) -> object:
+    return parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path / "cache"), *extra])
+
+
+def _run(tmp_path: Path, client: FakeCogClient, *extra: str, backend: type = TorchCogBackend) -> dict:
+    return CogRun(backend(_args(tmp_path, *extra)), client, lambda _: None).execute()
+
+
+# ---- pure parts --------------------------------------------------------------------------------
+
+
+def test_grid_covers_the_reference_ranges_log_spaced_learning_rate_major():
+    assert log_points(0.1, 100.0, 4) == pytest.approx((0.1, 1.0, 10.0, 100.0))
+    assert log_points(1e-12, 1e-4, 1) == pytest.approx((1e-8,))
+    grid = search_grid(6, 5)
+    assert len(grid) == 30 and grid[0] == HParams(0.1, 1e-12) and grid[-1].lr == pytest.approx(100.0)
+    assert grid[-1].wd == pytest.approx(1e-4)
+    assert [hp.lr for hp in grid[:5]] == [0.1] * 5  # learning rate major
+
+
+def test_cosine_schedule_is_stepped_after_each_epoch_as_the_reference_does():
+    assert cosine_lr(2.0, 0, 10) == 2.0 and cosine_lr(2.0, 1, 10) == 2.0
+    assert cosine_lr(2.0, 6, 10) == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi * 5 / 10)))
+    assert cosine_lr(2.0, 9, 10) > 0
+
+
+def test_choose_takes_the_best_and_the_first_of_ties():
+    grid = search_grid(2, 2)
+    assert choose([0.1, 0.7, 0.3, 0.2], grid) == grid[1]
+    assert choose([0.5, 0.7, 0.7, 0.2], grid) == grid[1]
+
+
+def test_an_n_without_validation_borrows_from_the_smallest_larger_n_then_all():
+    assert fallback_shots(1) == [2, 4, 8, 16, 32, 64, 128, 0]
+    assert fallback_shots(128) == [0] and fallback_shots(0) == []
+
+
+def test_l2_normalise_as_torch_does():
+    x = np.random.RandomState(0).normal(size=(5, 7)).astype(np.float32)
+    x[2] = 0
+    assert np.allclose(cog.l2_normalise(x), torch.nn.functional.normalize(torch.from_numpy(x), dim=1).numpy())
+
+
+# ---- the linear classifier ---------------------------------------------------------------------
+
+
+def test_torch_linear_classifier_learns_a_separable_problem_deterministically(tmp_path):
+    backend = TorchCogBackend(_args(tmp_path))
+    outcome, acc = fit_toy(backend)
+    assert not outcome.diverged and acc >= 0.98
+    weight = backend.linear.weight.detach().clone()
+    again, acc2 = fit_toy(backend)
+    assert again.loss == outcome.loss and acc2 == acc and torch.equal(backend.linear.weight, weight)
+
+
+def test_torch_step_is_torch_sgd_with_momentum_and_coupled_weight_decay(tmp_path):
+    """Two steps by hand: g + wd * w into the buffer, then w -= lr * buffer."""
+    backend = TorchCogBackend(_args(tmp_path))
+    x, y = separable(classes=3, per_class=4, dim=5)
+    data = backend.classifier_data(x, y)
+    rng = np.random.RandomState(1)
+    w, b = rng.normal(size=(3, 5)).astype(np.float32), rng.normal(size=3).astype(np.float32)
+    backend.reset(w, b, 0.01)
+    rows = np.arange(len(y))
+    W, B = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    bw, bb = torch.zeros_like(W), torch.zeros_like(B)
+    for lr in (0.5, 0.25):
+        backend.train_step(data, rows, lr)
+        loss = torch.nn.functional.cross_entropy(torch.from_numpy(x) @ W.T + B, torch.from_numpy(y))
+        gw, gb = torch.autograd.grad(loss, [W, B])
+        with torch.no_grad():
+            bw = 0.9 * bw + gw + 0.01 * W
+            bb = 0.9 * bb + gb + 0.01 * B
+            W -= lr * bw
+            B -= lr * bb
+    assert torch.allclose(backend.linear.weight, W, atol=1e-6) and torch.allclose(backend.linear.bias, B, atol=1e-6)
+
+
+def test_a_diverging_fit_stops_and_scores_nothing_in_the_search(tmp_path):
+    backend = TorchCogBackend(_args(tmp_path))
+    x, y = separable()
+    x = x * 1e30  # logits overflow at once
+    outcome = cog.fit(backend, backend.classifier_data(x, y), len(y), x.shape[1], 4, HParams(100.0, 0.0), 3, 32, 0)
+    assert outcome.diverged
+
+
+# ---- the run over the stand-in client ----------------------------------------------------------
+
+
+def test_run_reports_every_level_n_and_seed_with_the_best_val_setting(tmp_path):
+    client = FakeCogClient()
+    summary = _run(tmp_path, client, "--shots", "all", "8", "--seeds", "1", "2")
+    assert [(r.cog_level, r.shots, r.seed) for r in client.reports] == [
+        (level, shots, seed) for level in ("L1", "L2") for seed in (1, 2) for shots in (0, 8)]
+    grid = search_grid(2, 2)
+    for level, entry in summary["levels"].items():
+        assert entry["test_size"] == len(client.colours[level]) * 6 and entry["feature_dim"] == BuiltinBackbone.out_dim
+        for result in entry["results"]:
+            scores = [point["val_accuracy"] for point in result["search"]]
+            best = choose(scores, grid)
+            assert (result["learning_rate"], result["weight_decay"]) == (best.lr, best.wd)
+            assert result["val_accuracy"] == max(scores) and result["chosen_at_shots"] == result["shots"]
+            assert 0.0 <= result["accuracy"] <= 1.0 and result["test_examples"] == entry["test_size"]
+    report = client.reports[0]
+    assert report.protocol == "cog" and report.examples == summary["levels"]["L1"]["test_size"]
+    assert set(report.metrics) == {"accuracy", "val_accuracy", "learning_rate", "weight_decay"}
+    config = json.loads(client.configs[0])
+    assert config["framework"] == "torch" and config["backbone"] == "builtin" and "levels" not in config
+    assert len(set(client.configs)) == 1
+    # colours are separable even through a random-init network
+    assert summary["levels"]["L1"]["results"][0]["accuracy"] >= 0.9
+
+
+def test_n_without_validation_uses_the_choice_of_the_smallest_larger_n(tmp_path):
+    client = FakeCogClient()
+    summary = _run(tmp_path, client, "--levels", "L1", "--shots", "1", "--seeds", "3")
+    (result,) = summary["levels"]["L1"]["results"]
+    assert result["chosen_at_shots"] == 8 and result["val_accuracy"] is None and result["search"] == []
+    (report,) = client.reports
+    assert report.shots == 1 and "val_accuracy" not in report.metrics
+    other = _run(tmp_path, FakeCogClient(), "--levels", "L1", "--shots", "8", "--seeds", "3")
+    (at8,) = other["levels"]["L1"]["results"]
+    assert (result["learning_rate"], result["weight_decay"]) == (at8["learning_rate"], at8["weight_decay"])
+
+
+def test_same_arguments_same_accuracies(tmp_path):
+    first = _run(tmp_path / "a", FakeCogClient(), "--shots", "all", "2", "--seeds", "1")
+    second = _run(tmp_path / "b", FakeCogClient(), "--shots", "all", "2", "--seeds", "1")
+    assert results_of(first) == results_of(second)
+
+
+def test_levels_the_server_does_not_serve_are_one_line(tmp_path):
+    with pytest.raises(cog.UsageError, match="argument --levels: got 'L9', expected levels this server serves"):
+        _run(tmp_path, FakeCogClient(), "--levels", "L9")
+
+
+# ---- the feature cache -------------------------------------------------------------------------
+
+
+def test_cache_is_reused_by_a_second_run(tmp_path, monkeypatch):
+    client = FakeCogClient()
+    first = _run(tmp_path, client, "--shots", "4", "--seeds", "1")
+    assert first["extracted"] == client.streamed == (3 + 4) * 26
+    calls = []
+    monkeypatch.setattr(TorchCogBackend, "extract", lambda self, images: calls.append(1))
+    second_client = FakeCogClient()
+    second = _run(tmp_path, second_client, "--shots", "4", "--seeds", "2")
+    assert second["extracted"] == 0 and second_client.streamed == 0 and calls == []
+    assert {e["cache"]["train"] for e in first["levels"].values()} == {e["cache"]["train"] for e in second["levels"].values()}
+
+
+def test_cache_is_keyed_by_image_size_and_checkpoint(tmp_path):
+    client = FakeCogClient()
+    _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    streamed = client.streamed
+    _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--image-size", "20")
+    assert client.streamed == 2 * streamed
+    torch.save(BuiltinBackbone().state_dict(), tmp_path / "other.pt")  # other random weights
+    _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--backbone-checkpoint",
+         str(tmp_path / "other.pt"))
+    assert client.streamed == 3 * streamed
+
+
+def test_cache_entry_that_disagrees_with_the_split_is_refused(tmp_path):
+    summary = _run(tmp_path, FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
+    entry = Path(summary["levels"]["L1"]["cache"]["train"])
+    with pytest.raises(FeatureCacheError, match="its labels disagree with split L1/train"):
+        _run(tmp_path, FakeCogClient(label_shift=1), "--levels", "L1", "--shots", "4", "--seeds", "1")
+    ids = np.load(entry / "record_ids.npy")
+    np.save(entry / "record_ids.npy", ids[::-1].copy())
+    with pytest.raises(FeatureCacheError, match=f"feature cache {entry}: its record ids disagree"):
+        _run(tmp_path, FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
+
+
+def test_an_extraction_that_broke_resumes_at_the_next_batch(tmp_path):
+    client = FakeCogClient(fail_after=2)
+    with pytest.raises(ConnectionError):
+        _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert client.streamed == 2 * 16
+    summary = _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert summary["levels"]["L1"]["extracted"] == {"train": 60 - 32, "test": 18}
+    clean = _run(tmp_path / "clean", FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
+    a = np.load(Path(summary["levels"]["L1"]["cache"]["train"]) / "features.npy")
+    b = np.load(Path(clean["levels"]["L1"]["cache"]["train"]) / "features.npy")
+    assert np.array_equal(a, b) and results_of(summary) == results_of(clean)
+
+
+# ---- backbones and the command line -------------------------------------------------------------
+
+
+def test_torchscript_and_module_callable_backbones_give_the_builtins_features(tmp_path):
+    builtin = TorchCogBackend(_args(tmp_path))
+    images = FakeCogClient().image("L1", 100_001, 16)[None]
+    expected = builtin.extract(images)
+    script = tmp_path / "net.pt"
+    torch.jit.script(builtin.backbone).save(str(script))
+    from_file = parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(script)])
+    assert np.allclose(TorchCogBackend(from_file).extract(images), expected, atol=1e-6)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        (tmp_path / "cog_user_net.py").write_text(
+            "import torch\nfrom clients.torch.cog import BuiltinBackbone\n\n"
+            "def build(path):\n    net = BuiltinBackbone()\n"
+            "    net.load_state_dict(torch.load(path, weights_only=True))\n    return net\n")
+        checkpoint = tmp_path / "cache" / "builtin-torch.pt"
+        args = parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path), "--backbone",
+                                        "cog_user_net:build", "--backbone-checkpoint", str(checkpoint)])
+        backend = TorchCogBackend(args)
+        assert backend.backbone_kind() == "cog_user_net:build"
+        assert np.allclose(backend.extract(images), expected, atol=1e-6)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--shots", "0"], "argument --shots: got 0, expected 'all' or an integer >= 1"),
+    (["--shots", "all", "all"], "argument --shots: got all all, expected each value once"),
+    (["--grid", "3"], "argument --grid: got '3', expected LRxWD"),
+    (["--backbone", "nowhere/net.pt"], "argument --backbone: got 'nowhere/net.pt', expected builtin"),
+    (["--backbone", "os:getcwd"], "argument --backbone-checkpoint: got None, expected the existing weights file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, flags, message):
+    assert torch_main([*SMALL, "--feature-cache", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_file_that_is_not_torchscript_is_one_line(tmp_path, capsys):
+    (tmp_path / "junk.pt").write_bytes(b"not a model")
+    assert torch_main([*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(tmp_path / "junk.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "expected a TorchScript file" in err, err
