@@ -1,9 +1,88 @@
-"""``sampler-server cog split`` (being written)."""
+"""``sampler-server cog split``: one ImageNet-CoG level split's records in order, without a server.
+
+Reads manifests only (no image): the levels L1..L5 come from the IN-21K store's class
+counts (``core.cog.levels``), IN-1K from the ILSVRC store's classes, and the split
+from ``core.cog.splits``; the server's GetCogSplit gives the same records and
+fingerprint for the same request.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from sampler_server.core.cog import LEVEL_SIZE, MIN_IMAGES, SEEN_LEVEL, SHOTS
+from sampler_server.core.cog.splits import (
+    LEVELS,
+    SPLITS,
+    CogSplit,
+    SplitRequest,
+    build_split,
+    level_config,
+    level_source,
+    missing_store,
+    records_by_wnid,
+    seen_concepts,
+)
+from sampler_server.errors import NotFound
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Adds ``split`` to the ``cog`` command group."""
+    parser = commands.add_parser(
+        "split", help="one level split's records in order, with labels (no images read)",
+        description="The records of SPLIT of LEVEL in order (concepts in sorted wnid order, each concept's "
+        "files in name order): record id, label and wnid, with the split's fingerprint.",
+    )
+    parser.add_argument("--data", required=True, type=Path, help="data directory holding the packed IN-21K "
+                        "(all shards) and, for IN-1K, ILSVRC-2012 stores")
+    parser.add_argument("--level", required=True, help="level: " + ", ".join(LEVELS))
+    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS))
+    parser.add_argument("--shots", type=int, default=0,
+                        help=f"images per concept of a few-shot train set (and its val): {', '.join(map(str, SHOTS))}; "
+                        "0 = all (default)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of a few-shot subset or val split (>= 1; the "
+                        "paper uses 1 to 5); the test and full train splits take none")
+    parser.add_argument("--level-size", type=int, default=LEVEL_SIZE,
+                        help=f"concepts per level L1..L5 (default {LEVEL_SIZE}; 0 = the default)")
+    parser.add_argument("--min-images", type=int, default=MIN_IMAGES,
+                        help=f"images an eligible concept has at least (default {MIN_IMAGES}; 0 = the default)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=run_split)
+
+
+def split_of(request: SplitRequest, data: Path, level_size: int, min_images: int) -> tuple[CogSplit, str]:
+    """The split a request names over the stores under ``data`` (read through the registry,
+    so a sharded IN-21K pack is one store), and the name of the store serving it."""
+    from sampler_server.core.cog.levels import compute_levels
+    from sampler_server.service.registry import StoreRegistry
+
+    try:
+        store = StoreRegistry.from_data_dir(data).get(level_source(request.level))
+    except NotFound:
+        raise missing_store(request.level, f"--data {data}") from None
+    manifest = store.manifest
+    if request.level == SEEN_LEVEL:
+        concepts = seen_concepts(manifest.classes)
+    else:
+        counts = {c.wnid: c.count for c in manifest.classes if c.wnid}
+        levels = compute_levels(counts, level_size=level_size, min_images=min_images, source=f"store {store.name}")
+        concepts = levels.level(request.level).concepts
+    split = build_split(manifest.fingerprint, records_by_wnid(manifest.classes), concepts, request,
+                        level_size=level_size, min_images=min_images)
+    return split, store.name
+
+
+def run_split(args: argparse.Namespace) -> int:
+    level_size, min_images = level_config(args.level_size, args.min_images)
+    request = SplitRequest.parse(args.level, args.split, args.shots, args.seed)
+    split, store = split_of(request, args.data, level_size, min_images)
+    if args.json:
+        print(json.dumps({"store": store, **split.to_json()}, indent=1))
+        return 0
+    print(f"{request.label}: {split.size} records, {split.num_classes} concepts, store {store}, "
+          f"fingerprint {split.fingerprint}")
+    for record_id, label in zip(split.record_ids.tolist(), split.labels.tolist()):
+        print(f"{record_id:>10}  {label:>5}  {split.wnids[label]}")
+    return 0

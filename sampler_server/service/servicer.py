@@ -34,6 +34,7 @@ from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
+from sampler_server.service.cog import CogHandlers
 from sampler_server.service.cog_reports import COG_TABLE, PROTOCOL_COG, cog_result, render_cog_table
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
@@ -80,6 +81,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
         self.on_quarantine: Callable[[str], None] | None = None  # the server sets its health here
         self.vtab = VtabHandlers(self)
+        self.cog = CogHandlers(self)
 
     def store_unreadable(self, store: str, reason: str) -> None:
         """Quarantine a store whose data file became unreadable, and tell health."""
@@ -430,6 +432,21 @@ class SamplerServicer(pb_grpc.SamplerServicer):
     def StreamTaskEpisode(self, request: pb.StreamTaskEpisodeRequest, context: grpc.ServicerContext) -> Iterator[Any]:
         end = self._admit(context, "task-episode")
         yield from self.vtab.stream_task_episode(request, end)
+
+    # ---- ImageNet-CoG (service.cog) ------------------------------------------------------
+
+    @status.unary
+    def ListCogLevels(self, request: pb.ListCogLevelsRequest, context: grpc.ServicerContext) -> pb.ListCogLevelsResponse:
+        return self.cog.list_levels(request)
+
+    @status.unary
+    def GetCogSplit(self, request: pb.CogSplitRequest, context: grpc.ServicerContext) -> pb.CogSplit:
+        return self.cog.get_split(request)
+
+    @status.streaming
+    def StreamCogBatches(self, request: pb.StreamCogBatchesRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        end = self._admit(context, "cog-batches")
+        yield from self.cog.stream_batches(request, end)
 
     # ---- metrics -------------------------------------------------------------------
 

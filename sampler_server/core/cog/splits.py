@@ -39,20 +39,25 @@ import numpy as np
 
 from sampler_server.core.cog import (
     LEVEL_NAMES,
+    LEVEL_SIZE,
     MAX_TRAIN_PER_CONCEPT,
+    MIN_IMAGES,
     SEEN_LEVEL,
     SHOTS,
+    SOURCE,
     TEST_PER_CONCEPT,
     VAL_FRACTION,
 )
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.seeding import MAX_SEED, Protocol, derive_rng
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, NotFound
 from sampler_server.quoting import quoted
 
 SPLITS = ("train", "val", "test")
 LEVELS = (SEEN_LEVEL, *LEVEL_NAMES)
+SEEN_SOURCE = "ilsvrc_2012"
+"""Source kind of the ILSVRC-2012 store whose classes are the seen level IN-1K."""
 _SPLIT_DOMAIN = "sampler-server/cog-split/v1"
 _BATCH_DOMAIN = "sampler-server/cog-batch/v1"
 
@@ -240,6 +245,33 @@ def build_split(source_fingerprint: str, records: Mapping[str, Sequence[int] | n
     fingerprint = split_fingerprint(source_fingerprint, level_size, min_images, request, wnids, record_ids, labels)
     return CogSplit(request.level, request.split, request.shots, request.seed, level_size, min_images,
                     source_fingerprint, wnids, record_ids.astype(np.int64), labels, fingerprint)
+
+
+def level_config(level_size: int, min_images: int) -> tuple[int, int]:
+    """(level_size, min_images) of a request, 0 meaning the paper's 1000 / 782."""
+    for name, value in (("level_size", level_size), ("min_images", min_images)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise InvalidArgument(f"{name}: got {value!r}, expected a positive integer (0 = the paper's value)")
+    return int(level_size) or LEVEL_SIZE, int(min_images) or MIN_IMAGES
+
+
+def level_source(level: str) -> str:
+    """The source kind whose store serves ``level``: ILSVRC-2012 for IN-1K, else IN-21K."""
+    return SEEN_SOURCE if level == SEEN_LEVEL else SOURCE
+
+
+def missing_store(level: str, where: str) -> NotFound:
+    """The error for a level whose store ``where`` (a data directory, the server) lacks."""
+    source = level_source(level)
+    other = f"; levels without it: {', '.join(LEVEL_NAMES)}" if level == SEEN_LEVEL else ""
+    return NotFound(f"level {level}: {where} has no {source} store (pack it with `sampler-server pack "
+                    f"{source}`){other}")
+
+
+def seen_concepts(classes: Sequence[Any]) -> tuple[str, ...]:
+    """IN-1K's concepts: the wnids of the ILSVRC store's classes, sorted (its MD class
+    splits do not apply: CoG uses every class)."""
+    return tuple(sorted(c.wnid for c in classes if c.wnid))
 
 
 def records_by_wnid(classes: Sequence[Any]) -> dict[str, range]:
