@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from sampler_server.assembly.decode import record_pixels
 from sampler_server.errors import DataLoss
@@ -124,6 +124,8 @@ def _open_checked(data: bytes) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
             image.load()
+    except UnidentifiedImageError:  # its message shows a BytesIO's address: say what it means instead
+        raise _BadInput("corrupt or truncated image, or not an image at all (no image format recognised)") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning, Image.DecompressionBombError) as error:
         raise _BadInput(f"corrupt or truncated image ({error})") from None
     if image.format is None:
