@@ -288,3 +288,19 @@ def test_levels_need_a_served_store(tmp_path, capsys):
     capsys.readouterr()
     assert main(["cog", "split", "--data", str(tmp_path / "data"), "--level", "L2", "--split", "test"]) != 0
     assert f"level L2: --data {tmp_path / 'data'} has no imagenet21k store (pack it with" in capsys.readouterr().err
+
+
+def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, tmp_path):
+    data, _, _ = cog
+    listing = cli_split(data, capsys, "L5", "val", 8, 2)
+    assert main(["cog", "split", "--data", str(data), "--level", "L5", "--split", "val", "--shots", "8", "--seed", "2",
+                 "--level-size", "4", "--min-images", "60"]) == 0
+    head, *rows = capsys.readouterr().out.splitlines()
+    assert head == (f"L5 val 8-shot seed 2: {listing['count']} records, 4 concepts, store imagenet21k, "
+                    f"fingerprint {listing['fingerprint']}")
+    assert [row.split() for row in rows] == [[str(r["record_id"]), str(r["label"]), r["wnid"]]
+                                             for r in listing["records"]]
+    whole = tmp_path / "whole"
+    assert main(["pack", "imagenet21k", "--input", str(data.parent / "in21k"), "--output", str(whole), "--quiet",
+                 "--workers", "2"]) == 0
+    assert cli_split(whole, capsys, "L5", "val", 8, 2) == listing
