@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 DEFAULT_IMAGE_SIZE = 224  # the CoG reference's
 DEFAULT_BATCH = 256
 MAX_BATCH = 4096
-SPLIT_CACHE = 16
+SPLIT_CACHE = 8  # a trainer works on one level at a time: its train, val and test splits
 COG_BATCH_IMAGES = pb.CogBatch.DESCRIPTOR.fields_by_name["images"].number
 
 
