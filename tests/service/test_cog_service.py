@@ -221,6 +221,9 @@ def test_a_broken_stream_resumes_at_the_next_batch_identically(cog, tmp_path):
                 time.sleep(0.5)
                 server = _start_server(data, port, second)
         client.close()
+        deadline = time.monotonic() + 10  # the server logs a stream once it has ended
+        while "stream cog-batches" not in (tmp_path / "second.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         server.kill()
         server.wait()
