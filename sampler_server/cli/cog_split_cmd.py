@@ -38,11 +38,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, type=Path, help="data directory holding the packed IN-21K "
                         "(all shards) and, for IN-1K, ILSVRC-2012 stores")
     parser.add_argument("--level", required=True, help="level: " + ", ".join(LEVELS))
-    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS))
+    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS) + " (val: 20%% of the full "
+                        "train set for --seed; search: train minus val, then --shots per concept)")
     parser.add_argument("--shots", type=int, default=0,
-                        help=f"images per concept of a few-shot train set (and its val): {', '.join(map(str, SHOTS))}; "
+                        help=f"images per concept of a few-shot train or search set: {', '.join(map(str, SHOTS))}; "
                         "0 = all (default)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of a few-shot subset or val split (>= 1; the "
+    parser.add_argument("--seed", type=int, default=0, help="seed of a few-shot subset, val or search split (>= 1; the "
                         "paper uses 1 to 5); the test and full train splits take none")
     parser.add_argument("--level-size", type=int, default=LEVEL_SIZE,
                         help=f"concepts per level L1..L5 (default {LEVEL_SIZE}; 0 = the default)")

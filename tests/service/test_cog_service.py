@@ -72,7 +72,7 @@ def request(level: str, split: str, shots: int = 0, seed: int = 0) -> pb.CogSpli
 
 
 CASES = [("L1", "test", 0, 0), ("L3", "train", 0, 0), ("L5", "train", 8, 2), ("L2", "val", 0, 1),
-         ("L4", "val", 16, 5), ("L1", "val", 1, 3), ("IN-1K", "test", 0, 0), ("IN-1K", "train", 4, 1)]
+         ("L4", "search", 16, 5), ("L1", "search", 1, 3), ("IN-1K", "test", 0, 0), ("IN-1K", "train", 4, 1)]
 
 
 def test_levels_are_in1k_then_l1_to_l5_as_computed_from_the_served_counts(cog):
@@ -109,9 +109,9 @@ def test_get_cog_split_equals_the_cli(cog, capsys, level, split, shots, seed):
     assert reply.fingerprint == listing["fingerprint"] and list(reply.wnids) == listing["wnids"]
     assert reply.store == listing["store"] and reply.num_classes == len(listing["wnids"])
     assert (reply.level, reply.split, reply.shots, reply.seed) == (level, split, shots, seed if shots or
-                                                                   split == "val" else 0)
-    if (split, shots) == ("val", 1):
-        assert not reply.record_ids  # nothing to hold out of one image per concept
+                                                                   split in ("val", "search") else 0)
+    if (split, shots) == ("search", 1):
+        assert list(reply.labels) == list(range(reply.num_classes))  # one image per concept
 
 
 def test_stream_cog_batches_is_the_split_in_order_with_fingerprinted_batches(cog, capsys):
@@ -156,14 +156,14 @@ def test_images_are_the_cog_preprocessing_of_the_stored_bytes(cog):
             assert np.array_equal(reference, image)
 
 
-def test_an_empty_split_streams_one_empty_last_batch(cog):
+def test_a_one_shot_search_set_streams_one_image_per_concept_in_one_last_batch(cog):
     _, address, stub = cog
-    batches = list(stub.StreamCogBatches(pb.StreamCogBatchesRequest(split=request("L1", "val", 1, 1), images=SMALL)))
-    assert len(batches) == 1 and batches[0].last and not batches[0].record_ids and batches[0].split_size == 0
-    assert list(batches[0].images.shape) == [0, 16, 16, 3]
+    batches = list(stub.StreamCogBatches(pb.StreamCogBatchesRequest(split=request("L1", "search", 1, 1), images=SMALL)))
+    assert len(batches) == 1 and batches[0].last and batches[0].split_size == len(batches[0].record_ids) == 4
+    assert list(batches[0].images.shape) == [4, 16, 16, 3]
     with SamplerClient(address) as client:
-        (only,) = list(client.stream_cog_batches("L1", "val", 1, 1, image_size=16, **CONFIG))
-        assert only.images.shape == (0, 16, 16, 3) and only.labels.shape == (0,) and only.last
+        (only,) = list(client.stream_cog_batches("L1", "search", 1, 1, image_size=16, **CONFIG))
+        assert only.images.shape == (4, 16, 16, 3) and only.labels.tolist() == [0, 1, 2, 3] and only.last
 
 
 def test_client_methods_equal_the_wire(cog):
@@ -295,15 +295,15 @@ def test_levels_need_a_served_store(tmp_path, capsys):
 
 def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, tmp_path):
     data, _, _ = cog
-    listing = cli_split(data, capsys, "L5", "val", 8, 2)
-    assert main(["cog", "split", "--data", str(data), "--level", "L5", "--split", "val", "--shots", "8", "--seed", "2",
+    listing = cli_split(data, capsys, "L5", "search", 8, 2)
+    assert main(["cog", "split", "--data", str(data), "--level", "L5", "--split", "search", "--shots", "8", "--seed", "2",
                  "--level-size", "4", "--min-images", "60"]) == 0
     head, *rows = capsys.readouterr().out.splitlines()
-    assert head == (f"L5 val 8-shot seed 2: {listing['count']} records, 4 concepts, store imagenet21k, "
+    assert head == (f"L5 search 8-shot seed 2: {listing['count']} records, 4 concepts, store imagenet21k, "
                     f"fingerprint {listing['fingerprint']}")
     assert [row.split() for row in rows] == [[str(r["record_id"]), str(r["label"]), r["wnid"]]
                                              for r in listing["records"]]
     whole = tmp_path / "whole"
     assert main(["pack", "imagenet21k", "--input", str(data.parent / "in21k"), "--output", str(whole), "--quiet",
                  "--workers", "2"]) == 0
-    assert cli_split(whole, capsys, "L5", "val", 8, 2) == listing
+    assert cli_split(whole, capsys, "L5", "search", 8, 2) == listing

@@ -12,11 +12,14 @@ Per concept, over its records in store order (record id order = file-name order)
 - ``train`` with ``shots`` N: the first N of a permutation of the concept's train
   images keyed on (fingerprint, wnid, seed), so for one seed the subsets nest
   (1 in 2 in 4 ... in 128). A concept with fewer than N train images gives all it has.
-- ``val`` for (shots, seed): ``int(0.2 n)`` of the n images of that train set (full or
-  few-shot), the first positions of a permutation keyed on (fingerprint, wnid, shots,
-  seed) (the reference's rule, ``int(n * 0.2)`` per class), but at least 1 when n >= 2.
-  With n = 1 (every 1-shot subset) there is nothing to hold out: val is empty and the
-  split is served as such. The hyper-parameter search trains on train minus val.
+- ``val`` for a seed: ``int(0.2 n)`` (at least 1 when n >= 2) of the concept's n full
+  train images, the first positions of a permutation keyed on (fingerprint, wnid, seed).
+  It does not depend on the shots: the reference (naver/cog ``logreg.py`` with
+  ``feature_ops.split_trainset``) holds 20% of the full train set out first and, for a
+  few-shot search, draws the N images from the remaining 80%.
+- ``search`` with ``shots`` N and a seed: what the hyper-parameter search trains on, the
+  concept's train images minus val, then (N > 0) the first N of a permutation of them
+  keyed on (fingerprint, wnid, seed), nested across N like ``train``'s.
 
 A split lists concepts in label order (sorted wnid; label = position) and each
 concept's records by record id. Permutations are legacy ``RandomState`` streams from
@@ -54,7 +57,7 @@ from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, NotFound
 from sampler_server.quoting import quoted
 
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val", "test", "search")
 LEVELS = (SEEN_LEVEL, *LEVEL_NAMES)
 SEEN_SOURCE = "ilsvrc_2012"
 """Source kind of the ILSVRC-2012 store whose classes are the seen level IN-1K."""
@@ -92,8 +95,12 @@ class SplitRequest:
             return cls(level, split, 0, 0)
         if split == "train" and not shots:
             return cls(level, split, 0, 0)
+        if split == "val" and shots:
+            raise InvalidArgument(f"shots: got {shots} for split val, expected 0 (val is 20% of the full train "
+                                  "set whatever the shots; a few-shot search trains on split search)")
         if not seed:
-            what = f"a {shots}-shot train set" if split == "train" else "the val split"
+            what = {"train": f"a {shots}-shot train set", "val": "the val split",
+                    "search": "the search split (train minus val)"}[split]
             raise InvalidArgument(f"seed: {what} is drawn at random and needs a seed >= 1 (the paper uses "
                                   f"1 to 5), got 0")
         return cls(level, split, shots, seed)
@@ -146,14 +153,26 @@ def val_count(n: int) -> int:
     return max(1, int(n * VAL_FRACTION))
 
 
-def validation(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndarray, shots: int, seed: int) -> np.ndarray:
-    """The val ids (sorted) held out of one concept's train set of (shots, seed)."""
+def validation(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndarray, seed: int) -> np.ndarray:
+    """The val ids (sorted) held out of one concept's full train set for ``seed``."""
     ids = _sorted_ids(train_ids)
     take = val_count(len(ids))
     if not take:
         return ids[:0]
-    order = _rng(fingerprint, wnid, Split.VALID, seed, shots).permutation(len(ids))
+    order = _rng(fingerprint, wnid, Split.VALID, seed, 0).permutation(len(ids))
     return np.sort(ids[order[:take]])
+
+
+def search_train(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndarray, shots: int,
+                 seed: int) -> np.ndarray:
+    """What the search trains on (sorted): the full train ids minus val for ``seed``, then
+    ``shots`` of them (all when 0), drawn as ``few_shot`` draws from the full train set."""
+    ids = _sorted_ids(train_ids)
+    rest = np.setdiff1d(ids, validation(fingerprint, wnid, ids, seed), assume_unique=True)
+    if not shots or not len(rest):
+        return rest
+    order = _rng(fingerprint, wnid, Split.TRAIN, seed, 1).permutation(len(rest))
+    return np.sort(rest[order[:shots]])
 
 
 def concept_records(fingerprint: str, wnid: str, record_ids: Sequence[int] | np.ndarray,
@@ -162,11 +181,13 @@ def concept_records(fingerprint: str, wnid: str, record_ids: Sequence[int] | np.
     test, train = partition_concept(fingerprint, wnid, record_ids)
     if request.split == "test":
         return test
+    if request.split == "val":
+        return validation(fingerprint, wnid, train, request.seed)
+    if request.split == "search":
+        return search_train(fingerprint, wnid, train, request.shots, request.seed)
     if request.shots:
-        train = few_shot(fingerprint, wnid, train, request.shots, request.seed)
-    if request.split == "train":
-        return train
-    return validation(fingerprint, wnid, train, request.shots, request.seed)
+        return few_shot(fingerprint, wnid, train, request.shots, request.seed)
+    return train
 
 
 def split_sizes(count: int) -> tuple[int, int]:

@@ -1,6 +1,8 @@
 """ImageNet-CoG level splits (core.cog.splits): test/train disjoint and sized as the paper's,
-few-shot subsets nested, val inside its train set, everything a pure function of its
-inputs (not of their order), and requests refused with one line naming the field."""
+few-shot subsets nested, val a fifth of the full train set and disjoint from the search
+set (as the reference holds it out before drawing a few-shot search set), everything a
+pure function of its inputs (not of their order), and requests refused with one line
+naming the field."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sampler_server.core.cog.splits import (
     few_shot,
     num_batches,
     partition_concept,
+    search_train,
     split_sizes,
     val_count,
     validation,
@@ -67,12 +70,16 @@ def test_few_shot_subsets_nest_and_take_all_when_short(n, seed):
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 300), shots=shots_st, seed=seed_st)
-def test_val_is_a_fifth_of_its_train_set_and_inside_it(n, shots, seed):
+def test_val_is_a_fifth_of_the_full_train_set_and_search_is_the_rest(n, shots, seed):
     train = np.arange(n) + 7
-    val = validation(FP, "n00000002", train, shots, seed)
+    val = validation(FP, "n00000002", train, seed)
     expected = 0 if n < 2 else max(1, int(n * 0.2))
     assert len(val) == val_count(n) == expected
     assert set(val.tolist()) <= set(train.tolist()) and len(set(val.tolist())) == len(val)
+    search = search_train(FP, "n00000002", train, shots, seed)
+    assert not set(search.tolist()) & set(val.tolist())
+    assert set(search.tolist()) <= set(train.tolist())
+    assert len(search) == (min(shots, n - len(val)) if shots else n - len(val))
 
 
 def test_val_counts_at_the_edges():
@@ -84,8 +91,8 @@ def test_val_counts_at_the_edges():
 def test_a_level_split_is_ordered_labelled_and_independent_of_input_order(counts, shots, seed, data):
     records = store(counts)
     concepts = list(records)
-    split_name = data.draw(st.sampled_from(("train", "val", "test")))
-    request = SplitRequest.parse("L2", split_name, shots if split_name != "test" else 0, seed)
+    split_name = data.draw(st.sampled_from(("train", "val", "test", "search")))
+    request = SplitRequest.parse("L2", split_name, shots if split_name in ("train", "search") else 0, seed)
     split = build_split(FP, records, concepts, request, level_size=4, min_images=60)
     assert split.wnids == tuple(sorted(concepts))
     assert list(split.labels) == sorted(split.labels)  # concepts in label order
@@ -111,13 +118,17 @@ def test_test_train_val_fewshot_relations_in_a_level(counts, seed):
 
     test, train = ids("test"), ids("train")
     assert not test & train and len(test) == TEST_PER_CONCEPT * len(counts)
-    assert ids("val") <= train
+    val = ids("val")
+    assert val <= train
+    assert ids("search") == train - val
     previous: set[int] = set()
+    previous_search: set[int] = set()
     for shots in SHOTS:
         subset = ids("train", shots)
         assert previous <= subset <= train
-        assert ids("val", shots) <= subset
-        previous = subset
+        search = ids("search", shots)
+        assert previous_search <= search <= train - val
+        previous, previous_search = subset, search
 
 
 def test_same_inputs_same_split_and_each_input_changes_it():
@@ -131,7 +142,7 @@ def test_same_inputs_same_split_and_each_input_changes_it():
 
     base = fp()
     assert fp() == base
-    others = [fp(fingerprint="e" * 64), fp(level="L4"), fp(split="val"), fp(shots=16), fp(seed=2),
+    others = [fp(fingerprint="e" * 64), fp(level="L4"), fp(split="search"), fp(shots=16), fp(seed=2),
               fp(level_size=5), fp(min_images=61)]
     assert len({base, *others}) == len(others) + 1
     assert fp(level="IN-1K", level_size=4) == fp(level="IN-1K", level_size=1000, min_images=782)  # IN-1K ignores it
@@ -147,14 +158,16 @@ def test_golden_partition_pins_the_streams():
     test, train = partition_concept(FP, "n01440764", np.arange(60))
     assert train.tolist() == [5, 6, 9, 10, 25, 32, 49, 51, 52, 57]
     assert few_shot(FP, "n01440764", train, 4, 1).tolist() == [10, 32, 49, 52]
-    assert validation(FP, "n01440764", np.arange(20), 0, 1).tolist() == [10, 14, 15, 16]
-    assert validation(FP, "n01440764", np.arange(20), 2, 1).tolist() == [3, 14, 16, 18]
+    assert validation(FP, "n01440764", np.arange(20), 1).tolist() == [10, 14, 15, 16]
+    assert search_train(FP, "n01440764", np.arange(20), 4, 1).tolist() == [2, 4, 11, 12]
 
 
 def test_requests_are_checked_with_one_line_naming_the_field():
     cases = {
         ("L9", "train", 0, 0): "level: got 'L9', expected one of IN-1K, L1, L2, L3, L4, L5",
-        ("L1", "trainval", 0, 0): "split: got 'trainval', expected one of train, val, test",
+        ("L1", "trainval", 0, 0): "split: got 'trainval', expected one of train, val, test, search",
+        ("L1", "val", 2, 1): "shots: got 2 for split val, expected 0",
+        ("L1", "search", 2, 0): "seed: the search split (train minus val) is drawn at random and needs a seed >= 1",
         ("L1", "train", 3, 1): "shots: got 3, expected 0 (all images) or one of 1, 2, 4, 8, 16, 32, 64, 128",
         ("L1", "test", 4, 1): "shots: got 4 for split test",
         ("L1", "train", 4, 0): "seed: a 4-shot train set is drawn at random and needs a seed >= 1",
@@ -170,11 +183,13 @@ def test_requests_are_checked_with_one_line_naming_the_field():
     assert SplitRequest.parse("L1", "val", 0, 5) == SplitRequest("L1", "val", 0, 5)
 
 
-def test_one_shot_val_is_empty_and_an_empty_split_is_one_batch():
+def test_one_shot_search_has_one_image_per_concept_and_an_empty_split_is_one_batch():
     records = store([80, 70])
-    split = build_split(FP, records, list(records), SplitRequest.parse("L1", "val", 1, 2), level_size=4,
+    split = build_split(FP, records, list(records), SplitRequest.parse("L1", "search", 1, 2), level_size=4,
                         min_images=60)
-    assert split.size == 0 and split.num_classes == 2
+    assert split.size == 2 and split.num_classes == 2
+    val = build_split(FP, records, list(records), SplitRequest.parse("L1", "val", 0, 2), level_size=4, min_images=60)
+    assert val.size == 6 + 4  # int(0.2 * 30) + int(0.2 * 20): 20% of each concept's full train set
     assert num_batches(0, 256) == 1 and num_batches(256, 256) == 1 and num_batches(257, 256) == 2
 
 
