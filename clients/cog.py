@@ -11,15 +11,20 @@ preprocessed by the server (shorter side to ``--image-size`` bicubic, centre cro
 then divided by 255 and normalised with ``--mean``/``--std`` (ImageNet's by default).
 The features are cached on disk (``clients.cog_cache``) and L2-normalised when read.
 For each N of ``--shots`` (``all`` = every train image) and each seed of ``--seeds``,
-train(N, seed) and its 20% validation part val(N, seed) come from the server as record
-ids (GetCogSplit) and select rows of the cached train features. A linear layer (bias
-included) is trained by SGD with momentum 0.9 and weight decay on train(N, seed) minus
-val(N, seed), batches of ``--batch-size`` (1024; all rows when fewer) reshuffled every
-epoch, the learning rate decayed by a cosine over ``--epochs`` (100) as the reference
-steps it: set after each epoch to ``lr * (1 + cos(pi * e / epochs)) / 2``, so epochs 0
-and 1 use ``lr``. Each (learning rate, weight decay) of the search is scored top-1 on
-val(N, seed); the best (ties: the first in grid order) is trained again on the whole
-train(N, seed) and scored on the test split. One report per (level, N, seed).
+three subsets come from the server as record ids (GetCogSplit) and select rows of the
+cached train features, as the reference draws them: val(seed), 20% of the full train
+set held out first (whatever N); search(N, seed), N images per concept of the
+remaining 80% (all of them for ``all``); train(N, seed), N images per concept of the
+full train set. A linear layer (bias included) is trained by SGD with momentum 0.9
+and weight decay, batches of ``--batch-size`` (1024; all rows when fewer) reshuffled
+every epoch, the learning rate decayed by a cosine over ``--epochs`` (100) as the
+reference steps it: set after each epoch to ``lr * (1 + cos(pi * e / epochs)) / 2``, so
+epochs 0 and 1 use ``lr``. Each (learning rate, weight decay) of the search is trained
+on search(N, seed) and scored top-1 on val(seed); the best (ties: the first in grid
+order) is trained again on train(N, seed) and scored on the test split. One report
+per (level, N, seed). Since val is held out of the full train set, every N (1
+included) has validation images; a level whose concepts are too small to hold any out
+(fewer than 2 train images) is refused with one line.
 
 The search is a deterministic log-spaced grid, not Optuna's TPE sampler (the paper's 30
 trials): the grid keeps ``clients`` installable with no further dependency, gives the
@@ -27,13 +32,6 @@ same choice on every machine, and covers the same ranges with the same budget by
 default: ``--grid 6x5`` = 6 learning rates log-spaced over [0.1, 100] times 5 weight
 decays log-spaced over [1e-12, 1e-4] (the reference's ``LR_INTV`` and ``WD_INTV``); a
 grid of one point takes the range's geometric middle. Grid order: learning rate major.
-
-N with no validation images (val(N, seed) empty, e.g. N = 1 where 20% of one image per
-concept is none; or nothing left to train on without val): the hyper-parameters are
-those chosen for the same level and seed at the smallest larger N of the paper's
-1, 2, 4, ..., 128, then all, whose val is not empty; that search is run even when its N
-was not asked for, so a result never depends on which other N a run evaluates. Its
-report carries no ``val_accuracy``; the summary names the N it came from.
 
 Determinism: a fit's initial weights (drawn as ``torch.nn.Linear`` draws them, uniform
 in +-1/sqrt(D)) and its per-epoch batch orders come from one legacy ``RandomState``
@@ -67,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from clients.cog_cache import CachedFeatures, FeatureCache, SplitIds, sha256_path
+from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, sha256_path
 from clients.core import RetryPolicy, SamplerClient, SamplerClientError
 from clients.orchestration import EXIT_BAD_INPUT, EXIT_SERVER, UsageError
 from clients.reporting import run_config_json
@@ -146,13 +144,6 @@ def l2_normalise(features: np.ndarray) -> np.ndarray:
 def choose(scores: Sequence[float], grid: Sequence[HParams]) -> HParams:
     """The best-scoring point; ties go to the first in grid order."""
     return grid[max(range(len(grid)), key=lambda i: (scores[i], -i))]
-
-
-def fallback_shots(shots: int) -> list[int]:
-    """Where an N without validation images borrows its hyper-parameters from, in order."""
-    if shots == 0:
-        return []
-    return [n for n in PAPER_SHOTS if n > shots] + [0]
 
 
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -291,7 +282,6 @@ def accuracy(backend: CogBackend, data: Any, labels: np.ndarray) -> float:
 class Search:
     """The search of one (level, N, seed): every point's val accuracy and the choice."""
 
-    shots: int
     scores: tuple[float, ...]
     best: HParams
     fit_examples: int
@@ -312,7 +302,6 @@ class CogRun:
         self.grid = search_grid(*args.grid)
         self.cache = FeatureCache(args.feature_cache)
         self.checkpoint_sha256 = sha256_path(backend.checkpoint)
-        self.searches: dict[tuple[str, int, int], Search | None] = {}
         self.splits: dict[tuple[str, str, int, int], SplitIds] = {}
         self.features: dict[str, CachedFeatures] = {}
         self.num_classes: dict[str, int] = {}
@@ -392,17 +381,14 @@ class CogRun:
 
     # -- classifiers --
 
-    def _rows(self, level: str, shots: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of the cached train features of train(N, seed) and of its val part."""
-        train = self.split(level, "train", shots, seed)
-        val = self.split(level, "val", shots, seed)
-        features = self.features[f"{level}/train"]
-        train_rows = features.rows(train.record_ids, train.labels, f"train split (N={shots or 'all'}, seed {seed})")
-        val_rows = features.rows(val.record_ids, val.labels, f"val split (N={shots or 'all'}, seed {seed})")
-        if not np.all(np.isin(val_rows, train_rows)):
-            raise SamplerClientError(f"GetCogSplit {level}: val (N={shots or 'all'}, seed {seed}) holds images that "
-                                     "its train split does not")
-        return train_rows, val_rows
+    def _rows(self, level: str, split: str, shots: int, seed: int) -> np.ndarray:
+        """Rows of the cached train features holding ``split`` (train, search or val) of (N, seed)."""
+        listed = self.split(level, split, shots, seed)
+        try:  # the cached ids equal the server's full train split: a subset outside it is the server's fault
+            return self.features[f"{level}/train"].rows(listed.record_ids, listed.labels,
+                                                        f"{split} split (N={shots or 'all'}, seed {seed})")
+        except FeatureCacheError as error:
+            raise SamplerClientError(f"GetCogSplit {level}: {error}") from None
 
     def _data(self, level: str, rows: np.ndarray) -> tuple[Any, np.ndarray, int]:
         """(classifier data, labels, feature size) of rows of the level's train features, L2-normalised."""
@@ -416,59 +402,46 @@ class CogRun:
         return fit(self.backend, data, count, dim, self.num_classes[level], hp, self.args.epochs,
                    self.args.batch_size, seed)
 
-    def search(self, level: str, shots: int, seed: int) -> Search | None:
-        """The search of (level, N, seed), or None when it has no val images (or nothing besides)."""
-        key = (level, shots, seed)
-        if key in self.searches:
-            return self.searches[key]
-        train_rows, val_rows = self._rows(level, shots, seed)
-        fit_rows = np.setdiff1d(train_rows, val_rows)
-        if not len(val_rows) or not len(fit_rows):
-            self.searches[key] = None
-            return None
-        fit_data, _, dim = self._data(level, fit_rows)
+    def search(self, level: str, shots: int, seed: int) -> Search:
+        """Every grid point trained on search(N, seed) and scored on val(seed); the choice."""
+        search_rows = self._rows(level, "search", shots, seed)
+        val_rows = self._rows(level, "val", 0, seed)
+        if not len(val_rows) or not len(search_rows):
+            raise UsageError(f"level {level}, seed {seed}: the {'val' if not len(val_rows) else 'search'} split is "
+                             "empty (its concepts have too few train images to hold 20% out; try a larger "
+                             "--min-images)")
+        if np.intersect1d(search_rows, val_rows).size:
+            raise SamplerClientError(f"GetCogSplit {level}: search (N={shots or 'all'}, seed {seed}) holds images of "
+                                     f"val (seed {seed})")
+        fit_data, _, dim = self._data(level, search_rows)
         val_data, val_labels, _ = self._data(level, val_rows)
         fit_seed = derive_seed(seed, "cog", level, shots, "search")
         scores = []
         for hp in self.grid:
-            outcome = self._fit(level, fit_data, len(fit_rows), dim, hp, fit_seed)
+            outcome = self._fit(level, fit_data, len(search_rows), dim, hp, fit_seed)
             score = 0.0 if outcome.diverged else accuracy(self.backend, val_data, val_labels)
             scores.append(score)
             self.log(f"{level} N={shots or 'all'} seed {seed} {hp.label}: val accuracy {score:.4f}"
                      f"{' (diverged)' if outcome.diverged else ''}")
-        result = Search(shots, tuple(scores), choose(scores, self.grid), len(fit_rows), len(val_rows))
-        self.searches[key] = result
-        return result
-
-    def chosen(self, level: str, shots: int, seed: int) -> Search:
-        for candidate in (shots, *fallback_shots(shots)):
-            found = self.search(level, candidate, seed)
-            if found is not None:
-                return found
-        raise UsageError(f"level {level}, seed {seed}: no N has validation images to choose hyper-parameters on "
-                         "(the level's train split is too small; try a larger --min-images)")
+        return Search(tuple(scores), choose(scores, self.grid), len(search_rows), len(val_rows))
 
     def evaluate(self, level: str, shots: int, seed: int, test: Any) -> dict[str, Any]:
-        search = self.chosen(level, shots, seed)
-        train_rows, _ = self._rows(level, shots, seed)
+        search = self.search(level, shots, seed)
+        train_rows = self._rows(level, "train", shots, seed)
         data, _, dim = self._data(level, train_rows)
         final_seed = derive_seed(seed, "cog", level, shots, "final")
         outcome = self._fit(level, data, len(train_rows), dim, search.best, final_seed)
         test_accuracy = accuracy(self.backend, test, self.features[f"{level}/test"].labels)
-        own = search.shots == shots
-        return {"shots": shots, "seed": seed, "accuracy": test_accuracy,
-                "val_accuracy": max(search.scores) if own else None,
-                "learning_rate": search.best.lr, "weight_decay": search.best.wd, "chosen_at_shots": search.shots,
-                "train_examples": int(len(train_rows)), "val_examples": search.val_examples if own else 0,
-                "test_examples": int(len(self.features[f"{level}/test"].labels)), "diverged": outcome.diverged,
-                "search": ([{"lr": hp.lr, "wd": hp.wd, "val_accuracy": s} for hp, s in zip(self.grid, search.scores)]
-                           if own else [])}
+        return {"shots": shots, "seed": seed, "accuracy": test_accuracy, "val_accuracy": max(search.scores),
+                "learning_rate": search.best.lr, "weight_decay": search.best.wd,
+                "train_examples": int(len(train_rows)), "search_examples": search.fit_examples,
+                "val_examples": search.val_examples, "test_examples": int(len(self.features[f"{level}/test"].labels)),
+                "diverged": outcome.diverged,
+                "search": [{"lr": hp.lr, "wd": hp.wd, "val_accuracy": s} for hp, s in zip(self.grid, search.scores)]}
 
     def report(self, level: str, result: Mapping[str, Any], config: Mapping[str, Any]) -> None:
-        metrics = {"accuracy": result["accuracy"], "learning_rate": result["learning_rate"],
-                   "weight_decay": result["weight_decay"]}
-        if result["val_accuracy"] is not None:
-            metrics["val_accuracy"] = result["val_accuracy"]
+        metrics = {"accuracy": result["accuracy"], "val_accuracy": result["val_accuracy"],
+                   "learning_rate": result["learning_rate"], "weight_decay": result["weight_decay"]}
         report = pb.MetricReport(run_id=self.args.run, protocol=PROTOCOL, cog_level=level, shots=result["shots"],
                                  seed=result["seed"], examples=result["test_examples"], metrics=metrics)
         self.client.report([report], run_config_json=run_config_json(config))
@@ -499,10 +472,9 @@ class CogRun:
                     result = self.evaluate(level, shots, seed, test_data)
                     self.report(level, result, config)
                     results.append(result)
-                    val = f"val {result['val_accuracy']:.4f}, " if result["val_accuracy"] is not None else (
-                        f"hyper-parameters of N={result['chosen_at_shots'] or 'all'}, ")
                     self.log(f"{level} N={shots or 'all'} seed {seed}: lr={result['learning_rate']:.6g} "
-                             f"wd={result['weight_decay']:.6g}, {val}test accuracy {result['accuracy']:.4f}")
+                             f"wd={result['weight_decay']:.6g}, val {result['val_accuracy']:.4f}, "
+                             f"test accuracy {result['accuracy']:.4f}")
             levels[level] = {"num_classes": self.num_classes[level],
                              "train_size": len(self.features[f"{level}/train"].labels),
                              "test_size": len(test.labels), "feature_dim": int(test.features.shape[1]),
@@ -590,7 +562,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
                       help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
     what.add_argument("--shots", nargs="+", type=_shots, default=list(DEFAULT_SHOTS), metavar="N",
                       help="training images per concept: 'all' or an integer (default: all 1 2 4 8 16 32 64 128)")
-    what.add_argument("--seeds", nargs="+", type=_int_at_least(0), default=list(DEFAULT_SEEDS), metavar="S",
+    what.add_argument("--seeds", nargs="+", type=_int_at_least(1), default=list(DEFAULT_SEEDS), metavar="S",
                       help="seeds of the few-shot subsets, validation splits and fits")
     what.add_argument("--level-size", type=_int_at_least(0), default=0, metavar="K",
                       help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
@@ -692,6 +664,6 @@ def run_cog_main(framework_name: str, make: Callable[[argparse.Namespace], CogBa
     return 0
 
 
-__all__ = ["CogBackend", "CogRun", "HParams", "Search", "accuracy", "choose", "cosine_lr", "fallback_shots", "fit",
+__all__ = ["CogBackend", "CogRun", "HParams", "Search", "accuracy", "choose", "cosine_lr", "fit",
            "l2_normalise", "log_points", "run_cog_main", "search_grid"]
 

@@ -2,9 +2,10 @@
 ReportMetrics) over generated images, so the evaluation's own logic is tested without a
 server: each concept is a colour, so even a random-init backbone separates them.
 
-Splits as the protocol defines them: test = the last images of each concept, train =
-the rest, train(N, seed) = N per concept drawn with a seeded RandomState, val(N, seed)
-= floor(20%) per concept of train(N, seed) (so N = 1, 2, 4 have no val)."""
+Splits as the protocol defines them (seeded RandomState draws per concept): test = the
+last images of each concept, train = the rest; val(seed) = 20% (at least 1 of 2 or
+more) of the full train set; search(N, seed) = N of train minus val; train(N, seed) =
+N of the full train set."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class FakeCogClient:
     configs: list[str] = field(default_factory=list)
     fail_after: int | None = None
     label_shift: int = 0  # > 0: labels disagree with those an earlier server gave, fingerprints unchanged
+    train_per_concept: int = TRAIN_PER_CONCEPT
 
     def cog_levels(self, level_size: int = 0, min_images: int = 0) -> list[Any]:
         return [SimpleNamespace(level=level, wnids=[f"n{i:08d}" for i in range(len(colours))])
@@ -50,26 +52,30 @@ class FakeCogClient:
         ids, labels = [], []
         for label in range(len(self.colours[level])):
             base = offset + 1000 * label
-            numbers = range(TRAIN_PER_CONCEPT) if split == "train" else range(TRAIN_PER_CONCEPT,
-                                                                               TRAIN_PER_CONCEPT + TEST_PER_CONCEPT)
+            train = self.train_per_concept
+            numbers = range(train) if split == "train" else range(train, train + TEST_PER_CONCEPT)
             ids += [base + i for i in numbers]
             labels += [label] * len(numbers)
         return np.asarray(ids, np.int64), (np.asarray(labels, np.int64) + self.label_shift) % len(self.colours[level])
 
     def cog_split(self, level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
                   min_images: int = 0) -> Any:
-        if split == "test":
-            ids, labels = self._ids(level, "test")
-        else:
-            ids, labels = self._ids(level, "train")
-            if shots or split == "val":
-                rng = np.random.RandomState(int(_fingerprint(level, shots, seed)[:8], 16))
-                chosen = [rng.permutation(np.flatnonzero(labels == label))[:shots] if shots
-                          else np.flatnonzero(labels == label) for label in np.unique(labels)]
-                if split == "val":  # drawn after the whole train subset, so val lies inside it
-                    chosen = [rng.permutation(members)[:int(0.2 * len(members))] for members in chosen]
-                keep = sorted(int(i) for members in chosen for i in members)
-                ids, labels = ids[keep], labels[keep]
+        ids, labels = self._ids(level, "test" if split == "test" else "train")
+        if split != "test":
+            rng = np.random.RandomState(int(_fingerprint(level, split, shots, seed)[:8], 16))
+            held = np.random.RandomState(int(_fingerprint(level, "val", seed)[:8], 16))
+            keep = []
+            for label in np.unique(labels):
+                members = np.flatnonzero(labels == label)
+                val = held.permutation(members)[:max(int(0.2 * len(members)), min(len(members) - 1, 1))]
+                if split == "val":
+                    chosen = val
+                else:
+                    pool = np.setdiff1d(members, val) if split == "search" else members
+                    chosen = rng.permutation(pool)[:shots] if shots else pool
+                keep += sorted(int(i) for i in chosen)
+            keep.sort()
+            ids, labels = ids[keep], labels[keep]
         return SimpleNamespace(level=level, split=split, shots=shots, seed=seed, record_ids=ids.tolist(),
                                labels=labels.tolist(), num_classes=len(self.colours[level]),
                                fingerprint=_fingerprint(level, split, shots, seed, ids.tolist()))

@@ -1,7 +1,7 @@
 """The ImageNet-CoG evaluation's own logic (clients.cog, clients.cog_cache) and its torch
 backend, over a stand-in client (tests/clients/cog_eval_fake.py): the schedule and the
-grid, the linear classifier learning a separable problem, the search's choice, N = 1
-borrowing its hyper-parameters, determinism, and the feature cache (reused, resumed,
+grid, the linear classifier learning a separable problem, the search's choice on val
+and its fits on the search set, determinism, and the feature cache (reused, resumed,
 refused when it disagrees with the split)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
 from clients import cog
-from clients.cog import CogRun, HParams, choose, cosine_lr, fallback_shots, log_points, parse_cog_args, search_grid
+from clients.cog import CogRun, HParams, choose, cosine_lr, log_points, parse_cog_args, search_grid
 from clients.cog_cache import FeatureCacheError
 from clients.torch.cog import BuiltinBackbone, TorchCogBackend
 from clients.torch.cog import main as torch_main
@@ -53,11 +53,6 @@ def test_choose_takes_the_best_and_the_first_of_ties():
     grid = search_grid(2, 2)
     assert choose([0.1, 0.7, 0.3, 0.2], grid) == grid[1]
     assert choose([0.5, 0.7, 0.7, 0.2], grid) == grid[1]
-
-
-def test_an_n_without_validation_borrows_from_the_smallest_larger_n_then_all():
-    assert fallback_shots(1) == [2, 4, 8, 16, 32, 64, 128, 0]
-    assert fallback_shots(128) == [0] and fallback_shots(0) == []
 
 
 def test_l2_normalise_as_torch_does():
@@ -124,7 +119,7 @@ def test_run_reports_every_level_n_and_seed_with_the_best_val_setting(tmp_path):
             scores = [point["val_accuracy"] for point in result["search"]]
             best = choose(scores, grid)
             assert (result["learning_rate"], result["weight_decay"]) == (best.lr, best.wd)
-            assert result["val_accuracy"] == max(scores) and result["chosen_at_shots"] == result["shots"]
+            assert result["val_accuracy"] == max(scores)
             assert 0.0 <= result["accuracy"] <= 1.0 and result["test_examples"] == entry["test_size"]
     report = client.reports[0]
     assert report.protocol == "cog" and report.examples == summary["levels"]["L1"]["test_size"]
@@ -136,16 +131,19 @@ def test_run_reports_every_level_n_and_seed_with_the_best_val_setting(tmp_path):
     assert summary["levels"]["L1"]["results"][0]["accuracy"] >= 0.9
 
 
-def test_n_without_validation_uses_the_choice_of_the_smallest_larger_n(tmp_path):
+def test_every_n_searches_on_its_own_search_set_scored_on_the_seeds_val(tmp_path):
     client = FakeCogClient()
-    summary = _run(tmp_path, client, "--levels", "L1", "--shots", "1", "--seeds", "3")
-    (result,) = summary["levels"]["L1"]["results"]
-    assert result["chosen_at_shots"] == 8 and result["val_accuracy"] is None and result["search"] == []
-    (report,) = client.reports
-    assert report.shots == 1 and "val_accuracy" not in report.metrics
-    other = _run(tmp_path, FakeCogClient(), "--levels", "L1", "--shots", "8", "--seeds", "3")
-    (at8,) = other["levels"]["L1"]["results"]
-    assert (result["learning_rate"], result["weight_decay"]) == (at8["learning_rate"], at8["weight_decay"])
+    summary = _run(tmp_path, client, "--levels", "L1", "--shots", "1", "8", "all", "--seeds", "3")
+    one, eight, every = summary["levels"]["L1"]["results"]
+    assert (one["search_examples"], one["train_examples"], one["val_examples"]) == (3, 3, 12)
+    assert (eight["search_examples"], eight["train_examples"], eight["val_examples"]) == (24, 24, 12)
+    assert (every["search_examples"], every["train_examples"], every["val_examples"]) == (48, 60, 12)
+    assert [r.shots for r in client.reports] == [1, 8, 0] and "val_accuracy" in client.reports[0].metrics
+
+
+def test_a_level_too_small_to_hold_val_out_is_one_line(tmp_path):
+    with pytest.raises(cog.UsageError, match="level L1, seed 1: the val split is empty"):
+        _run(tmp_path, FakeCogClient(train_per_concept=1), "--levels", "L1", "--shots", "1", "--seeds", "1")
 
 
 def test_same_arguments_same_accuracies(tmp_path):

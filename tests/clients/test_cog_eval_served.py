@@ -1,0 +1,86 @@
+"""The ImageNet-CoG evaluation end to end against a real server on 127.0.0.1: a test-built
+IN-21K layout (the cog_counts concepts, scaled-down levels: 4 concepts each, 60 images
+at least) and a 4-class ILSVRC store; one small run in torch and one in tf extract
+features through StreamCogBatches, train the classifiers and report; the reports are
+in the server's CoG table, and a second run reads every feature from the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import generate_fixture, pack_fixture
+
+from clients.core import SamplerClient
+from sampler_server.cli.main import main as server_cli
+from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
+from sampler_server.fixtures.imagenet21k import write_imagenet21k
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+IN1K_IMAGES = 56  # 50 test + 6 train per IN-1K class
+LEVELS = ("IN-1K", "L3")
+SHOTS = ("all", "2")
+SMALL = ["--levels", *LEVELS, "--shots", *SHOTS, "--seeds", "1", "--level-size", str(LEVEL_SIZE),
+         "--min-images", str(MIN_IMAGES), "--image-size", "32", "--extract-batch-size", "64", "--epochs", "2",
+         "--batch-size", "64", "--grid", "2x1", "--backbone", "builtin", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    root = tmp_path_factory.mktemp("cog-eval")
+    write_imagenet21k(root / "in21k", cog_counts(), sides=(16, 40), workers=2)
+    data = root / "data"
+    assert server_cli(["pack", "imagenet21k", "--input", str(root / "in21k"), "--output", str(data), "--quiet",
+                       "--workers", "2"]) == 0
+    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES), data,
+                 name="ilsvrc_2012")
+    server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
+    yield server
+    server.stop(grace=0.5)
+
+
+def _run(main, served, run_id: str, cache: Path, summary: Path) -> dict:
+    assert main(["--server", served.address, "--run", run_id, "--feature-cache", str(cache), "--json-summary",
+                 str(summary), *SMALL]) == 0
+    return json.loads(summary.read_text())
+
+
+def _cog_table(served, run_id: str) -> dict:
+    with SamplerClient(served.address) as client:
+        reply = client._call("GetReport", pb.GetReportRequest(run_ids=[run_id], format="json", table="cog"))
+    return json.loads(reply.text)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(served, tmp_path, framework):
+    if framework == "torch":
+        from clients.torch.cog import main
+    else:
+        from clients.tf.cog import main
+    run_id = f"cog-eval-{framework}"
+    summary = _run(main, served, run_id, tmp_path / "cache", tmp_path / "first.json")
+    assert list(summary["levels"]) == list(LEVELS)
+    in1k = summary["levels"]["IN-1K"]
+    assert in1k["num_classes"] == 4 and in1k["test_size"] == 4 * 50 and in1k["train_size"] == 4 * 6
+    assert summary["levels"]["L3"]["num_classes"] == LEVEL_SIZE
+    assert summary["extracted"] == sum(e["train_size"] + e["test_size"] for e in summary["levels"].values())
+    results = {(level, r["shots"]): r for level, e in summary["levels"].items() for r in e["results"]}
+    assert set(results) == {(level, shots) for level in LEVELS for shots in (0, 2)}
+    for result in results.values():
+        assert 0.0 <= result["accuracy"] <= 1.0 and result["val_examples"] >= 1
+
+    again = _run(main, served, run_id, tmp_path / "cache", tmp_path / "second.json")
+    assert again["extracted"] == 0
+    assert [r["accuracy"] for e in again["levels"].values() for r in e["results"]] == [
+        r["accuracy"] for e in summary["levels"].values() for r in e["results"]]
+
+    table = _cog_table(served, run_id)
+    cells = table["scores"][run_id]["cells"]
+    for (level, shots), result in results.items():
+        cell = cells[level]["all" if shots == 0 else str(shots)]
+        assert cell["seeds"] == [1] and cell["mean"] == pytest.approx(result["accuracy"])
+    config = table["configs"][run_id]
+    assert config["framework"] == framework and config["checkpoint_sha256"] == summary["config"]["checkpoint_sha256"]
