@@ -259,3 +259,20 @@ def test_other_sources_refuse_the_imagenet21k_options(tmp_path: Path) -> None:
     for field, value in (("wnids", tmp_path / "w.txt"), ("shard", (0, 2))):
         with pytest.raises(InvalidArgument, match=f"--{field} does not apply to source 'ilsvrc_2012'"):
             sources.get_converter("ilsvrc_2012").plan(tmp_path, ConverterOptions(**{field: value}))  # type: ignore[arg-type]
+
+
+def test_fixtures_command_writes_a_counts_file_in_either_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    counts = tmp_path / "counts.json"
+    counts.write_text('{"n02084071": 3, "n01440764": 2}')
+    code, out, _ = _cli(capsys, "fixtures", "imagenet21k", "--output", str(tmp_path / "f"), "--counts", str(counts),
+                        "--layout", "folder")
+    assert code == 0 and "imagenet21k: 2 classes, 5 images" in out
+    assert sorted(len(list(p.iterdir())) for p in (tmp_path / "f" / "imagenet21k").iterdir()) == [2, 3]
+    code, out, _ = _cli(capsys, "fixtures", "imagenet21k", "--output", str(tmp_path / "t"), "--classes", "3")
+    assert code == 0 and sorted(p.name for p in (tmp_path / "t" / "imagenet21k").iterdir()) == [
+        "n01440764.tar", "n02084071.tar", "n09246464.tar"]
+    counts.write_text('{"n02084071": 3, "n99999999": 2}')
+    code, _, err = _cli(capsys, "fixtures", "imagenet21k", "--output", str(tmp_path / "g"), "--counts", str(counts))
+    assert code == 2 and "counts: 'n99999999' is not a WordNet 3.0 noun synset" in err
+    code, _, err = _cli(capsys, "fixtures", "image_folder", "--output", str(tmp_path / "h"), "--layout", "folder")
+    assert code == 2 and "--counts and --layout apply to imagenet21k only" in err
