@@ -3,7 +3,8 @@ itself is ``clients.cog``; this file holds the backbone and the linear classifie
 
 ``--backbone`` is one of:
 - a TorchScript file (``torch.jit.save`` of a module mapping a float32 NCHW batch to
-  features [B, D]);
+  features [B, D]), or a ``.pt2`` exported program (``torch.export.save``, exported in
+  eval mode with a dynamic batch dimension);
 - ``module:callable``: imported and called with the ``--backbone-checkpoint`` path, it
   returns an ``nn.Module`` (or any callable on tensors) mapping NCHW to [B, D];
 - ``builtin``: a small random-init convolutional network (three stride-2 3x3
@@ -59,14 +60,15 @@ class BuiltinBackbone(nn.Module):
 
 
 def builtin_backbone(path: Path) -> nn.Module:
-    """The builtin network with the weights kept at ``path`` (drawn from a fixed seed and written there when missing)."""
+    """The builtin network with the weights kept at ``path`` (drawn from a fixed seed, written there when missing)."""
     model = BuiltinBackbone()
     if path.exists():
         try:
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         except Exception as error:  # pickle, zip, key and shape errors alike
+            detail = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
             raise UsageError(f"argument --backbone-checkpoint: got {str(path)!r}, expected the builtin torch "
-                             f"backbone's weights ({type(error).__name__}: {' '.join(str(error).split())[:160]})") from None
+                             f"backbone's weights ({detail})") from None
         return model
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(BUILTIN_SEED)
@@ -83,12 +85,16 @@ def load_backbone(spec: BackboneSpec, device: torch.device) -> Any:
     if spec.kind == "builtin":
         model: Any = builtin_backbone(spec.checkpoint)
     elif spec.kind == "file":
+        exported = spec.target.endswith(".pt2")
         try:
+            if exported:  # an ExportedProgram is traced in the mode it was exported in: no .eval() to call
+                return torch.export.load(spec.target).module().to(device)
             model = torch.jit.load(spec.target, map_location=device)
-        except Exception as error:  # not a TorchScript archive
-            raise UsageError(f"argument --backbone: got {spec.target!r}, expected a TorchScript file (torch.jit.save), "
-                             f"builtin or module:callable ({type(error).__name__}: "
-                             f"{' '.join(str(error).split())[:160]})") from None
+        except Exception as error:  # not a TorchScript archive / exported program
+            kind = "an exported program (torch.export.save)" if exported else "a TorchScript file (torch.jit.save)"
+            detail = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
+            raise UsageError(f"argument --backbone: got {spec.target!r}, expected {kind}, builtin or "
+                             f"module:callable ({detail})") from None
     else:
         model = load_callable(spec.target)(str(spec.checkpoint))
         if not callable(model):
@@ -119,7 +125,8 @@ class TorchCogBackend(CogBackend):
                 "backbone_parameter_count": int(parameters)}
 
     def extract(self, images: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(np.ascontiguousarray(images)).to(self.device).permute(0, 3, 1, 2).float().div(255.0)
+        pixels = images if images.flags.writeable else np.array(images)  # wire arrays are read-only views
+        x = torch.from_numpy(np.ascontiguousarray(pixels)).to(self.device).permute(0, 3, 1, 2).float().div(255.0)
         with torch.inference_mode():
             out = self.backbone((x - self.mean) / self.std)
         if not isinstance(out, torch.Tensor):

@@ -47,7 +47,8 @@ def test_tf_steps_equal_torch_sgd_on_the_same_draws(tmp_path):
             parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path / "cache")]))):
         data = backend.classifier_data(x, y)
         outcome = cog.fit(backend, data, len(y), x.shape[1], 3, hp, 5, 8, seed=11)
-        weight = backend.kernel.numpy().T if isinstance(backend, TFCogBackend) else backend.linear.weight.detach().numpy()
+        tf_backend = isinstance(backend, TFCogBackend)
+        weight = backend.kernel.numpy().T if tf_backend else backend.linear.weight.detach().numpy()
         results.append((outcome.loss, weight))
     (tf_loss, tf_weight), (torch_loss, torch_weight) = results
     assert tf_loss == pytest.approx(torch_loss, rel=1e-4, abs=1e-6)
