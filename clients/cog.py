@@ -481,6 +481,9 @@ class CogRun:
                              "cache": {s: str(self.features[f"{level}/{s}"].path) for s in ("train", "test")},
                              "extracted": {s: self.features[f"{level}/{s}"].extracted for s in ("train", "test")},
                              "results": results}
+            # one level's ids and features held at a time (IN-1K's train split alone is 1.28 M rows)
+            self.splits = {key: value for key, value in self.splits.items() if key[0] != level}
+            del self.features[f"{level}/train"], self.features[f"{level}/test"], test, test_data
         return {"run": args.run, "config": config, "levels": levels, "extracted": extracted}
 
 
@@ -552,7 +555,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
         prog=f"python -m clients.{framework} cog",
         description=("ImageNet-CoG linear evaluation of a backbone: features of each level's train and test "
                      "splits extracted once (cached), a linear classifier per (level, N, seed) with learning rate "
-                     "and weight decay chosen on the 20%% validation split, test top-1 reported to the server."),
+                     "and weight decay chosen on the 20% validation split, test top-1 reported to the server."),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     _add_server_group(parser)
@@ -561,7 +564,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
     what.add_argument("--levels", nargs="+", type=_level, default=None, metavar="LEVEL",
                       help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
     what.add_argument("--shots", nargs="+", type=_shots, default=list(DEFAULT_SHOTS), metavar="N",
-                      help="training images per concept: 'all' or an integer (default: all 1 2 4 8 16 32 64 128)")
+                      help="training images per concept: 'all' (0 below) or an integer; the paper's all 1 2 4 ... 128")
     what.add_argument("--seeds", nargs="+", type=_int_at_least(1), default=list(DEFAULT_SEEDS), metavar="S",
                       help="seeds of the few-shot subsets, validation splits and fits")
     what.add_argument("--level-size", type=_int_at_least(0), default=0, metavar="K",
@@ -571,7 +574,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
 
     model = parser.add_argument_group("backbone and features")
     model.add_argument("--backbone", required=True, metavar="SPEC",
-                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript; "
+                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript or .pt2; "
                              "tf: a SavedModel directory or a .keras/.h5 model), or module:callable (called with "
                              "--backbone-checkpoint, returns the model)"))
     model.add_argument("--backbone-checkpoint", default=None, metavar="FILE",

@@ -259,3 +259,32 @@ def test_a_file_that_is_not_torchscript_is_one_line(tmp_path, capsys):
     assert torch_main([*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(tmp_path / "junk.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "expected a TorchScript file" in err, err
+
+
+def test_two_runs_extracting_one_entry_take_turns_and_the_second_reads_the_first(tmp_path):
+    import threading
+    import time
+
+    from clients.cog_cache import FeatureCache, SplitIds
+
+    ids = np.arange(10, dtype=np.int64)
+    split = SplitIds("L1", "train", "f" * 64, ids, ids % 2)
+    calls = []
+
+    def batches(start):
+        calls.append(start)
+        for index in range(start, 5):
+            time.sleep(0.02)
+            part = slice(2 * index, 2 * index + 2)
+            yield index, ids[part], ids[part] % 2, np.full((2, 3), index, np.float32)
+
+    cache, found = FeatureCache(tmp_path), []
+    workers = [threading.Thread(target=lambda: found.append(cache.get_or_extract({"k": 1}, split, 2, batches)))
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert calls == [0] and sorted(f.extracted for f in found) == [0, 10]
+    assert found[0].path == found[1].path and np.array_equal(found[0].features[:, 0], np.repeat(np.arange(5), 2))
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [found[0].path.name]
