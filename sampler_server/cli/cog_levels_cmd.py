@@ -52,12 +52,11 @@ def read_counts_file(path: str | os.PathLike[str]) -> dict[str, int]:
 
 
 def counts_from_data(data_dir: str | os.PathLike[str]) -> dict[str, int]:
-    """wnid -> image count over every ``imagenet21k`` store under ``data_dir`` (manifests only)."""
-    from sampler_server.store.manifest import load_manifest
-    from sampler_server.store.reader import find_stores
+    """wnid -> image count of the ``imagenet21k`` source under ``data_dir`` as the server
+    serves it (manifests only): its shards merged, a partial or clashing set refused."""
+    from sampler_server.store.shards import merged_manifests
 
-    manifests = [load_manifest(path) for path in find_stores(data_dir)]
-    counts = counts_from_manifests(manifests)
+    counts = counts_from_manifests(list(merged_manifests(data_dir).values()))
     if not counts:
         raise NotFound(f"--data {data_dir}: no {SOURCE} store (pack one with `sampler-server pack {SOURCE}`)")
     return counts

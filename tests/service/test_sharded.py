@@ -205,3 +205,12 @@ def test_an_unreadable_shard_quarantines_the_source_at_start_and_while_served(pa
     assert registry.quarantine(caught.value.store, str(caught.value))
     with pytest.raises(FailedPrecondition, match="store 'imagenet21k' is quarantined"):
         registry.get("imagenet21k")
+
+
+def test_cog_levels_counts_what_the_server_serves_and_refuses_a_partial_shard_set(packs: Packs, tmp_path: Path) -> None:
+    from sampler_server.cli.cog_levels_cmd import counts_from_data
+
+    assert counts_from_data(packs.sharded) == counts_from_data(packs.whole) == dict(sorted(COUNTS.items()))
+    data = _copy_shards(packs, tmp_path / "partial", (0, 2))
+    with pytest.raises(FailedPrecondition, match="1 of its 3 shards missing"):
+        counts_from_data(data)
