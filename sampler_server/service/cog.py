@@ -47,6 +47,7 @@ DEFAULT_IMAGE_SIZE = 224  # the CoG reference's
 DEFAULT_BATCH = 256
 MAX_BATCH = 4096
 SPLIT_CACHE = 8  # a trainer works on one level at a time: its train, val and test splits
+LEVELS_CACHE = 4  # level configurations kept (a request may name any: the cache stays bounded)
 COG_BATCH_IMAGES = pb.CogBatch.DESCRIPTOR.fields_by_name["images"].number
 
 
@@ -67,7 +68,7 @@ class CogHandlers:
     def __init__(self, servicer: "SamplerServicer") -> None:
         self.servicer = servicer
         self._lock = threading.Lock()
-        self._levels: dict[tuple[str, int, int], Any] = {}
+        self._levels: collections.OrderedDict[tuple[str, int, int], Any] = collections.OrderedDict()
         self._splits: collections.OrderedDict[tuple[Any, ...], CogSplit] = collections.OrderedDict()
 
     # ---- stores, levels and splits ----------------------------------------------------
@@ -84,6 +85,8 @@ class CogHandlers:
         key = (store.manifest.fingerprint, level_size, min_images)
         with self._lock:
             cached = self._levels.get(key)
+            if cached is not None:
+                self._levels.move_to_end(key)
         if cached is None:
             from sampler_server.core.cog.levels import compute_levels
 
@@ -92,6 +95,8 @@ class CogHandlers:
                                     source=f"store {store.name}")
             with self._lock:
                 self._levels[key] = cached
+                while len(self._levels) > LEVELS_CACHE:
+                    self._levels.popitem(last=False)
         return cached
 
     def split(self, message: pb.CogSplitRequest) -> tuple[CogSplit, ServedStore]:

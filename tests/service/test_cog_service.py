@@ -307,3 +307,25 @@ def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, 
     assert main(["pack", "imagenet21k", "--input", str(data.parent / "in21k"), "--output", str(whole), "--quiet",
                  "--workers", "2"]) == 0
     assert cli_split(whole, capsys, "L5", "search", 8, 2) == listing
+
+
+def test_level_configurations_a_client_names_are_cached_within_a_bound(cog):
+    """Any client may name any (level_size, min_images): each is computed (a walk of WordNet),
+    and the cache of them stays bounded, least recently used first out."""
+    from sampler_server.service.cog import LEVELS_CACHE
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    data, _, _ = cog
+    server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=4, grace_seconds=0.5)).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SamplerStub(channel)
+            configs = [(LEVEL_SIZE, MIN_IMAGES - k) for k in range(LEVELS_CACHE + 2)]
+            for level_size, min_images in configs:
+                reply = stub.ListCogLevels(pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images))
+                assert reply.min_images == min_images
+        cached = server.servicer.cog._levels
+        assert len(cached) == LEVELS_CACHE
+        assert [key[1:] for key in cached] == configs[-LEVELS_CACHE:]
+    finally:
+        server.stop(grace=0.2)
