@@ -75,10 +75,11 @@ def build_data(work: Path) -> Path:
     return data
 
 
-def start_server(data: Path, idle_seconds: float, log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_server(data: Path, idle_seconds: float, log_path: Path,
+                 extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0",
-         "--stream-idle-seconds", str(idle_seconds)],
+         "--stream-idle-seconds", str(idle_seconds), *(extra or [])],
         stdout=subprocess.PIPE, stderr=open(log_path, "a"), text=True, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
@@ -379,6 +380,8 @@ def main() -> int:
                         help=f"unbounded streams each stalled client opens and never reads (default {STALLED_STREAMS})")
     parser.add_argument("--stream-idle-seconds", type=float, default=30.0, help="passed to serve")
     parser.add_argument("--sample-seconds", type=float, default=10.0, help="RSS sampling period")
+    parser.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for serve, e.g. --serve-arg=--send-mb --serve-arg=8 (repeatable)")
     args = parser.parse_args()
     roles = [WELL_BEHAVED[i % len(WELL_BEHAVED)] for i in range(args.clients - args.stalled)] + ["stalled"] * args.stalled
     seconds = args.minutes * 60
@@ -390,7 +393,7 @@ def main() -> int:
         data = build_data(work)
         print(f"data built in {time.perf_counter() - started:.1f} s: {', '.join(sorted(p.name for p in data.iterdir() if p.is_dir()))}",
               flush=True)
-        server, address = start_server(data, args.stream_idle_seconds, log_path)
+        server, address = start_server(data, args.stream_idle_seconds, log_path, args.serve_arg)
         print(f"server pid {server.pid} on {address}; {os.cpu_count()} cores; load average {os.getloadavg()}", flush=True)
         print(f"clients: {', '.join(f'{r} x{roles.count(r)}' for r in dict.fromkeys(roles))}; {args.minutes:g} min; "
               f"stream idle {args.stream_idle_seconds:g} s", flush=True)
