@@ -66,8 +66,8 @@ from typing import Any
 import numpy as np
 
 from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, sha256_path
-from clients.core import RetryPolicy, SamplerClient, SamplerClientError
-from clients.orchestration import EXIT_BAD_INPUT, EXIT_SERVER, UsageError
+from clients.core import SamplerClient, SamplerClientError
+from clients.orchestration import UsageError, run_command
 from clients.reporting import run_config_json
 from clients.trainer_args import (
     DEVICES,
@@ -77,7 +77,6 @@ from clients.trainer_args import (
     _add_server_group,
     _int_at_least,
     _positive_float,
-    client_security,
 )
 from clients.transfer import derive_seed
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -625,46 +624,8 @@ def parse_cog_args(framework: str, argv: Sequence[str] | None = None) -> argpars
 def run_cog_main(framework_name: str, make: Callable[[argparse.Namespace], CogBackend],
                  argv: Sequence[str] | None = None) -> int:
     """Parse, run and report one CoG evaluation; exit status 0 ok, 2 bad input, 3 server fault."""
-    prog = f"python -m clients.{framework_name} cog"
-    try:
-        args = parse_cog_args(framework_name, argv)
-    except SystemExit as stop:
-        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
-
-    def log(message: str) -> None:
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
-
-    def fail(message: str) -> None:
-        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-
-    backend: CogBackend | None = None
-    try:
-        backend = make(args)
-        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
-                   **client_security(args)}
-        with SamplerClient(args.server, **options) as client:
-            summary = CogRun(backend, client, log).execute()
-    except UsageError as error:
-        fail(str(error))
-        return EXIT_BAD_INPUT
-    except SamplerClientError as error:
-        fail(f"server {args.server}: {error}")
-        return EXIT_SERVER
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except Exception as error:
-        mapped = backend.classify(error) if backend is not None else None
-        if mapped is None:
-            raise
-        fail(mapped[1])
-        return mapped[0]
-    print(format_summary(summary), flush=True)
-    if args.json_summary:
-        path = Path(args.json_summary)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
-    return 0
+    return run_command(f"python -m clients.{framework_name} cog", lambda: parse_cog_args(framework_name, argv), make,
+                       lambda part, client, log: CogRun(part, client, log).execute(), format_summary)
 
 
 __all__ = ["CogBackend", "CogRun", "HParams", "Search", "accuracy", "choose", "cosine_lr", "fit",

@@ -495,3 +495,51 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(summary.to_json())
     return 0
+
+
+def run_command(prog: str, parse: Callable[[], argparse.Namespace], make: Callable[[argparse.Namespace], Any],
+                execute: Callable[[Any, SamplerClient, Callable[[str], None]], dict[str, Any]],
+                summarise: Callable[[dict[str, Any]], str]) -> int:
+    """The shell of a trainer subcommand (``transfer``, ``cog``): parse, build the framework
+    part, run against the server, print (and with ``--json-summary`` write) the summary.
+    Exit status 0 ok, 2 bad input, 3 server fault, 130 interrupted; every failure is one
+    line on stderr. ``make``'s object may map a framework's own errors with ``classify``."""
+    try:
+        args = parse()
+    except SystemExit as stop:
+        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
+
+    def log(message: str) -> None:
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def fail(message: str) -> None:
+        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+
+    part: Any = None
+    try:
+        part = make(args)
+        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
+                   **client_security(args)}
+        with SamplerClient(args.server, **options) as client:
+            summary = execute(part, client, log)
+    except UsageError as error:
+        fail(str(error))
+        return EXIT_BAD_INPUT
+    except SamplerClientError as error:
+        fail(f"server {args.server}: {error}")
+        return EXIT_SERVER
+    except KeyboardInterrupt:
+        fail("interrupted")
+        return 130
+    except Exception as error:
+        mapped = part.classify(error) if part is not None else None
+        if mapped is None:
+            raise
+        fail(mapped[1])
+        return mapped[0]
+    print(summarise(summary), flush=True)
+    if args.json_summary:
+        path = Path(args.json_summary)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return 0

@@ -26,17 +26,15 @@ import abc
 import argparse
 import hashlib
 import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clients.core import RetryPolicy, SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
-from clients.orchestration import EXIT_BAD_INPUT, EXIT_SERVER, UsageError
-from clients.trainer_args import OPERATIONAL, client_security, parse_transfer_args
+from clients.core import SamplerClient, TaskBatchArrays, TaskEpisodeArrays
+from clients.orchestration import UsageError, run_command
+from clients.trainer_args import OPERATIONAL, parse_transfer_args
 
 MOMENTUM = 0.9
 SWEEP_SPLITS = ("train800", "val200", "train800val200", "test")
@@ -247,43 +245,5 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 def run_transfer_main(framework_name: str, make: Callable[[argparse.Namespace], TransferLearner],
                       argv: Sequence[str] | None = None) -> int:
     """Parse, run and report one transfer run; exit status 0 ok, 2 bad input, 3 server fault."""
-    prog = f"python -m clients.{framework_name} transfer"
-    try:
-        args = parse_transfer_args(framework_name, argv)
-    except SystemExit as stop:
-        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
-
-    def log(message: str) -> None:
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
-
-    def fail(message: str) -> None:
-        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-
-    learner: TransferLearner | None = None
-    try:
-        learner = make(args)
-        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
-                   **client_security(args)}
-        with SamplerClient(args.server, **options) as client:
-            summary = TransferRun(learner, client, log).execute()
-    except UsageError as error:
-        fail(str(error))
-        return EXIT_BAD_INPUT
-    except SamplerClientError as error:
-        fail(f"server {args.server}: {error}")
-        return EXIT_SERVER
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except Exception as error:
-        mapped = learner.classify(error) if learner is not None else None
-        if mapped is None:
-            raise
-        fail(mapped[1])
-        return mapped[0]
-    print(format_summary(summary), flush=True)
-    if args.json_summary:
-        path = Path(args.json_summary)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
-    return 0
+    return run_command(f"python -m clients.{framework_name} transfer", lambda: parse_transfer_args(framework_name, argv), make,
+                       lambda part, client, log: TransferRun(part, client, log).execute(), format_summary)

@@ -12,8 +12,16 @@
    (kitti_distance), packed with the ``pack vtab`` code path into the same data
    directory before the server starts, then a linear probe per framework
    (``python -m clients.<framework> transfer``) at tiny CPU sizes;
-5. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
-   both runs, write the robustness plots, and print the VTAB table.
+5. ImageNet-CoG leg (``--no-cog`` skips it): a test-built IN-21K layout (one tar of
+   generated JPEGs per synset, 189 real wnids chosen so that every eligibility rule
+   removes some and 30 stay eligible), packed as two shards served as one source; the
+   levels computed at a scaled-down size (``cog levels --level-size 4 --min-images 60``);
+   then the linear evaluation per framework (``python -m clients.<framework> cog``:
+   features of L1..L5 from a small random backbone, a logistic regression per level, N
+   and seed) at tiny CPU sizes;
+6. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
+   both runs, write the robustness plots, and print the VTAB and CoG tables (CoG with
+   the torch run as the baseline, and its plots).
 """
 
 from __future__ import annotations
@@ -45,6 +53,13 @@ VTAB_INSTALL = "VTAB leg skipped: tensorflow-datasets is missing; install the ex
 # (lrs high enough that a head on frozen random features learns in 40 steps).
 VTAB_PROBE = ("--mode", "linear", "--backbone", "conv4", "--image-size", "32", "--batch-size", "64",
               "--eval-batch-size", "200", "--lrs", "1.0", "0.1", "--steps", "20", "40", "--log-every", "1000")
+# ImageNet-CoG at demo scale: 4 concepts per level, 60 images at least (the paper: 1000
+# and 782); IN-1K is left out because the MD leg's ILSVRC classes hold fewer than the 50
+# test images per concept the protocol takes.
+COG_LEVEL_CONFIG = ("--level-size", "4", "--min-images", "60")
+COG_EVAL = ("--backbone", "builtin", "--levels", "L1", "L2", "L3", "L4", "L5", "--image-size", "32",
+            "--shots", "all", "1", "4", "--seeds", "1", "2", "--epochs", "5", "--grid", "3x2", *COG_LEVEL_CONFIG)
+COG_SHARDS = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-only", action="store_true", help="only generate, pack and inspect the data")
     parser.add_argument("--no-vtab", dest="vtab", action="store_false",
                         help="skip the VTAB leg (TFDS data, pack vtab, linear probes, VTAB table)")
+    parser.add_argument("--no-cog", dest="cog", action="store_false",
+                        help="skip the ImageNet-CoG leg (IN-21K layout data, sharded pack, levels, evaluations)")
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--quiet", action="store_true", help="no progress bars while packing")
     parser.set_defaults(func=run)
@@ -106,6 +123,34 @@ def build_vtab_data(workdir: Path, store: Path, workers: int, quiet: bool) -> bo
         summary = run_pack(plan, store, PackOptions(workers=workers, progress=not quiet))
         print(format_summary(summary), flush=True)
     return True
+
+
+def build_cog_data(workdir: Path, store: Path, workers: int, quiet: bool) -> None:
+    """The IN-21K layout of the CoG fixture's wnids, packed as COG_SHARDS shards (one
+    source to the server), then the levels printed as ``cog levels`` prints them."""
+    from sampler_server.cli.cog_levels_cmd import counts_from_data, summary_lines
+    from sampler_server.core.cog import compute_levels
+    from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
+    from sampler_server.fixtures.imagenet21k import write_imagenet21k
+
+    fixture = write_imagenet21k(workdir / "imagenet21k", cog_counts(), workers=max(1, workers))
+    for index in range(COG_SHARDS):
+        plan = sources.get_converter("imagenet21k").plan(
+            fixture.input_dir, ConverterOptions(shard=(index, COG_SHARDS)))
+        summary = run_pack(plan, store, PackOptions(workers=workers, progress=not quiet))
+        print(format_summary(summary), flush=True)
+    print("$ sampler-server cog levels --data " + str(store) + " " + " ".join(COG_LEVEL_CONFIG), flush=True)
+    levels = compute_levels(counts_from_data(store), level_size=LEVEL_SIZE, min_images=MIN_IMAGES)
+    print("\n".join(summary_lines(levels)), flush=True)
+
+
+def run_cog(framework: str, address: str, args: argparse.Namespace) -> None:
+    """One framework's CoG linear evaluation, reported as run ``demo-cog-<framework>``."""
+    command = [
+        sys.executable, "-m", f"clients.{framework}", "cog", "--server", address, "--run", f"demo-cog-{framework}",
+        *COG_EVAL, "--feature-cache", str(args.workdir / f"cog-features-{framework}"), "--device", "cpu",
+    ]
+    _run_client(command, f"{framework} CoG evaluation")
 
 
 def _environment() -> dict[str, str]:
@@ -165,39 +210,56 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
-    total = 6 if args.vtab else 5
+    total = 5 + bool(args.vtab) + bool(args.cog)
     _step(f"1/{total} generating the demo data in each source's original layout, and packing it")
     store = build_data(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet)
-    vtab_seconds = 0.0
+    vtab_seconds = cog_seconds = 0.0
     if args.vtab:
         vtab_started = time.perf_counter()
         print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
         args.vtab = build_vtab_data(args.workdir, store, args.workers, args.quiet)
         vtab_seconds += time.perf_counter() - vtab_started
+    if args.cog:
+        cog_started = time.perf_counter()
+        print(f"\nImageNet-CoG: a test-built IN-21K layout (tars of JPEGs), packed as {COG_SHARDS} shards", flush=True)
+        build_cog_data(args.workdir, store, args.workers, args.quiet)
+        cog_seconds += time.perf_counter() - cog_started
     inspect_run(argparse.Namespace(data=store, json=False, classes=False))
     if args.data_only:
         print(f"\ndemo data ready in {time.perf_counter() - started:.1f} s; stores under {store}")
         return 0
     _step(f"2/{total} starting the sampler server")
     server, address = start_server(store)
+    step = 3
     try:
-        for position, framework in enumerate(args.frameworks, start=3):
-            _step(f"{position}/{total} {framework} trainer: ProtoNet on {', '.join(TRAIN_SOURCES)}; "
+        for framework in args.frameworks:
+            _step(f"{step}/{total} {framework} trainer: ProtoNet on {', '.join(TRAIN_SOURCES)}; "
                   f"evaluation on {', '.join(EVAL_SOURCES)}")
             run_trainer(framework, address, args)
+            step += 1
+        step = 5
         if args.vtab:
             vtab_started = time.perf_counter()
-            _step(f"5/{total} VTAB-1k linear probes ({', '.join(args.frameworks)}) on {', '.join(VTAB_TASKS)}")
+            _step(f"{step}/{total} VTAB-1k linear probes ({', '.join(args.frameworks)}) on {', '.join(VTAB_TASKS)}")
             for framework in args.frameworks:
                 run_probe(framework, address, args)
             vtab_seconds += time.perf_counter() - vtab_started
+            step += 1
+        if args.cog:
+            cog_started = time.perf_counter()
+            _step(f"{step}/{total} ImageNet-CoG linear evaluations ({', '.join(args.frameworks)}) on L1..L5")
+            for framework in args.frameworks:
+                run_cog(framework, address, args)
+            cog_seconds += time.perf_counter() - cog_started
     finally:
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-    _step(f"{total}/{total} the Meta-Dataset table for both runs" + (", then the VTAB table" if args.vtab else ""))
+    tables = ", then the VTAB table" if args.vtab else ""
+    tables += ", then the CoG table" if args.cog else ""
+    _step(f"{total}/{total} the Meta-Dataset table for both runs" + tables)
     from sampler_server.metrics.plots import write_plots
     from sampler_server.metrics.report import build_report, render_report
     from sampler_server.metrics.store import MetricsStore
@@ -218,5 +280,15 @@ def run(args: argparse.Namespace) -> int:
         vtab = build_vtab_report(metrics, [f"demo-vtab-{framework}" for framework in args.frameworks])
         print("\n" + render_vtab_report(vtab, "table"))
         print(f"\nVTAB leg (data, pack, probes) took {vtab_seconds:.0f} s")
+    if args.cog:
+        from sampler_server.metrics.cog_plots import write_cog_plots
+        from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
+
+        runs = [f"demo-cog-{framework}" for framework in args.frameworks]
+        cog = build_cog_report(metrics, runs, baseline=runs[0])
+        print("\n" + render_cog_report(cog, "table"))
+        cog_plots = write_cog_plots(cog, args.workdir / "plots-cog")
+        print(f"\nCoG plots: {len(cog_plots)} PNG files in {args.workdir / 'plots-cog'}")
+        print(f"CoG leg (data, pack, levels, evaluations) took {cog_seconds:.0f} s")
     print(f"demo finished in {time.perf_counter() - started:.0f} s")
     return 0
