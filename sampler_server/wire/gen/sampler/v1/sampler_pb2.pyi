@@ -366,7 +366,7 @@ class Batch(_message.Message):
     def __init__(self, source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., epoch: _Optional[int] = ..., fingerprint: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., last: _Optional[bool] = ..., preset: _Optional[str] = ...) -> None: ...
 
 class MetricReport(_message.Message):
-    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels", "task", "task_split", "examples", "cog_level", "shots")
+    __slots__ = ("run_id", "protocol", "source", "split", "seed", "index", "fingerprint", "metrics", "request", "predicted_labels", "task", "task_split", "examples", "cog_level", "shots", "role", "regime", "regime_seed")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +389,9 @@ class MetricReport(_message.Message):
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
     COG_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SHOTS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REGIME_FIELD_NUMBER: _ClassVar[int]
+    REGIME_SEED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     protocol: str
     source: str
@@ -404,7 +407,10 @@ class MetricReport(_message.Message):
     examples: int
     cog_level: str
     shots: int
-    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ..., task: _Optional[str] = ..., task_split: _Optional[str] = ..., examples: _Optional[int] = ..., cog_level: _Optional[str] = ..., shots: _Optional[int] = ...) -> None: ...
+    role: str
+    regime: int
+    regime_seed: int
+    def __init__(self, run_id: _Optional[str] = ..., protocol: _Optional[str] = ..., source: _Optional[str] = ..., split: _Optional[_Union[Split, str]] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., fingerprint: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., request: _Optional[_Union[EpisodeRequest, _Mapping]] = ..., predicted_labels: _Optional[_Iterable[int]] = ..., task: _Optional[str] = ..., task_split: _Optional[str] = ..., examples: _Optional[int] = ..., cog_level: _Optional[str] = ..., shots: _Optional[int] = ..., role: _Optional[str] = ..., regime: _Optional[int] = ..., regime_seed: _Optional[int] = ...) -> None: ...
 
 class ReportMetricsRequest(_message.Message):
     __slots__ = ("reports", "run_config_json")
@@ -423,20 +429,24 @@ class ReportMetricsResponse(_message.Message):
     def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split", "baseline_run")
+    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split", "baseline_run", "scratch_run", "max_run")
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
     VTAB_BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     VTAB_SPLIT_FIELD_NUMBER: _ClassVar[int]
     BASELINE_RUN_FIELD_NUMBER: _ClassVar[int]
+    SCRATCH_RUN_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_FIELD_NUMBER: _ClassVar[int]
     run_ids: _containers.RepeatedScalarFieldContainer[str]
     format: str
     table: str
     vtab_benchmark: str
     vtab_split: str
     baseline_run: str
-    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ..., baseline_run: _Optional[str] = ...) -> None: ...
+    scratch_run: str
+    max_run: str
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ..., baseline_run: _Optional[str] = ..., scratch_run: _Optional[str] = ..., max_run: _Optional[str] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("text",)
@@ -496,7 +506,7 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
 
 class StreamTaskBatchesRequest(_message.Message):
-    __slots__ = ("task", "split", "seed", "batch_size", "start_index", "count", "images", "shuffle", "store")
+    __slots__ = ("task", "split", "seed", "batch_size", "start_index", "count", "images", "shuffle", "store", "regime", "regime_seed")
     TASK_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -506,6 +516,8 @@ class StreamTaskBatchesRequest(_message.Message):
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    REGIME_FIELD_NUMBER: _ClassVar[int]
+    REGIME_SEED_FIELD_NUMBER: _ClassVar[int]
     task: str
     split: str
     seed: int
@@ -515,7 +527,9 @@ class StreamTaskBatchesRequest(_message.Message):
     images: ImageOptions
     shuffle: bool
     store: str
-    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., shuffle: _Optional[bool] = ..., store: _Optional[str] = ...) -> None: ...
+    regime: int
+    regime_seed: int
+    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., shuffle: _Optional[bool] = ..., store: _Optional[str] = ..., regime: _Optional[int] = ..., regime_seed: _Optional[int] = ...) -> None: ...
 
 class TaskBatch(_message.Message):
     __slots__ = ("task", "split", "seed", "index", "epoch", "fingerprint", "record_ids", "labels", "images", "encoded", "num_classes", "last", "shuffle", "split_fingerprint", "split_size", "store", "image_size", "resize")
@@ -754,3 +768,59 @@ class CogBatch(_message.Message):
     image_size: int
     resize: ResizeMethod
     def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., split_size: _Optional[int] = ..., split_fingerprint: _Optional[str] = ..., fingerprint: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
+
+class RegimeRequest(_message.Message):
+    __slots__ = ("task", "n", "seed", "split", "store")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    n: int
+    seed: int
+    split: str
+    store: str
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., store: _Optional[str] = ...) -> None: ...
+
+class BlindGuess(_message.Message):
+    __slots__ = ("label", "test_accuracy", "test_error", "test_examples")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    TEST_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    TEST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TEST_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    label: int
+    test_accuracy: float
+    test_error: float
+    test_examples: int
+    def __init__(self, label: _Optional[int] = ..., test_accuracy: _Optional[float] = ..., test_error: _Optional[float] = ..., test_examples: _Optional[int] = ...) -> None: ...
+
+class Regime(_message.Message):
+    __slots__ = ("task", "n", "seed", "split", "record_ids", "labels", "num_classes", "fingerprint", "pool_split", "pool_size", "blind", "default_regimes", "store")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    N_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    NUM_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    POOL_SPLIT_FIELD_NUMBER: _ClassVar[int]
+    POOL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BLIND_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_REGIMES_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    task: str
+    n: int
+    seed: int
+    split: str
+    record_ids: _containers.RepeatedScalarFieldContainer[int]
+    labels: _containers.RepeatedScalarFieldContainer[int]
+    num_classes: int
+    fingerprint: str
+    pool_split: str
+    pool_size: int
+    blind: BlindGuess
+    default_regimes: _containers.RepeatedScalarFieldContainer[int]
+    store: str
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ...) -> None: ...

@@ -99,6 +99,11 @@ class SamplerStub:
                 request_serializer=sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.SerializeToString,
                 response_deserializer=sampler_dot_v1_dot_sampler__pb2.CogBatch.FromString,
                 _registered_method=True)
+        self.GetRegime = channel.unary_unary(
+                '/sampler.v1.Sampler/GetRegime',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.RegimeRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.Regime.FromString,
+                _registered_method=True)
 
 
 class SamplerServicer:
@@ -203,6 +208,15 @@ class SamplerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRegime(self, request, context):
+        """Control baselines: a data regime of a VTAB task (n training examples, nested across
+        n for one seed, split into train and val) without images, with the blind guess
+        computed from its labels and the default regimes of the task.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -270,6 +284,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.StreamCogBatches,
                     request_deserializer=sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.FromString,
                     response_serializer=sampler_dot_v1_dot_sampler__pb2.CogBatch.SerializeToString,
+            ),
+            'GetRegime': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRegime,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.RegimeRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.Regime.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -623,6 +642,33 @@ class Sampler:
             '/sampler.v1.Sampler/StreamCogBatches',
             sampler_dot_v1_dot_sampler__pb2.StreamCogBatchesRequest.SerializeToString,
             sampler_dot_v1_dot_sampler__pb2.CogBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRegime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sampler.v1.Sampler/GetRegime',
+            sampler_dot_v1_dot_sampler__pb2.RegimeRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.Regime.FromString,
             options,
             channel_credentials,
             insecure,
