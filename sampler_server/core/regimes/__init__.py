@@ -1,0 +1,63 @@
+"""Control baselines (issue 12): data regimes, the blind guess, calibrated risk and CCI.
+
+Pure functions (no I/O, no gRPC, LMDB or frameworks): the callers read a task's splits
+and labels from its store (``store.vtab_records``) and pass label arrays in.
+
+- ``regimes``: the keyed class-covering pool order, regime n, its train/val parts,
+  default regimes and fingerprints;
+- ``blind``: the blind guess, classification (most frequent label) and regression
+  (mean for L2, median for L1);
+- ``calibration``: cR, the Calibrated Cumulative Improvement and the calibration JSON.
+"""
+
+from sampler_server.core.regimes.blind import (
+    BlindGuess,
+    RegressionBlindGuess,
+    RegressionLoss,
+    blind_guess,
+    regression_blind_guess,
+)
+from sampler_server.core.regimes.regimes import (
+    DEFAULT_REGIME_COUNT,
+    MIN_PER_CLASS,
+    POOL_SPLIT,
+    REGIME_SPLITS,
+    TEST_SPLIT,
+    VAL_FRACTION,
+    RegimeSplit,
+    build_regime,
+    check_regime_size,
+    check_regime_split,
+    check_seed,
+    default_regimes,
+    pool_order,
+    regime_fingerprint,
+    regime_key,
+    regime_positions,
+    val_count,
+)
+
+__all__ = [
+    "DEFAULT_REGIME_COUNT",
+    "MIN_PER_CLASS",
+    "POOL_SPLIT",
+    "REGIME_SPLITS",
+    "TEST_SPLIT",
+    "VAL_FRACTION",
+    "BlindGuess",
+    "RegimeSplit",
+    "RegressionBlindGuess",
+    "RegressionLoss",
+    "blind_guess",
+    "build_regime",
+    "check_regime_size",
+    "check_regime_split",
+    "check_seed",
+    "default_regimes",
+    "pool_order",
+    "regime_fingerprint",
+    "regime_key",
+    "regime_positions",
+    "regression_blind_guess",
+    "val_count",
+]
