@@ -31,9 +31,17 @@ images per concept and seed, so that key makes a retry a duplicate; a different
 accuracy, example count or hyper-parameter for the same key is refused. They too
 share the ``runs`` table (owner and configuration).
 
-Schema version 5 (``PRAGMA user_version``). Migrated in place on open: version 4
-gains the empty ``cog_results`` table; version 3 also gains the empty
-``task_results`` table; version 2 (runs without an owner) also gains the ``owner``
+Control baselines key a VTAB task result also by its data regime: (run id, task,
+split, regime, regime seed), regime 0 being the task's usual training split (and its
+seed 0), so one run reports one result per regime and seed. Each result carries the
+run's role (``model``, ``scratch`` or ``max``): a run has one role, a result with
+another role for the same run is refused, and a ``max`` run trains on all training
+data (regime 0 only).
+
+Schema version 6 (``PRAGMA user_version``). Migrated in place on open: version 5 (and
+4) rebuild ``task_results`` with the regime key and the role, every existing result
+becoming regime 0, seed 0 of a ``model`` run; version 4 also gains the empty
+``cog_results`` table; version 3 also gains the empty ``task_results`` table; version 2 (runs without an owner) also gains the ``owner``
 column, NULL for every existing run; version 1 (key without the seed, configuration
 overwritten on every write) is rebuilt.
 """
@@ -52,7 +60,8 @@ from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound,
 from sampler_server.metrics.cog_results import CogResult
 from sampler_server.quoting import quoted
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+ROLES = ("model", "scratch", "max")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -76,9 +85,12 @@ CREATE TABLE IF NOT EXISTS task_results (
     run_id TEXT NOT NULL,
     task TEXT NOT NULL,
     split TEXT NOT NULL,
+    regime INTEGER NOT NULL DEFAULT 0,
+    regime_seed INTEGER NOT NULL DEFAULT 0,
+    role TEXT NOT NULL DEFAULT 'model',
     accuracy REAL NOT NULL,
     examples INTEGER NOT NULL,
-    PRIMARY KEY (run_id, task, split)
+    PRIMARY KEY (run_id, task, split, regime, regime_seed)
 );
 CREATE TABLE IF NOT EXISTS cog_results (
     run_id TEXT NOT NULL,
@@ -91,6 +103,7 @@ CREATE TABLE IF NOT EXISTS cog_results (
     PRIMARY KEY (run_id, level, shots, seed)
 );
 """
+_TASK_COLUMNS = "run_id, task, split, regime, regime_seed, role, accuracy, examples"
 _REPORT_COLUMNS = "run_id, protocol, source, split, idx, seed, fingerprint, metrics_json, request_json, predicted_json"
 
 MAX_RUN_ID = 200
@@ -119,7 +132,9 @@ class TaskResult:
 
     ``split`` is the VTAB split evaluated (``"test"`` for the reported score, ``"val200"``
     when choosing hyperparameters); ``examples`` lets a reader check the whole split was
-    evaluated.
+    evaluated. ``regime`` is the number of training examples of the data regime the run
+    trained on (0: the task's usual training split; then ``regime_seed`` is 0 too) and
+    ``role`` the run's role in a calibrated report (``ROLES``).
     """
 
     run_id: str
@@ -127,9 +142,16 @@ class TaskResult:
     split: str
     accuracy: float
     examples: int
+    regime: int = 0
+    regime_seed: int = 0
+    role: str = "model"
 
-    def key(self) -> tuple[str, str, str]:
-        return (self.run_id, self.task, self.split)
+    def key(self) -> tuple[str, str, str, int, int]:
+        return (self.run_id, self.task, self.split, self.regime, self.regime_seed)
+
+    def where(self) -> str:
+        regime = f" regime {self.regime} seed {self.regime_seed}" if self.regime else ""
+        return f"VTAB task {self.task} split {self.split}{regime}"
 
     def validate(self) -> TaskResult:
         """Itself; ``InvalidArgument`` naming the field and what is allowed otherwise."""
@@ -146,6 +168,19 @@ class TaskResult:
             raise InvalidArgument(
                 f"examples: got {quoted(self.examples)} for task {self.task}, expected an integer >= 1"
             )
+        if self.role not in ROLES:
+            raise InvalidArgument(f"role: got {quoted(self.role)} for task {self.task}, expected one of "
+                                  f"{', '.join(ROLES)}")
+        for name in ("regime", "regime_seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+                raise InvalidArgument(f"{name}: got {quoted(value)} for task {self.task}, expected an integer >= 0")
+        if self.regime == 0 and self.regime_seed != 0:
+            raise InvalidArgument(f"regime_seed: got {self.regime_seed} for task {self.task} without a regime, "
+                                  "expected 0 (a seed draws a regime; regime 0 is the usual training split)")
+        if self.role == "max" and self.regime != 0:
+            raise InvalidArgument(f"regime: got {self.regime} for task {self.task} of a max run, expected 0 "
+                                  "(a max run trains on all training data)")
         return self
 
 
@@ -177,6 +212,15 @@ class MetricsStore:
         old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         self._db.execute("BEGIN IMMEDIATE")
         try:
+            if version in (4, 5) and "task_results" in old_tables:
+                # versions 4 and 5: keyed by (run, task, split), no regime nor role
+                self._db.execute("ALTER TABLE task_results RENAME TO task_results_v5")
+                self._create_missing()
+                self._db.execute(
+                    "INSERT INTO task_results(run_id, task, split, accuracy, examples) "
+                    "SELECT run_id, task, split, accuracy, examples FROM task_results_v5"
+                )
+                self._db.execute("DROP TABLE task_results_v5")
             if version == 2 and "runs" in old_tables:
                 self._db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
             elif version < 2 and "reports" in old_tables:
@@ -192,14 +236,17 @@ class MetricsStore:
                 self._db.execute(f"INSERT INTO reports({_REPORT_COLUMNS}) SELECT {_REPORT_COLUMNS} FROM reports_v1")
                 self._db.execute("DROP TABLE reports_v1")
                 self._db.execute("DROP TABLE runs_v1")
-            for statement in _SCHEMA.split(";"):  # creates what is missing: all, task_results, cog_results
-                if statement.strip():
-                    self._db.execute(statement)
+            self._create_missing()  # all, task_results, cog_results
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
+
+    def _create_missing(self) -> None:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                self._db.execute(statement)
 
     def close(self) -> None:
         with self._lock:
@@ -297,33 +344,42 @@ class MetricsStore:
         What ``ReportMetrics`` calls for VTAB tasks, with the same ``run_config_json``,
         ``owner`` and ``admin`` as ``add``: the run is created and owned, and its
         configuration kept once, exactly as for episode reports. A result whose key
-        (run, task, split) is stored already counts as a duplicate when its accuracy
-        and example count are equal, and is refused otherwise.
+        (run, task, split, regime, regime seed) is stored already counts as a duplicate
+        when its accuracy, example count and role are equal, and is refused otherwise.
 
         Raises:
             InvalidArgument: an unknown task or split, an accuracy outside [0, 1], fewer
-                than one example, or a bad run id (nothing is stored).
-            FailedPrecondition: a different result for a stored key, or a different
-                configuration for a configured run (nothing is stored).
+                than one example, an unknown role, a regime seed without a regime, a
+                ``max`` result with a regime, or a bad run id (nothing is stored).
+            FailedPrecondition: a different result for a stored key, a role other than
+                the run's, or a different configuration for a configured run (nothing
+                is stored).
             PermissionDenied: a run belongs to another owner (as in ``add``).
         """
         checked = [result.validate() for result in results]
         return self._add_keyed(checked, run_config_json, owner, admin, self._write_task_result)
 
     def _write_task_result(self, result: TaskResult) -> bool:
+        role = self._db.execute("SELECT role FROM task_results WHERE run_id=? LIMIT 1", (result.run_id,)).fetchone()
+        if role is not None and role[0] != result.role:
+            raise FailedPrecondition(
+                f"role: run {result.run_id!r} is a {role[0]} run, got {result.role!r} for {result.where()}; "
+                "a run has one role (report the other role under another run id)"
+            )
         row = self._db.execute(
-            "SELECT accuracy, examples FROM task_results WHERE run_id=? AND task=? AND split=?", result.key(),
+            "SELECT accuracy, examples FROM task_results WHERE run_id=? AND task=? AND split=? AND regime=? "
+            "AND regime_seed=?", result.key(),
         ).fetchone()
         if row is not None:
             if row != (float(result.accuracy), result.examples):
                 raise FailedPrecondition(
-                    f"run {result.run_id!r} already has a different result for VTAB task {result.task} "
-                    f"split {result.split}; a run reports each task and split once"
+                    f"run {result.run_id!r} already has a different result for {result.where()}; a run reports "
+                    "each task, split and regime once"
                 )
             return False
         self._db.execute(
-            "INSERT INTO task_results(run_id, task, split, accuracy, examples) VALUES (?,?,?,?,?)",
-            (*result.key(), float(result.accuracy), result.examples),
+            f"INSERT INTO task_results({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+            (*result.key(), result.role, float(result.accuracy), result.examples),
         )
         return True
 
@@ -411,21 +467,38 @@ class MetricsStore:
             ).fetchall()
         return [CogResult(*row[:6], extras=json.loads(row[6])) for row in rows]
 
-    def task_results(self, run_id: str, split: str | None = None) -> list[TaskResult]:
-        """A run's VTAB task results (those of ``split`` only, if given), sorted by (task, split).
+    def task_results(self, run_id: str, split: str | None = None, regime: int | None = 0) -> list[TaskResult]:
+        """A run's VTAB task results, sorted by (task, split, regime, regime seed): those of
+        ``split`` only, if given, and of ``regime`` only (default 0, the usual training
+        split, as the VTAB tables read them; None: every regime).
 
         Raises:
             NotFound: no run ``run_id`` (as ``reports``).
         """
         self.run_config(run_id)  # NotFound for an unknown run
-        query = "SELECT run_id, task, split, accuracy, examples FROM task_results WHERE run_id=?"
-        arguments: tuple[str, ...] = (run_id,)
+        query = f"SELECT {_TASK_COLUMNS} FROM task_results WHERE run_id=?"
+        arguments: tuple[Any, ...] = (run_id,)
         if split is not None:
             query += " AND split=?"
             arguments += (split,)
+        if regime is not None:
+            query += " AND regime=?"
+            arguments += (regime,)
         with self._lock:
-            rows = self._db.execute(query + " ORDER BY task, split", arguments).fetchall()
-        return [TaskResult(*row) for row in rows]
+            rows = self._db.execute(query + " ORDER BY task, split, regime, regime_seed", arguments).fetchall()
+        return [TaskResult(run_id=row[0], task=row[1], split=row[2], regime=row[3], regime_seed=row[4], role=row[5],
+                           accuracy=row[6], examples=row[7]) for row in rows]
+
+    def run_role(self, run_id: str) -> str | None:
+        """The role of a run's VTAB task results (None: it has none).
+
+        Raises:
+            NotFound: no run ``run_id`` (as ``reports``).
+        """
+        self.run_config(run_id)
+        with self._lock:
+            row = self._db.execute("SELECT role FROM task_results WHERE run_id=? LIMIT 1", (run_id,)).fetchone()
+        return None if row is None else row[0]
 
     def run_ids(self) -> list[str]:
         with self._lock:

@@ -21,9 +21,10 @@ from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task, resolve
 from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SamplerError
 from sampler_server.imaging import ResizeMethod
-from sampler_server.metrics.store import TaskResult
+from sampler_server.metrics.store import ROLES, TaskResult
 from sampler_server.quoting import quoted
 from sampler_server.service import messages
+from sampler_server.service.regimes import RegimeHandlers, check_regime_request
 from sampler_server.store.vtab_records import SplitListing, TfdsRecords, is_tfds_store, list_split, version_matches
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 
@@ -75,6 +76,7 @@ class VtabHandlers:
         self.servicer = servicer
         self._lock = threading.Lock()
         self._records: dict[str, TfdsRecords] = {}
+        self.regimes = RegimeHandlers(self)  # control baselines: GetRegime and regime batches
 
     # ---- stores and listings ---------------------------------------------------------
 
@@ -182,9 +184,15 @@ class VtabHandlers:
         split = check_split(request.split, "split")
         images = images_from_wire(request.images)
         records = self.store_for(task, request.store)
-        listing = self.listing(records, task, split)
+        # control baselines: with regime > 0 the split names a part of that data regime (service.regimes)
+        check_regime_request(request)
+        if request.regime:
+            listing = self.regimes.part(task, records, request.regime, request.regime_seed, split)
+            shuffle_split = listing.shuffle_split
+        else:
+            listing, shuffle_split = self.listing(records, task, split), split
         store = self._serving_store(records, images)
-        sampler = TaskBatchSampler(task.name, split, listing.fingerprint, listing.record_ids, listing.labels,
+        sampler = TaskBatchSampler(task.name, shuffle_split, listing.fingerprint, listing.record_ids, listing.labels,
                                    request.batch_size, shuffle=request.shuffle)
         self._check_message(images, sampler.batch_size, "batch_size")
         last_index = sampler.max_index
@@ -209,8 +217,8 @@ class VtabHandlers:
             messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
             return self._pixels_or_encoded(header, store, list(batch.record_ids), images, TASK_BATCH_IMAGES)
 
-        label = f"{task.name} {split} {'shuffled' if sampler.shuffle else 'in-order'} seed={seed} " \
-                f"batch_size={sampler.batch_size}"
+        label = f"{task.name} {split}{f' regime={request.regime}/{request.regime_seed}' if request.regime else ''} " \
+                f"{'shuffled' if sampler.shuffle else 'in-order'} seed={seed} batch_size={sampler.batch_size}"
         yield from self.servicer._stream(end, prepare, start, count, step, label, last_index)
 
     def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: Any) -> Iterator[Any]:
@@ -264,8 +272,19 @@ class VtabHandlers:
             raise InvalidArgument(f"reports.task: empty; expected one of {', '.join(TASKS)}")
         get_task(report.task)
         check_split(report.task_split, "reports.task_split")
+        role = report.role or "model"  # control baselines: empty is the method under study
+        if role not in ROLES:
+            raise InvalidArgument(f"reports.role: got {quoted(report.role)} for task {report.task}, expected one of "
+                                  f"{', '.join(ROLES)} (or empty for model)")
+        if report.regime == 0 and report.regime_seed != 0:
+            raise InvalidArgument(f"reports.regime_seed: got {report.regime_seed} for task {report.task} with regime 0"
+                                  ", expected 0 (a seed draws a regime; regime 0 is the usual training split)")
+        if role == "max" and report.regime != 0:
+            raise InvalidArgument(f"reports.regime: got {report.regime} for task {report.task} of a max run, "
+                                  "expected 0 (a max run trains on all training data)")
         return TaskResult(run_id=report.run_id, task=report.task, split=report.task_split,
-                          accuracy=float(report.metrics["accuracy"]), examples=int(report.examples))
+                          accuracy=float(report.metrics["accuracy"]), examples=int(report.examples),
+                          regime=int(report.regime), regime_seed=int(report.regime_seed), role=role)
 
     @staticmethod
     def render_table(metrics: Any, request: pb.GetReportRequest) -> str:
