@@ -27,6 +27,8 @@ _SUBCOMMAND_MODULES = {
     "verify": "sampler_server.cli.verify_cmd",
     "vtab": "sampler_server.cli.vtab_cmd",
     "cog": "sampler_server.cli.cog_cmd",
+    "regime": "sampler_server.cli.regime_cmd",
+    "calibrate": "sampler_server.cli.calibrate_cmd",
 }
 
 

@@ -1,0 +1,92 @@
+"""``sampler-server regime``: one data regime of a VTAB task, its records, labels and blind guess.
+
+Reads manifests and the stores' TFDS side files only (never an image): the task's
+"train" split is the pool and its "test" split scores the blind guess, both listed as
+``sampler-server vtab split`` lists them (``store.vtab_records``); the regime itself is
+``core.regimes.build_regime``. ``--n 0`` lists no records: it prints the task's pool size,
+default regimes and the blind guess of the whole pool (the R_blind of calibrated reports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sampler_server.cli.vtab_cmd import _pick_store
+from sampler_server.core.regimes import POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit, build_regime
+from sampler_server.core.vtab import TASKS, get_task
+from sampler_server.errors import InvalidArgument
+from sampler_server.quoting import quoted
+from sampler_server.store.vtab_records import list_split
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "regime", help="one data regime of a VTAB task: records, labels, blind guess (no images read)",
+        description="Regime N of TASK for SEED: the first N examples of a keyed, class-covering order of the "
+        "task's train split (nested across N), split into train and val; with its fingerprint, the blind "
+        "guess of its train part on the task's test split and the task's default regimes. "
+        "--n 0 lists only the task's default regimes and the whole train split's blind guess.",
+    )
+    parser.add_argument("--data", required=True, type=Path, help="data directory (or one store)")
+    parser.add_argument("--task", required=True, help="task name: " + ", ".join(TASKS))
+    parser.add_argument("--n", required=True, type=int, help="examples in the regime (0: only the defaults)")
+    parser.add_argument("--seed", required=True, type=int, help="regime seed, 0 to 2**64-1")
+    parser.add_argument("--split", default="train", help="part of the regime: train (default) or val")
+    parser.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=run)
+
+
+def load_regime(data: Path, task_name: str, n: int, seed: int, split: str,
+                store: str | None = None) -> tuple[RegimeSplit, Any, str]:
+    """The regime, the pool's listing (for record locations) and the store's name."""
+    if split not in REGIME_SPLITS:
+        raise InvalidArgument(f"--split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
+    if n < 0:
+        raise InvalidArgument(f"--n: got {n}, expected an integer >= 0 (0: only the default regimes)")
+    task = get_task(task_name)
+    records = _pick_store(data, task, store)
+    pool = list_split(records, task, POOL_SPLIT)
+    test = list_split(records, task, TEST_SPLIT)
+    regime = build_regime(
+        task=task.name, store_fingerprint=pool.store_fingerprint, num_classes=pool.num_classes,
+        pool_record_ids=pool.record_ids, pool_labels=pool.labels, test_labels=test.labels,
+        n=n, seed=seed, split=split,
+    )
+    return regime, pool, pool.store
+
+
+def regime_json(regime: RegimeSplit, pool: Any, store: str) -> dict[str, Any]:
+    """The ``--json`` document: ``RegimeSplit.to_json`` plus the store and the records."""
+    out = regime.to_json()
+    out["store"] = store
+    out["records"] = [
+        {"record_id": record_id, "tfds_split": pool.locations[p][0], "tfds_index": pool.locations[p][1],
+         "label": label}
+        for p, record_id, label in zip(regime.positions, regime.record_ids, regime.labels)
+    ]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    regime, pool, store = load_regime(args.data, args.task, args.n, args.seed, args.split, args.store)
+    if args.json:
+        print(json.dumps(regime_json(regime, pool, store), indent=1))
+        return 0
+    blind = regime.blind
+    defaults = ", ".join(map(str, regime.default_regimes))
+    print(f"{regime.task}: pool {POOL_SPLIT} {regime.pool_size} records, {regime.num_classes} classes, "
+          f"store {store}; default regimes {defaults}")
+    whose = "whole train split" if regime.n == 0 else f"regime {regime.n} train part"
+    print(f"blind guess ({whose}): label {blind.label}, test accuracy {blind.test_accuracy:.4f}, "
+          f"error {blind.test_error:.4f} over {blind.test_examples} test examples")
+    if regime.n == 0:
+        return 0
+    print(f"regime n={regime.n} seed {regime.seed} {regime.split}: {len(regime.record_ids)} records, "
+          f"fingerprint {regime.fingerprint}")
+    for row in regime_json(regime, pool, store)["records"]:
+        print(f"{row['record_id']:>9}  {row['tfds_split']}[{row['tfds_index']}]  {row['label']}")
+    return 0
