@@ -5,11 +5,18 @@ each reported episode's composition from the packed stores, so trainers need to 
 only accuracies; ``--table vtab``, ``--table vtab-md`` and ``--table cog`` read stored
 numbers only and need no packed stores, just the metrics file. ``--table cog
 --baseline RUN`` adds each cell's difference from RUN's same cell.
+
+``--calibrate --run A [--run B] --scratch RUN --max RUN`` is the control baselines'
+calibrated report (``metrics.calibrated_report``): risk, cR and cR_scratch per VTAB task
+and regime, and each run's CCI. It needs ``--data`` too: the blind guess of each task is
+computed from the labels of its packed store (the most frequent label of the task's
+"train" split, scored on its "test" split), as the server computes it.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from sampler_server.core.vtab.presets import VtabBenchmark
@@ -52,6 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plots", type=Path, help="write the plots (PNG) into this directory")
     parser.add_argument("--plots-per-n", action="store_true",
                         help="--table cog with --plots: also an accuracy-vs-level plot for each few-shot N")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="the calibrated report of the control baselines: per VTAB task and regime the risk, "
+                        "cR = (R - R_max) / (R_blind - R_max) and cR_scratch, and each run's CCI; needs --scratch, "
+                        "--max and --data (the blind guess comes from the packed labels); --plots writes cR-vs-n and "
+                        "cR-vs-cR_scratch plots per task")
+    parser.add_argument("--scratch", metavar="RUN", help="--calibrate: the scratch run (role scratch)")
+    parser.add_argument("--max", metavar="RUN", dest="max_run", help="--calibrate: the max run (role max)")
     parser.set_defaults(func=run)
 
 
@@ -66,6 +80,10 @@ def _open_metrics(args: argparse.Namespace) -> MetricsStore:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.calibrate:
+        return _run_calibrated(args)
+    if args.scratch or args.max_run:
+        raise InvalidArgument(f"{'--scratch' if args.scratch else '--max'}: only with --calibrate")
     if args.table != "vtab" and (args.vtab_benchmark or args.vtab_split):
         given = "--vtab-benchmark" if args.vtab_benchmark else "--vtab-split"
         raise InvalidArgument(f"{given}: only with --table vtab (--table {args.table} uses its own fixed plan)")
@@ -133,6 +151,51 @@ def _run_cog(args: argparse.Namespace) -> int:
         from sampler_server.metrics.cog_plots import write_cog_plots
 
         written = write_cog_plots(report, args.plots, per_shots=args.plots_per_n)
+        if args.format != "json":
+            print(f"\nplots: {len(written)} PNG files in {args.plots}")
+    return 0
+
+
+def blind_risks_from_data(data: Path) -> Callable[[str], float]:
+    """``task -> R_blind`` over the packed stores in ``data``: the blind guess of the task's whole
+    training pool scored on its test split (``core.regimes.blind_guess``), as the server computes it."""
+    from sampler_server.cli.vtab_cmd import _pick_store
+    from sampler_server.core.regimes import POOL_SPLIT, TEST_SPLIT, blind_guess
+    from sampler_server.core.vtab import get_task
+    from sampler_server.store.vtab_records import list_split
+
+    def risk(name: str) -> float:
+        task = get_task(name)
+        records = _pick_store(data, task, None)
+        train, test = list_split(records, task, POOL_SPLIT), list_split(records, task, TEST_SPLIT)
+        return blind_guess(train.labels, test.labels, task=name).risk
+
+    return risk
+
+
+def _run_calibrated(args: argparse.Namespace) -> int:
+    """``--calibrate``: the calibrated report over stored results and the packed labels."""
+    from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
+
+    for given, name in ((args.table != "md", f"--table {args.table}"), (args.baseline, "--baseline"),
+                        (args.plots_per_n, "--plots-per-n"), (args.vtab_benchmark, "--vtab-benchmark"),
+                        (args.vtab_split, "--vtab-split")):
+        if given:
+            raise InvalidArgument(f"{name}: not with --calibrate (it reads VTAB test results at every regime)")
+    for value, name in ((args.scratch, "--scratch"), (args.max_run, "--max")):
+        if not value:
+            raise InvalidArgument(f"{name}: required with --calibrate (the {name[2:]} run the others are "
+                                  "calibrated against)")
+    if args.data is None:
+        raise InvalidArgument("--data: required with --calibrate (the blind guess is computed from the packed "
+                              "tasks' labels)")
+    report = build_calibrated_report(_open_metrics(args), args.run, args.scratch, args.max_run,
+                                     blind_risks_from_data(args.data))
+    print(render_calibrated_report(report, args.format))
+    if args.plots is not None:
+        from sampler_server.metrics.calibrated_plots import write_calibrated_plots
+
+        written = write_calibrated_plots(report, args.plots)
         if args.format != "json":
             print(f"\nplots: {len(written)} PNG files in {args.plots}")
     return 0

@@ -1,0 +1,82 @@
+"""The two plots of the control-baselines paper, one pair per task of a calibrated report.
+
+- ``calibrated_n_<task>.png``: cR against n (training examples, log axis), one line per
+  model run and the scratch run's curve (dashed), with the 0 (maximal supervision) and
+  1 (blind guess) lines;
+- ``calibrated_scratch_<task>.png``: each model run's cR_f against cR_scratch at the
+  regimes both have, with the diagonal (no better than scratch); below it is better.
+
+A regime a run lacks leaves no point, never a made-up one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from sampler_server.metrics.calibrated_report import CalibratedReport  # noqa: E402 (after the Agg backend)
+from sampler_server.metrics.plots import file_safe_name  # noqa: E402
+
+FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
+DPI = 100
+
+
+def _finish(axes: plt.Axes, figure: plt.Figure, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    return path
+
+
+def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
+    """cR against n (log axis): the model runs, the scratch curve, the 0 and 1 lines."""
+    value = report.calibration["tasks"][task]
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=DPI)
+    axes.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="blind guess (cR = 1)")
+    axes.axhline(0.0, color="black", linewidth=1, linestyle=":", label=f"max: {report.max_run} (cR = 0)")
+    curve = report.scratch_curves[task]
+    axes.plot([n for n, _, _ in curve], [cr for _, _, cr in curve], marker="s", linestyle="--", color="grey",
+              label=f"scratch: {report.scratch_run}")
+    for run, calibrated in value["runs"].items():
+        regimes = calibrated["regimes"]
+        axes.plot([r["n"] for r in regimes], [r["cR"] for r in regimes], marker="o", label=run)
+    axes.set_xscale("log")
+    return _finish(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
+                   f"{task}: cR against n", path)
+
+
+def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> Path:
+    """cR_f against cR_scratch with the diagonal."""
+    value = report.calibration["tasks"][task]
+    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=DPI)
+    xs = [r["cR_scratch"] for c in value["runs"].values() for r in c["regimes"] if r["cR_scratch"] is not None]
+    ys = [r["cR"] for c in value["runs"].values() for r in c["regimes"] if r["cR_scratch"] is not None]
+    low, high = min([0.0, *xs, *ys]), max([1.0, *xs, *ys])
+    axes.plot([low, high], [low, high], color="grey", linewidth=1, linestyle="--", label="diagonal (= scratch)")
+    for run, calibrated in value["runs"].items():
+        points = sorted((r["cR_scratch"], r["cR"]) for r in calibrated["regimes"] if r["cR_scratch"] is not None)
+        cci = calibrated["cci"]
+        label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI -)"
+        axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
+    return _finish(axes, figure, f"cR_scratch ({report.scratch_run})", "cR_f", f"{task}: cR_f against cR_scratch",
+                   path)
+
+
+def write_calibrated_plots(report: CalibratedReport, directory: Path) -> list[Path]:
+    """Both plots of every task into ``directory`` (created); the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for task in report.tasks:
+        name = file_safe_name(task)
+        written.append(plot_cr_against_n(report, task, directory / f"calibrated_n_{name}.png"))
+        written.append(plot_cr_against_scratch(report, task, directory / f"calibrated_scratch_{name}.png"))
+    return written
