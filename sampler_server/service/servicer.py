@@ -34,6 +34,7 @@ from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
+from sampler_server.service.calibrated_reports import CALIBRATED_TABLE, render_calibrated_table
 from sampler_server.service.cog import CogHandlers
 from sampler_server.service.cog_reports import COG_TABLE, PROTOCOL_COG, cog_result, render_cog_table
 from sampler_server.service.registry import StoreRegistry, parse_preset
@@ -517,16 +518,23 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
         caller = auth.current_caller()
         if caller is not None and not caller.reads_every_run:
-            for run_id in [*request.run_ids, *([request.baseline_run] if request.baseline_run else [])]:
+            controls = [request.baseline_run, request.scratch_run, request.max_run]
+            for run_id in [*request.run_ids, *[run for run in controls if run]]:
                 try:
                     owner = self.metrics.run_owner(run_id)
                 except NotFound:
                     owner = None
                 if owner != caller.name:  # another team's run reads exactly as an unknown one
                     raise NotFound(f"run {quoted(run_id)} has no reports")
-        tables = (*TABLES, COG_TABLE)
+        tables = (*TABLES, COG_TABLE, CALIBRATED_TABLE)
         if request.table not in ("", *tables):
             raise InvalidArgument(f"table: got {quoted(request.table)}, expected one of {', '.join(tables)}")
+        if request.table == CALIBRATED_TABLE:  # control baselines (service.calibrated_reports)
+            return pb.GetReportResponse(text=render_calibrated_table(self.metrics, request, self.vtab))
+        for name in ("scratch_run", "max_run"):
+            if getattr(request, name):
+                raise InvalidArgument(f"{name}: only with table {CALIBRATED_TABLE!r} "
+                                      f"(got table {quoted(request.table or 'md')})")
         if request.baseline_run and request.table != COG_TABLE:
             raise InvalidArgument(f"baseline_run: only with table {COG_TABLE!r} "
                                   f"(got table {quoted(request.table or 'md')})")
