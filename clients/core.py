@@ -319,13 +319,17 @@ def _chunk(data: bytes) -> pb.TaskEpisodeChunk:
 
 
 def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                       image_size: int = 224, resize: str = "tf2_bilinear", store: str = "") -> pb.StreamTaskBatchesRequest:
-    """The StreamTaskBatches request of a task split (without its index window); names checked by the server."""
+                       image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                       regime_seed: int = 0) -> pb.StreamTaskBatchesRequest:
+    """The StreamTaskBatches request of a task split (without its index window); names checked by the server.
+    With ``regime`` > 0, ``split`` names a part of that data regime ("train", "val", or "trainval": the
+    whole regime) drawn with ``regime_seed`` (see ``get_regime``)."""
     if resize not in _RESIZE:
         raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
     return pb.StreamTaskBatchesRequest(
         task=task, split=split, seed=seed, batch_size=batch_size, shuffle=shuffle, store=store,
         images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]),
+        regime=regime, regime_seed=regime_seed,
     )
 
 
@@ -356,18 +360,29 @@ class VtabClientMixin:
                 return
 
     def task_batches(self, task: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0,
-                     image_size: int = 224, resize: str = "tf2_bilinear", store: str = "") -> Iterator[TaskBatchArrays]:
-        """Shuffled batches of a VTAB task split (training), resumable by batch index; count 0 = unbounded."""
+                     image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                     regime_seed: int = 0) -> Iterator[TaskBatchArrays]:
+        """Shuffled batches of a VTAB task split (training), resumable by batch index; count 0 = unbounded.
+        With ``regime`` > 0: of that part of the data regime (``get_regime``)."""
         base = task_batch_request(task, split, batch_size, shuffle=True, seed=seed, image_size=image_size,
-                                  resize=resize, store=store)
+                                  resize=resize, store=store, regime=regime, regime_seed=regime_seed)
         return self._task_batches(base, start, count)
 
     def eval_batches(self, task: str, split: str, batch_size: int, start: int = 0, image_size: int = 224,
-                     resize: str = "tf2_bilinear", store: str = "") -> Iterator[TaskBatchArrays]:
-        """Every example of a VTAB task split once, in split order (the last batch short)."""
+                     resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                     regime_seed: int = 0) -> Iterator[TaskBatchArrays]:
+        """Every example of a VTAB task split (or, with ``regime`` > 0, of that part of the data
+        regime) once, in order (the last batch short)."""
         base = task_batch_request(task, split, batch_size, shuffle=False, image_size=image_size, resize=resize,
-                                  store=store)
+                                  store=store, regime=regime, regime_seed=regime_seed)
         return self._task_batches(base, start, 0)
+
+    def get_regime(self, task: str, n: int, seed: int, split: str = "train", store: str = "") -> pb.Regime:
+        """A data regime of a VTAB task without images: the record ids and labels of its ``split``
+        ("train" or "val"), its fingerprint, the blind guess and the task's default regimes
+        (``n`` = 0: only the default regimes)."""
+        request = pb.RegimeRequest(task=task, n=n, seed=seed, split=split, store=store)
+        return self._call("GetRegime", request)  # type: ignore[attr-defined]
 
     def task_episode(self, task: str, image_size: int = 224, resize: str = "tf2_bilinear", chunk_size: int = 0,
                      support_split: str = "", query_split: str = "", store: str = "") -> TaskEpisodeArrays:
@@ -406,10 +421,14 @@ class VtabClientMixin:
                                  *support, *query, first.num_classes)
 
     def report_task(self, run_id: str, task: str, split: str, accuracy: float, examples: int, *,
-                    run_config: Mapping[str, Any] | None = None) -> pb.ReportMetricsResponse:
-        """Report one VTAB task's top-1 ``accuracy`` (in [0, 1]) over ``examples`` of ``split``; idempotent."""
+                    run_config: Mapping[str, Any] | None = None, role: str = "", regime: int = 0,
+                    regime_seed: int = 0) -> pb.ReportMetricsResponse:
+        """Report one VTAB task's top-1 ``accuracy`` (in [0, 1]) over ``examples`` of ``split``; idempotent.
+        ``role`` ("model", "scratch", "max"; empty = "model") and the data ``regime`` (0 = the task's
+        usual training split) with its ``regime_seed`` key the result (control baselines)."""
         report = pb.MetricReport(run_id=run_id, protocol="vtab-task", task=task, task_split=split,
-                                 examples=examples, metrics={"accuracy": float(accuracy)})
+                                 examples=examples, metrics={"accuracy": float(accuracy)}, role=role,
+                                 regime=regime, regime_seed=regime_seed)
         return self.report([report], run_config_json=run_config_json(run_config))  # type: ignore[attr-defined]
 
     def get_vtab_report(self, run_ids: Sequence[str], table: str = "vtab", fmt: str = "table",

@@ -262,6 +262,9 @@ def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any
 # ---- the VTAB transfer learner (``python -m clients.torch transfer`` / ``clients.tf transfer``) ----
 
 TRANSFER_MODES = ("linear", "finetune", "protonet")
+# Control baselines (issue 12): the method under study, the same architecture from random
+# init on the same data regime, and random init on all of the task's training data.
+ROLES = ("model", "scratch", "max")
 SELECTIONS = ("all-tasks", "per-task")
 # The VTAB lightweight sweep (Zhai et al., 2019), as VTAB+MD runs it for BiT (Sec. 4)
 SWEEP_LRS = (0.01, 0.001)
@@ -327,6 +330,18 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                        help="all-tasks: one setting, best mean val200 accuracy over the tasks (VTAB+MD); "
                             "per-task: each task's best")
 
+    control = parser.add_argument_group("control baselines (linear, finetune)")
+    control.add_argument("--role", choices=ROLES, default="model",
+                         help="model: the method under study; scratch: the same architecture from random init "
+                              "(--init scratch) on the same regimes; max: random init on all of the task's training "
+                              "data (sweep on train, pick on val, retrain on trainval; no --regime)")
+    control.add_argument("--regime", dest="regimes", action="append", type=_int_at_least(1), default=None,
+                         metavar="N", help="a data regime of N training examples (repeatable): the sweep trains on "
+                                           "its train part, picks on its val part, retrains on the whole regime and "
+                                           "tests on test (default: VTAB-1k's train800/val200)")
+    control.add_argument("--regime-seed", type=_int_at_least(0), default=None, metavar="S",
+                         help="seed drawing the regimes (nested across N for one seed; default 0)")
+
     out = parser.add_argument_group("output")
     out.add_argument("--log-every", type=_int_at_least(1), default=100, metavar="N", help="progress every N steps")
     out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
@@ -340,6 +355,21 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
             parser.error(f"argument --{name}: got {' '.join(map(str, values))}, expected each value once")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+    regimes = args.regimes or []
+    if len(set(regimes)) != len(regimes):
+        parser.error(f"argument --regime: got {' '.join(map(str, regimes))}, expected each value once")
+    if args.mode == "protonet" and (regimes or args.role != "model"):
+        parser.error(f"argument --mode: got protonet, which trains nothing; --role {args.role}"
+                     f"{' and --regime' if regimes else ''} need linear or finetune")
+    if args.role in ("scratch", "max") and args.init != "scratch":
+        parser.error(f"argument --init: got {args.init!r}, expected scratch (random init) for --role {args.role}")
+    if args.role == "max" and regimes:
+        parser.error(f"argument --regime: got {' '.join(map(str, regimes))}, expected none for --role max "
+                     "(it trains on all of the task's training data)")
+    if args.regime_seed is not None and not regimes:
+        parser.error(f"argument --regime-seed: got {args.regime_seed}, expected it only with --regime N")
+    args.regimes = sorted(regimes)
+    args.regime_seed = args.regime_seed or 0
 
 
 def parse_transfer_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -14,6 +14,15 @@ the steps (``learning_rate``). Simplified against the reference: no weight decay
 VTAB paper uses none when fine-tuning), no augmentation, one ``--image-size`` for all
 tasks.
 
+Control baselines (issue 12): ``--role model|scratch|max`` is stored with every report.
+With ``--regime N`` (repeatable) and ``--regime-seed S`` the sweep runs once per data
+regime the server draws (``GetRegime``): trained on the regime's ``train`` part, scored on
+its ``val`` part, the chosen setting retrained on the whole regime (``trainval``: train
+and val) and tested on the task's ``test``; each regime's results are reported under its
+N and S. ``--role max`` trains on all of the task's training data: the sweep on ``train``,
+scored on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max``
+start from random init (``--init scratch``, checked when parsing).
+
 Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
 seed hashed from (--seed, task, split, lr, steps); batches come from the server's
 seeded shuffle; so two runs with the same arguments report the same accuracies
@@ -30,15 +39,42 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import numpy as np
 
-from clients.core import SamplerClient, TaskBatchArrays, TaskEpisodeArrays
+from clients.core import SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
 from clients.orchestration import UsageError, run_command
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
 
 MOMENTUM = 0.9
 SWEEP_SPLITS = ("train800", "val200", "train800val200", "test")
+MAX_SPLITS = ("train", "val", "trainval", "test")
+REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
+REGIME_POOL_SPLITS = ("train", "test")  # what regimes are drawn from and tested on
 PROTONET_SPLITS = ("train800val200", "test")
+
+
+@dataclass(frozen=True)
+class DataPoint:
+    """The data one sweep uses: its train, val, final-fit and test splits, and the regime
+    (0: the task's own splits) the first three belong to."""
+
+    regime: int
+    train: str
+    val: str
+    final: str
+    test: str = "test"
+
+    def of(self, split: str) -> int:
+        """The regime a split of this point is drawn from (the test never is)."""
+        return self.regime if split != self.test else 0
+
+
+def data_points(args: argparse.Namespace) -> list[DataPoint]:
+    """The sweeps of a run in order: one per ``--regime`` (ascending), else the role's splits."""
+    if args.regimes:
+        return [DataPoint(n, *REGIME_SPLITS) for n in args.regimes]
+    return [DataPoint(0, *(MAX_SPLITS if args.role == "max" else SWEEP_SPLITS))]
 
 
 @dataclass(frozen=True)
@@ -137,8 +173,15 @@ class TransferRun:
         self.num_classes: dict[str, int] = {}
 
     def check_tasks(self) -> None:
-        """Every named task is served with the splits this mode reads (ListTasks), else one line, exit 2."""
-        needed = PROTONET_SPLITS if self.args.mode == "protonet" else SWEEP_SPLITS
+        """Every named task is served with the splits this mode reads (ListTasks) and every
+        ``--regime`` fits its training pool (GetRegime), else one line, exit 2."""
+        args = self.args
+        if args.mode == "protonet":
+            needed = PROTONET_SPLITS
+        elif args.regimes:
+            needed = REGIME_POOL_SPLITS
+        else:
+            needed = MAX_SPLITS if args.role == "max" else SWEEP_SPLITS
         served: dict[str, Any] = {}
         for summary in self.client.list_tasks():
             served.setdefault(summary.task, summary)
@@ -150,9 +193,18 @@ class TransferRun:
             for split in needed:
                 if split not in splits or not splits[split].available:
                     reason = splits[split].reason if split in splits else "not listed"
+                    what = f"--role {args.role}" if args.role == "max" else (
+                        "--regime" if args.regimes else f"--mode {args.mode}")
                     raise UsageError(f"argument --tasks: task {task!r} has no usable {split} split on the server "
-                                     f"({reason}); --mode {self.args.mode} needs {', '.join(needed)}")
+                                     f"({reason}); {what} needs {', '.join(needed)}")
             self.num_classes[task] = int(served[task].num_classes)
+            for n in args.regimes or ():
+                try:
+                    self.client.get_regime(task, n, args.regime_seed, "train")
+                except SamplerClientError as error:
+                    if error.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                        raise
+                    raise UsageError(f"argument --regime: got {n} for task {task!r}: {error}") from None
 
     def config(self, extra: Mapping[str, Any]) -> dict[str, Any]:
         config = {k: v for k, v in sorted(vars(self.args).items()) if k not in OPERATIONAL}
@@ -160,21 +212,25 @@ class TransferRun:
         config.update(extra)
         return json.loads(json.dumps(config))
 
-    def fit(self, task: str, split: str, setting: Setting) -> float:
+    def fit(self, task: str, split: str, setting: Setting, regime: int = 0) -> float:
         args = self.args
-        self.learner.reset(self.num_classes[task], derive_seed(args.seed, task, split, setting.lr, setting.steps))
+        where = (task, split, setting.lr, setting.steps) + ((f"regime={regime}", args.regime_seed) if regime else ())
+        self.learner.reset(self.num_classes[task], derive_seed(args.seed, *where))
         loss = float("nan")
         batches = self.client.task_batches(task, split, args.batch_size, seed=args.seed, count=setting.steps,
-                                           image_size=args.image_size)
+                                           image_size=args.image_size, regime=regime,
+                                           regime_seed=args.regime_seed if regime else 0)
+        label = f"{task} {split}{f' (regime {regime})' if regime else ''} {setting.label}"
         for step, batch in enumerate(batches):
             loss = self.learner.train_step(batch, learning_rate(setting.lr, step, setting.steps))
             if (step + 1) % args.log_every == 0:
-                self.log(f"{task} {split} {setting.label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
+                self.log(f"{label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
         return loss
 
-    def evaluate(self, task: str, split: str) -> tuple[float, int]:
+    def evaluate(self, task: str, split: str, regime: int = 0) -> tuple[float, int]:
         correct = total = 0
-        for batch in self.client.eval_batches(task, split, self.args.eval_batch_size, image_size=self.args.image_size):
+        for batch in self.client.eval_batches(task, split, self.args.eval_batch_size, image_size=self.args.image_size,
+                                              regime=regime, regime_seed=self.args.regime_seed if regime else 0):
             correct += int(np.sum(np.asarray(self.learner.predict(batch)) == batch.labels))
             total += len(batch.labels)
         return correct / max(total, 1), total
@@ -201,45 +257,87 @@ class TransferRun:
     def _sweep(self) -> dict[str, Any]:
         args = self.args
         settings = sweep_settings(args.lrs, args.steps, args.steps_scale)
+        points = data_points(args)
+        config = self.config({"settings": [s.label for s in settings]})
+        swept = [self._sweep_point(point, settings) for point in points]
+        for point, (val, _, chosen) in zip(points, swept):
+            key = "chosen" if not point.regime else f"chosen_regime_{point.regime}"
+            config[key] = {task: s.label for task, s in chosen.items()}
+        summary: dict[str, Any] = {"run": args.run, "mode": args.mode, "select": args.select, "role": args.role,
+                                   "settings": [{"lr": s.lr, "steps": s.steps} for s in settings]}
+        parts = [self._final(point, settings, *result, config) for point, result in zip(points, swept)]
+        summary["config"] = config
+        if args.regimes:
+            summary["regime_seed"] = args.regime_seed
+            summary["regimes"] = parts
+        else:
+            summary.update(parts[0])
+        return summary
+
+    def _sweep_point(self, point: DataPoint, settings: Sequence[Setting]
+                     ) -> tuple[dict[str, dict[str, float]], dict[str, int], dict[str, Setting]]:
+        """Every setting trained on the point's train split and scored on its val split; the choice."""
+        args = self.args
         val: dict[str, dict[str, float]] = {task: {} for task in args.tasks}
         val_examples: dict[str, int] = {}
         for setting in settings:
             for task in args.tasks:
-                self.fit(task, "train800", setting)
-                val[task][setting.label], val_examples[task] = self.evaluate(task, "val200")
-                self.log(f"{task} {setting.label}: val200 accuracy {val[task][setting.label]:.4f}")
-        chosen = choose(val, settings, args.select == "per-task")
-        config = self.config({"settings": [s.label for s in settings],
-                              "chosen": {task: s.label for task, s in chosen.items()}})
+                self.fit(task, point.train, setting, point.of(point.train))
+                val[task][setting.label], val_examples[task] = self.evaluate(task, point.val, point.of(point.val))
+                self.log(f"{task}{f' regime {point.regime}' if point.regime else ''} {setting.label}: "
+                         f"{point.val} accuracy {val[task][setting.label]:.4f}")
+        return val, val_examples, choose(val, settings, args.select == "per-task")
+
+    def _final(self, point: DataPoint, settings: Sequence[Setting], val: dict[str, dict[str, float]],
+               val_examples: dict[str, int], chosen: dict[str, Setting], config: dict[str, Any]) -> dict[str, Any]:
+        """The chosen settings retrained on the point's final split, tested, reported; its summary part."""
+        args = self.args
+        keys = {"role": args.role, "regime": point.regime, "regime_seed": args.regime_seed if point.regime else 0}
         results: dict[str, Any] = {}
         for task in args.tasks:
             setting = chosen[task]
-            self.fit(task, "train800val200", setting)
-            accuracy, examples = self.evaluate(task, "test")
-            self.client.report_task(args.run, task, "val200", val[task][setting.label], val_examples[task],
-                                    run_config=config)
-            self.client.report_task(args.run, task, "test", accuracy, examples, run_config=config)
+            self.fit(task, point.final, setting, point.of(point.final))
+            accuracy, examples = self.evaluate(task, point.test)
+            self.client.report_task(args.run, task, point.val, val[task][setting.label], val_examples[task],
+                                    run_config=config, **keys)
+            self.client.report_task(args.run, task, point.test, accuracy, examples, run_config=config, **keys)
             results[task] = {"chosen": {"lr": setting.lr, "steps": setting.steps}, "val": val[task],
-                             "val_accuracy": val[task][setting.label], "test_accuracy": accuracy,
+                             "val_accuracy": val[task][setting.label], "val_split": point.val,
+                             "val_examples": val_examples[task], "test_accuracy": accuracy,
                              "test_examples": examples}
-        summary: dict[str, Any] = {
-            "run": args.run, "mode": args.mode, "select": args.select, "config": config,
-            "settings": [{"lr": s.lr, "steps": s.steps} for s in settings],
+        part: dict[str, Any] = {
             "mean_val": {s.label: float(np.mean([val[t][s.label] for t in args.tasks])) for s in settings},
             "tasks": results}
+        if point.regime:
+            part["n"] = point.regime
         if args.select == "all-tasks":
-            summary["chosen"] = results[args.tasks[0]]["chosen"]
-        return summary
+            part["chosen"] = results[args.tasks[0]]["chosen"]
+        return part
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
-    lines = [f"run {summary['run']}: {summary['config'].get('framework', '?')} {summary['mode']} "
-             f"{summary['config'].get('backbone', '?')}" + (f", chosen {summary['chosen']}" if "chosen" in summary else "")]
-    for task, result in summary["tasks"].items():
-        val = f"val200 {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
-        chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
-        lines.append(f"  {task}{chosen} {val}test {result['test_accuracy']:.4f} ({result['test_examples']} examples)")
+    role = summary.get("role", "model")
+    head = (f"run {summary['run']}: {summary['config'].get('framework', '?')} {summary['mode']} "
+            f"{summary['config'].get('backbone', '?')}" + (f", role {role}" if role != "model" else ""))
+    parts = summary.get("regimes")
+    if parts is None:
+        return "\n".join([head + (f", chosen {summary['chosen']}" if "chosen" in summary else ""),
+                          *_task_lines(summary["tasks"], "  ")])
+    lines = [head + f", regimes {', '.join(str(p['n']) for p in parts)} (seed {summary['regime_seed']})"]
+    for part in parts:
+        lines.append(f"  regime {part['n']}" + (f", chosen {part['chosen']}" if "chosen" in part else ""))
+        lines.extend(_task_lines(part["tasks"], "    "))
     return "\n".join(lines)
+
+
+def _task_lines(tasks: Mapping[str, Any], indent: str) -> list[str]:
+    lines = []
+    for task, result in tasks.items():
+        val = f"{result.get('val_split', 'val200')} {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
+        chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
+        lines.append(f"{indent}{task}{chosen} {val}test {result['test_accuracy']:.4f} "
+                     f"({result['test_examples']} examples)")
+    return lines
 
 
 def run_transfer_main(framework_name: str, make: Callable[[argparse.Namespace], TransferLearner],

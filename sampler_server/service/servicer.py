@@ -434,6 +434,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         end = self._admit(context, "task-episode")
         yield from self.vtab.stream_task_episode(request, end)
 
+    @status.unary
+    def GetRegime(self, request: pb.RegimeRequest, context: grpc.ServicerContext) -> pb.Regime:
+        return self.vtab.regimes.get_regime(request)  # control baselines (service.regimes)
+
     # ---- ImageNet-CoG (service.cog) ------------------------------------------------------
 
     @status.unary

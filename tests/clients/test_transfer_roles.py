@@ -1,0 +1,125 @@
+"""Control baselines in the transfer trainers (torch and tf): a model, a scratch and a max run
+on one small KITTI task at 3 regimes report through a real server, keyed by role, regime
+and regime seed; each regime's sweep is scored on its val part and tested on the task's test;
+bad role/regime arguments end in one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tfds_builders as tb
+
+from clients.core import SamplerClient
+from sampler_server.cli.main import main as server_cli
+from sampler_server.core.regimes import val_count
+
+SIZES = {"train": 60, "validation": 20, "test": 30}
+TASK = "kitti_distance"
+REGIMES = (8, 16, 32)
+SMALL = ["--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--batch-size", "8", "--eval-batch-size", "64",
+         "--lrs", "0.1", "0.01", "--steps", "2", "--log-every", "1000"]
+AT_REGIMES = [arg for n in REGIMES for arg in ("--regime", str(n))] + ["--regime-seed", "4"]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    root = tmp_path_factory.mktemp("roles")
+    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=SIZES)
+    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
+                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
+    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
+                                        grace_seconds=0.5)).start()
+    yield server
+    server.stop(grace=0.5)
+
+
+def _run(main, served, run_id: str, tmp_path: Path, *extra: str) -> dict:
+    summary = tmp_path / f"{run_id}.json"
+    assert main(["--server", served.address, "--run", run_id, "--json-summary", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+def _reports_are_held(served, summary: dict, role: str, regime_seed: int) -> None:
+    """Every report the summary names is already stored under its role, regime and seed (a duplicate)."""
+    parts = summary["regimes"] if "regimes" in summary else [dict(summary, n=0)]
+    with SamplerClient(served.address) as client:
+        for part in parts:
+            result = part["tasks"][TASK]
+            for split, accuracy, examples in ((result["val_split"], result["val_accuracy"], result["val_examples"]),
+                                              ("test", result["test_accuracy"], result["test_examples"])):
+                reply = client.report_task(summary["run"], TASK, split, accuracy, examples, role=role,
+                                           regime=part["n"], regime_seed=regime_seed if part["n"] else 0)
+                assert (reply.stored, reply.duplicates) == (0, 1), (part["n"], split)
+
+
+def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
+    model = _run(main, served, f"{framework}-model", tmp_path, *SMALL, "--mode", "linear", "--init", init,
+                 "--role", "model", *AT_REGIMES)
+    scratch = _run(main, served, f"{framework}-scratch", tmp_path, *SMALL, "--mode", "finetune", "--role", "scratch",
+                   *AT_REGIMES)
+    maximal = _run(main, served, f"{framework}-max", tmp_path, *SMALL, "--mode", "finetune", "--role", "max")
+    with SamplerClient(served.address) as client:
+        regimes = {n: {s: client.get_regime(TASK, n, 4, s) for s in ("train", "val")} for n in REGIMES}
+        val_size = len(list(client.eval_batches(TASK, "val", 64, image_size=16)))
+    for summary, role in ((model, "model"), (scratch, "scratch")):
+        assert summary["role"] == role and summary["regime_seed"] == 4 and summary["config"]["role"] == role
+        assert [part["n"] for part in summary["regimes"]] == list(REGIMES)
+        for part in summary["regimes"]:
+            result = part["tasks"][TASK]
+            assert result["val_split"] == "val" and result["val_examples"] == val_count(part["n"])
+            assert result["val_examples"] == len(regimes[part["n"]]["val"].record_ids)
+            assert result["test_examples"] == SIZES["test"] and 0.0 <= result["test_accuracy"] <= 1.0
+        _reports_are_held(served, summary, role, 4)
+    assert maximal["role"] == "max" and "regimes" not in maximal and maximal["config"]["regimes"] == []
+    assert maximal["tasks"][TASK]["val_split"] == "val" and maximal["tasks"][TASK]["test_examples"] == 30
+    assert val_size >= 1
+    _reports_are_held(served, maximal, "max", 0)
+
+
+def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
+    torch = pytest.importorskip("torch")
+    from clients.torch.models import build_backbone
+    from clients.torch.transfer import main
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "conv4.pt"
+    torch.save(build_backbone("conv4", 16).state_dict(), checkpoint)
+    _check_roles(main, served, tmp_path, "torch", str(checkpoint))
+
+
+def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
+    pytest.importorskip("tensorflow")
+    from clients.tf import models
+    from clients.tf.transfer import main
+
+    weights = tmp_path / "conv4.weights.h5"
+    models.build_backbone("conv4", 16).save_weights(str(weights))
+    _check_roles(main, served, tmp_path, "tf", str(weights))
+
+
+def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_path):
+    pytest.importorskip("torch")
+    weights = tmp_path / "w.pt"
+    weights.write_bytes(b"x")
+    base = [sys.executable, "-m", "clients.torch", "transfer", "--server", served.address, "--run", "bad", *SMALL]
+    cases = [
+        (["--role", "max", "--regime", "8"], ["--regime", "8", "--role max"]),
+        (["--role", "scratch", "--init", str(weights)], ["--init", "scratch", "--role scratch"]),
+        (["--regime", "8", "--regime", "8"], ["--regime", "each value once"]),
+        (["--regime-seed", "3"], ["--regime-seed", "3", "--regime N"]),
+        (["--regime", "8", "--mode", "protonet"], ["--mode", "protonet"]),
+        (["--role", "boss"], ["--role", "boss"]),
+        (["--regime", "100000"], ["--regime", "100000", TASK]),
+    ]
+    for extra, named in cases:
+        done = subprocess.run(base + extra, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, (extra, done.stderr[-1500:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0], done.stderr
+        assert all(word in lines[0] for word in named), lines[0]

@@ -1,0 +1,162 @@
+"""Data regimes over gRPC (control baselines): GetRegime equals `sampler-server regime --json`
+and the pure core over the task's listings as `sampler-server vtab split` prints them; regime batches (eval and shuffled forms)
+hold exactly the regime's records; nesting across n; bad requests are one-line statuses."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import grpc
+import numpy as np
+import pytest
+from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
+
+from sampler_server.cli.main import main
+from sampler_server.core.regimes import build_regime
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+TASK = "clevr_count"
+IMAGES = pb.ImageOptions(image_size=8)
+
+
+@pytest.fixture(scope="module")
+def served(tfds_dir, tmp_path_factory):
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    data = tmp_path_factory.mktemp("regimes-service") / "data"
+    assert main(["pack", "vtab", "--tfds-name", "clevr", "--tfds-data-dir", str(tfds_dir), "--output", str(data),
+                 "--quiet", "--workers", "1"]) == 0
+    server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
+    channel = grpc.insecure_channel(server.address)
+    yield data, pb_grpc.SamplerStub(channel)
+    channel.close()
+    server.stop(grace=0.5)
+
+
+def _listing(data, split: str, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["vtab", "split", "--data", str(data), "--task", TASK, "--split", split, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _labels(batch: pb.TaskBatch) -> list[int]:
+    return [int(v) for v in np.frombuffer(batch.labels.data, np.int64)]
+
+
+def test_get_regime_equals_the_core_over_the_cli_listings(served, capsys):
+    data, stub = served
+    pool, test = _listing(data, "train", capsys), _listing(data, "test", capsys)
+    ids = [r["record_id"] for r in pool["records"]]
+    labels = [r["label"] for r in pool["records"]]
+    test_labels = [r["label"] for r in test["records"]]
+    fingerprint = pool["store_fingerprint"]
+    for n, split in ((16, "train"), (16, "val"), (len(ids), "train"), (0, "train")):
+        got = stub.GetRegime(pb.RegimeRequest(task=TASK, n=n, seed=5, split=split))
+        want = build_regime(task=TASK, store_fingerprint=fingerprint, num_classes=8, pool_record_ids=ids,
+                            pool_labels=labels, test_labels=test_labels, n=n, seed=5, split=split)
+        assert (list(got.record_ids), list(got.labels)) == (list(want.record_ids), list(want.labels))
+        assert (got.fingerprint, got.pool_size, got.num_classes) == (want.fingerprint, len(ids), 8)
+        assert list(got.default_regimes) == list(want.default_regimes)
+        assert (got.pool_split, got.store, got.n, got.seed, got.split) == ("train", "tfds_clevr", n, 5, split)
+        # the blind guess, computed directly: the regime train part's most frequent label (ties: lowest)
+        train = list(stub.GetRegime(pb.RegimeRequest(task=TASK, n=n, seed=5, split="train")).labels) or labels
+        counts = Counter(train)
+        label = min(c for c in counts if counts[c] == max(counts.values()))
+        assert got.blind.label == label
+        assert got.blind.test_accuracy == pytest.approx(test_labels.count(label) / len(test_labels))
+        assert got.blind.test_error == pytest.approx(1 - got.blind.test_accuracy)
+        assert got.blind.test_examples == len(test_labels)
+
+
+@pytest.mark.parametrize(("n", "split"), [(16, "train"), (16, "val"), (0, "train")])
+def test_get_regime_equals_the_regime_command(served, capsys, n, split):
+    data, stub = served
+    capsys.readouterr()
+    assert main(["regime", "--data", str(data), "--task", TASK, "--n", str(n), "--seed", "11", "--split", split,
+                 "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    got = stub.GetRegime(pb.RegimeRequest(task=TASK, n=n, seed=11, split=split))
+    assert list(got.record_ids) == [r["record_id"] for r in cli["records"]]
+    assert list(got.labels) == [r["label"] for r in cli["records"]]
+    assert (got.fingerprint, got.pool_size, got.num_classes, got.store) == \
+        (cli["fingerprint"], cli["pool_size"], cli["num_classes"], cli["store"])
+    assert list(got.default_regimes) == cli["default_regimes"]
+    assert {"label": got.blind.label, "test_accuracy": got.blind.test_accuracy, "test_error": got.blind.test_error,
+            "test_examples": got.blind.test_examples} == cli["blind"]
+
+
+def test_regimes_are_nested_and_split_into_train_then_val(served):
+    _, stub = served
+
+    def whole(n: int) -> list[int]:
+        parts = [stub.GetRegime(pb.RegimeRequest(task=TASK, n=n, seed=3, split=s)) for s in ("train", "val")]
+        assert len(parts[1].record_ids) == max(1, n // 5)
+        return list(parts[0].record_ids) + list(parts[1].record_ids)
+
+    small, large = whole(16), whole(40)
+    assert set(small) <= set(large) and len(set(large)) == 40
+    assert whole(16) == small  # deterministic
+    assert set(whole(16)) != set(list(stub.GetRegime(pb.RegimeRequest(task=TASK, n=16, seed=4, split="train"))
+                                      .record_ids) + list(stub.GetRegime(pb.RegimeRequest(
+                                          task=TASK, n=16, seed=4, split="val")).record_ids))
+
+
+def test_regime_batches_hold_exactly_the_regimes_records(served):
+    _, stub = served
+    parts = {s: stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split=s)) for s in ("train", "val")}
+    for split in ("train", "val", "trainval"):
+        ids = (list(parts["train"].record_ids) + list(parts["val"].record_ids) if split == "trainval"
+               else list(parts[split].record_ids))
+        labels = (list(parts["train"].labels) + list(parts["val"].labels) if split == "trainval"
+                  else list(parts[split].labels))
+        batches = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
+            task=TASK, split=split, batch_size=7, images=IMAGES, regime=20, regime_seed=9)))
+        assert [r for b in batches for r in b.record_ids] == ids  # eval form: in regime order, each once
+        assert [v for b in batches for v in _labels(b)] == labels
+        assert batches[-1].last and {b.split for b in batches} == {split}
+        assert {b.split_size for b in batches} == {len(ids)}
+        if split != "trainval":
+            assert {b.split_fingerprint for b in batches} == {parts[split].fingerprint}
+        assert batches[0].images.shape == [7 if len(ids) >= 7 else len(ids), 8, 8, 3]
+    train = list(parts["train"].record_ids)
+    shuffled = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
+        task=TASK, split="train", batch_size=4, images=IMAGES, regime=20, regime_seed=9, shuffle=True, seed=1,
+        count=2 * len(train) // 4)))
+    epoch = [r for b in shuffled[: len(train) // 4] for r in b.record_ids]
+    assert sorted(epoch) == sorted(train) and epoch != train
+    label_of = dict(zip(train, parts["train"].labels))
+    assert all([label_of[r] for r in b.record_ids] == _labels(b) for b in shuffled)
+    plain = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
+        task=TASK, split="train", batch_size=4, images=IMAGES, shuffle=True, seed=1, count=1)))
+    assert plain[0].fingerprint != shuffled[0].fingerprint  # the task's own split streams apart
+
+
+@pytest.mark.parametrize(("request_", "words"), [
+    (pb.RegimeRequest(task=TASK, n=100000, seed=0, split="train"), ["clevr_count", "100000", "larger"]),
+    (pb.RegimeRequest(task=TASK, n=10, seed=0, split="test"), ["split", "test", "train, val"]),
+    (pb.RegimeRequest(task="nope", n=10, seed=0, split="train"), ["nope"]),
+])
+def test_get_regime_bad_requests_are_one_line_invalid_arguments(served, request_, words):
+    _, stub = served
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRegime(request_)
+    assert caught.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+    assert "\n" not in caught.value.details() and all(w in caught.value.details() for w in words)
+
+
+@pytest.mark.parametrize(("request_", "words"), [
+    (pb.StreamTaskBatchesRequest(task=TASK, split="test", batch_size=4, regime=10, images=IMAGES),
+     ["split", "test", "regime 10", "trainval"]),
+    (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime_seed=3, images=IMAGES),
+     ["regime_seed", "3"]),
+    (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime=100000, images=IMAGES),
+     ["clevr_count", "100000"]),
+])
+def test_regime_batch_bad_requests_are_one_line_invalid_arguments(served, request_, words):
+    _, stub = served
+    with pytest.raises(grpc.RpcError) as caught:
+        list(stub.StreamTaskBatches(request_))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "\n" not in caught.value.details() and all(w in caught.value.details() for w in words)
