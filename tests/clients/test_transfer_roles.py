@@ -16,6 +16,7 @@ import tfds_builders as tb
 from clients.core import SamplerClient
 from sampler_server.cli.main import main as server_cli
 from sampler_server.core.regimes import val_count
+from sampler_server.fixtures.tfds import DemoKitti
 
 SIZES = {"train": 60, "validation": 20, "test": 30}
 TASK = "kitti_distance"
@@ -30,7 +31,7 @@ def served(tmp_path_factory):
     from sampler_server.service.server import RunningServer, ServerConfig
 
     root = tmp_path_factory.mktemp("roles")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=SIZES)
+    tb.prepare(DemoKitti, root / "tfds", shards=1, SIZES=SIZES)  # images coloured by label: learnable
     assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
                        "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
     server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
@@ -63,7 +64,11 @@ def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
                  "--role", "model", *AT_REGIMES)
     scratch = _run(main, served, f"{framework}-scratch", tmp_path, *SMALL, "--mode", "finetune", "--role", "scratch",
                    *AT_REGIMES)
-    maximal = _run(main, served, f"{framework}-max", tmp_path, *SMALL, "--mode", "finetune", "--role", "max")
+    # the max run trains a linear head on random-init features longer (the last --lrs/--steps
+    # win): one stuck on the majority class would score exactly the blind guess, and
+    # calibration is then undefined (refused)
+    maximal = _run(main, served, f"{framework}-max", tmp_path, *SMALL, "--mode", "linear", "--role", "max",
+                   "--lrs", "1.0", "--steps", "60")
     with SamplerClient(served.address) as client:
         regimes = {n: {s: client.get_regime(TASK, n, 4, s) for s in ("train", "val")} for n in REGIMES}
         val_size = len(list(client.eval_batches(TASK, "val", 64, image_size=16)))
@@ -80,6 +85,34 @@ def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
     assert maximal["tasks"][TASK]["val_split"] == "val" and maximal["tasks"][TASK]["test_examples"] == 30
     assert val_size >= 1
     _reports_are_held(served, maximal, "max", 0)
+    _calibrated_table_and_plots(served, tmp_path, framework)
+
+
+def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
+    """The three runs give the calibrated table through the server (JSON keys of the issue)
+    and, from the command line on the same data, the same JSON and both plots."""
+    import grpc
+
+    from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+    from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+
+    runs = {role: f"{framework}-{role}" for role in ("model", "scratch", "max")}
+    with grpc.insecure_channel(served.address) as channel:
+        reply = pb_grpc.SamplerStub(channel).GetReport(pb.GetReportRequest(
+            run_ids=[runs["model"]], table="calibrated", scratch_run=runs["scratch"], max_run=runs["max"],
+            format="json"))
+    served_json = json.loads(reply.text)
+    task = served_json["tasks"][TASK]
+    assert set(task) == {"blind_risk", "max_risk", "runs"} and list(task["runs"]) == [runs["model"]]
+    model = task["runs"][runs["model"]]
+    assert set(model) == {"cci", "regimes"} and [r["n"] for r in model["regimes"]] == list(REGIMES)
+    assert all(set(r) == {"n", "risk", "cR", "cR_scratch"} for r in model["regimes"])
+    plots = tmp_path / f"plots-{framework}"
+    data = served.config.data_dir
+    argv = ["report", "--calibrate", "--run", runs["model"], "--scratch", runs["scratch"], "--max", runs["max"],
+            "--data", str(data), "--format", "json"]
+    assert server_cli([*argv, "--plots", str(plots)]) == 0
+    assert sorted(path.name for path in plots.iterdir()) == [f"calibrated_n_{TASK}.png", f"calibrated_scratch_{TASK}.png"]
 
 
 def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
