@@ -11,7 +11,10 @@
    data of one natural task (svhn) and one structured task with a derived label
    (kitti_distance), packed with the ``pack vtab`` code path into the same data
    directory before the server starts, then a linear probe per framework
-   (``python -m clients.<framework> transfer``) at tiny CPU sizes;
+   (``python -m clients.<framework> transfer``) at tiny CPU sizes; then the control
+   baselines in torch: the linear probe from the torch ProtoNet checkpoint (role model)
+   and a fine-tuned conv4 from random init (role scratch) at two data regimes, and one
+   from random init on all the training data (role max);
 5. ImageNet-CoG leg (``--no-cog`` skips it): a test-built IN-21K layout (one tar of
    generated JPEGs per synset, 189 real wnids chosen so that every eligibility rule
    removes some and 30 stay eligible), packed as two shards served as one source; the
@@ -20,8 +23,9 @@
    features of L1..L5 from a small random backbone, a logistic regression per level, N
    and seed) at tiny CPU sizes;
 6. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
-   both runs, write the robustness plots, and print the VTAB and CoG tables (CoG with
-   the torch run as the baseline, and its plots).
+   both runs, write the robustness plots, and print the VTAB table, the calibrated table
+   of the control baselines (with its plots) and the CoG table (with the torch run as the
+   baseline, and its plots).
 """
 
 from __future__ import annotations
@@ -53,6 +57,13 @@ VTAB_INSTALL = "VTAB leg skipped: tensorflow-datasets is missing; install the ex
 # (lrs high enough that a head on frozen random features learns in 40 steps).
 VTAB_PROBE = ("--mode", "linear", "--backbone", "conv4", "--image-size", "32", "--batch-size", "64",
               "--eval-batch-size", "200", "--lrs", "1.0", "0.1", "--steps", "20", "40", "--log-every", "1000")
+# Control baselines: two data regimes of each VTAB task (n examples of its train split, seed 0)
+CONTROL_REGIMES = ("--regime", "20", "--regime", "80", "--regime-seed", "0")
+CONTROL_RUNS = {  # role -> what that run adds to VTAB_PROBE (the last --mode/--lrs/--steps win)
+    "model": ("--mode", "linear", *CONTROL_REGIMES),
+    "scratch": ("--mode", "finetune", "--lrs", "0.1", "--steps", "40", *CONTROL_REGIMES),
+    "max": ("--mode", "finetune", "--lrs", "0.1", "--steps", "40"),
+}
 # ImageNet-CoG at demo scale: 4 concepts per level, 60 images at least (the paper: 1000
 # and 782); IN-1K is left out because the MD leg's ILSVRC classes hold fewer than the 50
 # test images per concept the protocol takes.
@@ -206,6 +217,19 @@ def run_probe(framework: str, address: str, args: argparse.Namespace) -> None:
     _run_client(command, f"{framework} linear probe")
 
 
+def run_controls(address: str, args: argparse.Namespace) -> None:
+    """The torch control-baseline runs ``demo-control-<role>``: the model run probes the torch
+    ProtoNet checkpoint, scratch and max fine-tune conv4 from random init."""
+    checkpoint = args.workdir / "checkpoints-torch" / "checkpoint.pt"
+    for role, extra in CONTROL_RUNS.items():
+        init = ("--init", str(checkpoint)) if role == "model" else ()
+        command = [
+            sys.executable, "-m", "clients.torch", "transfer", "--server", address, "--run", f"demo-control-{role}",
+            "--tasks", *VTAB_TASKS, *VTAB_PROBE, *extra, *init, "--role", role, "--device", "cpu",
+        ]
+        _run_client(command, f"torch {role} run")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workdir.exists():
@@ -243,6 +267,9 @@ def run(args: argparse.Namespace) -> int:
             _step(f"{step}/{total} VTAB-1k linear probes ({', '.join(args.frameworks)}) on {', '.join(VTAB_TASKS)}")
             for framework in args.frameworks:
                 run_probe(framework, address, args)
+            if "torch" in args.frameworks:
+                print("\ncontrol baselines (torch): model and scratch at two regimes, max", flush=True)
+                run_controls(address, args)
             vtab_seconds += time.perf_counter() - vtab_started
             step += 1
         if args.cog:
@@ -279,7 +306,9 @@ def run(args: argparse.Namespace) -> int:
 
         vtab = build_vtab_report(metrics, [f"demo-vtab-{framework}" for framework in args.frameworks])
         print("\n" + render_vtab_report(vtab, "table"))
-        print(f"\nVTAB leg (data, pack, probes) took {vtab_seconds:.0f} s")
+        if "torch" in args.frameworks:
+            print_calibrated(metrics, store, args.workdir / "plots-calibrated")
+        print(f"\nVTAB leg (data, pack, probes, control baselines) took {vtab_seconds:.0f} s")
     if args.cog:
         from sampler_server.metrics.cog_plots import write_cog_plots
         from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
@@ -292,3 +321,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"CoG leg (data, pack, levels, evaluations) took {cog_seconds:.0f} s")
     print(f"demo finished in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def print_calibrated(metrics: object, store: Path, plots_dir: Path) -> None:
+    """The calibrated table of the demo's model run against its scratch and max runs, and its plots."""
+    from sampler_server.cli.report_cmd import blind_risks_from_data
+    from sampler_server.metrics.calibrated_plots import write_calibrated_plots
+    from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
+
+    report = build_calibrated_report(metrics, ["demo-control-model"], "demo-control-scratch", "demo-control-max",
+                                     blind_risks_from_data(store))
+    print("\n" + render_calibrated_report(report, "table"))
+    plots = write_calibrated_plots(report, plots_dir)
+    print(f"\ncalibrated plots: {len(plots)} PNG files in {plots_dir}")

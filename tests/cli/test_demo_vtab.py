@@ -64,3 +64,17 @@ def test_no_vtab_flag_parses():
     demo_cmd.register(parser.add_subparsers())
     assert parser.parse_args(["demo", "--no-vtab"]).vtab is False
     assert parser.parse_args(["demo"]).vtab is True
+
+
+def test_control_baseline_runs_parse_with_their_roles_and_regimes():
+    """The demo's three control runs are valid transfer command lines: the model run probes
+    at the demo's regimes, scratch and max fine-tune from random init, max on all the data."""
+    from clients.trainer_args import parse_transfer_args
+
+    for role, extra in demo_cmd.CONTROL_RUNS.items():
+        init = ["--init", __file__] if role == "model" else []
+        args = parse_transfer_args("torch", ["--server", "127.0.0.1:1", "--run", f"demo-control-{role}", "--tasks",
+                                             *demo_cmd.VTAB_TASKS, *demo_cmd.VTAB_PROBE, *extra, *init, "--role", role])
+        assert args.role == role
+        assert args.mode == ("linear" if role == "model" else "finetune")
+        assert list(args.regimes or []) == ([] if role == "max" else [20, 80])
