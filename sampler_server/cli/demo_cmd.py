@@ -61,8 +61,9 @@ VTAB_PROBE = ("--mode", "linear", "--backbone", "conv4", "--image-size", "32", "
 CONTROL_REGIMES = ("--regime", "20", "--regime", "80", "--regime-seed", "0")
 CONTROL_RUNS = {  # role -> what that run adds to VTAB_PROBE (the last --mode/--lrs/--steps win)
     "model": ("--mode", "linear", *CONTROL_REGIMES),
-    # scratch trains briefly, as a control's budget would be small: the demo's coloured images are
-    # so easy that a longer fit reaches the max run at every regime (then CCI is undefined)
+    # a demo setting, not the protocol: the demo's coloured images are so easy that a longer fit
+    # reaches the max run at every regime, leaving nothing to calibrate (CCI undefined); a real
+    # study gives the scratch run the same sweep as the model run
     "scratch": ("--mode", "finetune", "--lrs", "0.01", "--steps", "10", *CONTROL_REGIMES),
     "max": ("--mode", "finetune", "--lrs", "0.1", "--steps", "40"),
 }
