@@ -770,18 +770,36 @@ class CogBatch(_message.Message):
     def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., split_size: _Optional[int] = ..., split_fingerprint: _Optional[str] = ..., fingerprint: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class RegimeRequest(_message.Message):
-    __slots__ = ("task", "n", "seed", "split", "store")
+    __slots__ = ("task", "n", "seed", "split", "store", "target", "loss")
     TASK_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
     task: str
     n: int
     seed: int
     split: str
     store: str
-    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., store: _Optional[str] = ...) -> None: ...
+    target: str
+    loss: str
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., store: _Optional[str] = ..., target: _Optional[str] = ..., loss: _Optional[str] = ...) -> None: ...
+
+class RegressionBlindGuess(_message.Message):
+    __slots__ = ("target", "loss", "prediction", "test_risk", "test_examples")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    TEST_RISK_FIELD_NUMBER: _ClassVar[int]
+    TEST_EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    loss: str
+    prediction: float
+    test_risk: float
+    test_examples: int
+    def __init__(self, target: _Optional[str] = ..., loss: _Optional[str] = ..., prediction: _Optional[float] = ..., test_risk: _Optional[float] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class BlindGuess(_message.Message):
     __slots__ = ("label", "test_accuracy", "test_error", "test_examples")
@@ -796,7 +814,7 @@ class BlindGuess(_message.Message):
     def __init__(self, label: _Optional[int] = ..., test_accuracy: _Optional[float] = ..., test_error: _Optional[float] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class Regime(_message.Message):
-    __slots__ = ("task", "n", "seed", "split", "record_ids", "labels", "num_classes", "fingerprint", "pool_split", "pool_size", "blind", "default_regimes", "store")
+    __slots__ = ("task", "n", "seed", "split", "record_ids", "labels", "num_classes", "fingerprint", "pool_split", "pool_size", "blind", "default_regimes", "store", "regression")
     TASK_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -810,6 +828,7 @@ class Regime(_message.Message):
     BLIND_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_REGIMES_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
+    REGRESSION_FIELD_NUMBER: _ClassVar[int]
     task: str
     n: int
     seed: int
@@ -823,4 +842,5 @@ class Regime(_message.Message):
     blind: BlindGuess
     default_regimes: _containers.RepeatedScalarFieldContainer[int]
     store: str
-    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ...) -> None: ...
+    regression: RegressionBlindGuess
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ..., regression: _Optional[_Union[RegressionBlindGuess, _Mapping]] = ...) -> None: ...
