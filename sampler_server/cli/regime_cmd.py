@@ -5,6 +5,9 @@ Reads manifests and the stores' TFDS side files only (never an image): the task'
 ``sampler-server vtab split`` lists them (``store.vtab_records``); the regime itself is
 ``core.regimes.build_regime``. ``--n 0`` lists no records: it prints the task's pool size,
 default regimes and the blind guess of the whole pool (the R_blind of calibrated reports).
+``--target ATTR [--loss l2|l1]`` adds the regression blind guess of a numeric per-record
+attribute of the store (``core.regimes.regime_regression``): the mean (l2) or median (l1)
+of the regime's train-part values, scored by mean squared or absolute error on the test split.
 """
 
 from __future__ import annotations
@@ -15,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.cli.vtab_cmd import _pick_store
-from sampler_server.core.regimes import POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit, build_regime
+from sampler_server.core.regimes import (
+    POOL_SPLIT,
+    REGIME_SPLITS,
+    TEST_SPLIT,
+    RegimeSplit,
+    RegressionBlindGuess,
+    RegressionLoss,
+    build_regime,
+    parse_loss,
+    regime_regression,
+)
 from sampler_server.core.vtab import TASKS, get_task
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
@@ -36,13 +49,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", required=True, type=int, help="regime seed, 0 to 2**64-1")
     parser.add_argument("--split", default="train", help="part of the regime: train (default) or val")
     parser.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
+    parser.add_argument("--target", help="a numeric per-record attribute of the store (e.g. label_x_position): "
+                        "also print its regression blind guess")
+    parser.add_argument("--loss", help="with --target: l2 (the mean, scored by mean squared error; default) or "
+                        "l1 (the median, scored by mean absolute error)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
 
-def load_regime(data: Path, task_name: str, n: int, seed: int, split: str,
-                store: str | None = None) -> tuple[RegimeSplit, Any, str]:
-    """The regime, the pool's listing (for record locations) and the store's name."""
+def check_target(target: str | None, loss: str | None) -> RegressionLoss | None:
+    """The loss of a regression target (l2 when not given); None without a target."""
+    if not target:
+        if loss is not None:
+            raise InvalidArgument(f"--loss: got {quoted(loss)} without --target, expected --target ATTR with it")
+        if target is not None:
+            raise InvalidArgument("--target: empty, expected a numeric attribute of the store")
+        return None
+    return parse_loss(RegressionLoss.L2.value if loss is None else loss, "--loss")
+
+
+def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store: str | None = None,
+                target: str | None = None,
+                loss: str | None = None) -> tuple[RegimeSplit, Any, str, RegressionBlindGuess | None]:
+    """The regime, the pool's listing (for record locations), the store's name and, with a
+    ``target``, its regression blind guess under ``loss``."""
+    chosen_loss = check_target(target, loss)
     if split not in REGIME_SPLITS:
         raise InvalidArgument(f"--split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
     if n < 0:
@@ -56,7 +87,21 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str,
         pool_record_ids=pool.record_ids, pool_labels=pool.labels, test_labels=test.labels,
         n=n, seed=seed, split=split,
     )
-    return regime, pool, pool.store
+    regression = None
+    if target and chosen_loss is not None:
+        regression = regime_regression(
+            task=task.name, store_fingerprint=pool.store_fingerprint, pool_labels=pool.labels,
+            pool_targets=records.numeric_attribute(target, pool.record_ids, "--target"),
+            test_targets=records.numeric_attribute(target, test.record_ids, "--target"),
+            n=n, seed=seed, loss=chosen_loss,
+        )
+    return regime, pool, pool.store, regression
+
+
+def regression_json(target: str, guess: RegressionBlindGuess) -> dict[str, Any]:
+    """The ``regression`` entry of ``--json`` (the fields of the wire's ``RegressionBlindGuess``)."""
+    return {"target": target, "loss": guess.loss.value, "prediction": guess.prediction, "test_risk": guess.risk,
+            "test_examples": guess.test_examples}
 
 
 def regime_json(regime: RegimeSplit, pool: Any, store: str) -> dict[str, Any]:
@@ -72,9 +117,13 @@ def regime_json(regime: RegimeSplit, pool: Any, store: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    regime, pool, store = load_regime(args.data, args.task, args.n, args.seed, args.split, args.store)
+    regime, pool, store, regression = load_regime(args.data, args.task, args.n, args.seed, args.split, args.store,
+                                                  args.target, args.loss)
     if args.json:
-        print(json.dumps(regime_json(regime, pool, store), indent=1))
+        document = regime_json(regime, pool, store)
+        if regression is not None:
+            document["regression"] = regression_json(args.target, regression)
+        print(json.dumps(document, indent=1))
         return 0
     blind = regime.blind
     defaults = ", ".join(map(str, regime.default_regimes))
@@ -83,6 +132,12 @@ def run(args: argparse.Namespace) -> int:
     whose = "whole train split" if regime.n == 0 else f"regime {regime.n} train part"
     print(f"blind guess ({whose}): label {blind.label}, test accuracy {blind.test_accuracy:.4f}, "
           f"error {blind.test_error:.4f} over {blind.test_examples} test examples")
+    if regression is not None:
+        estimate, risk = ("mean", "mean squared error") if regression.loss is RegressionLoss.L2 else (
+            "median", "mean absolute error")
+        print(f"regression blind guess ({whose}): target {args.target}, loss {regression.loss.value}, "
+              f"prediction ({estimate}) {regression.prediction:.6g}, test risk ({risk}) {regression.risk:.6g} "
+              f"over {regression.test_examples} test examples")
     if regime.n == 0:
         return 0
     print(f"regime n={regime.n} seed {regime.seed} {regime.split}: {len(regime.record_ids)} records, "

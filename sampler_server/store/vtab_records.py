@@ -173,6 +173,28 @@ class TfdsRecords:
         """Label attributes of records, plain Python values, in the order asked."""
         return self.columns.rows_at(record_ids, self.attribute_names)
 
+    def scalar_attributes(self) -> list[str]:
+        """The stored attributes holding one number per record (not a per-object list)."""
+        ragged = {spec.name for spec in self.columns.specs if spec.ragged}
+        return [name for name in self.attribute_names if name not in ragged]
+
+    def numeric_attribute(self, name: str, record_ids: Sequence[int], field: str = "target") -> np.ndarray:
+        """Attribute ``name`` of records as float64, in the order asked (e.g. a regression target).
+
+        Raises:
+            InvalidArgument: ``name`` is not stored in this store, or holds a list per record;
+                one line naming ``field``, the store and its scalar attributes.
+        """
+        allowed = ", ".join(self.scalar_attributes()) or "none"
+        where = f"store {self.manifest.name!r}"
+        if name not in self.attribute_names:
+            raise InvalidArgument(f"{field}: {quoted(name)} is not an attribute stored in {where}; "
+                                  f"numeric attributes: {allowed}")
+        if name not in self.scalar_attributes():
+            raise InvalidArgument(f"{field}: attribute {quoted(name)} of {where} holds a list per record, not one "
+                                  f"number; numeric attributes: {allowed}")
+        return self.columns.scalar(name)[np.asarray(record_ids, dtype=np.int64)].astype(np.float64)
+
     def check_task(self, task: Any) -> None:
         """The store holds the task's TFDS dataset in a version the task takes (``core.vtab.Task``)."""
         if task.tfds_name != self.name or not version_matches(self.version, task.version):

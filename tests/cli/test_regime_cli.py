@@ -1,11 +1,14 @@
-"""``sampler-server regime`` on a packed CLEVR store: records against ``vtab split``, blind guess, errors."""
+"""``sampler-server regime`` on packed CLEVR and dSprites stores: records against ``vtab split``, blind guess,
+regression blind guess (against the TFDS values), errors."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
+import tfds_builders as tb
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from sampler_server.cli.main import main
@@ -85,5 +88,96 @@ def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys)
 ])
 def test_bad_input_is_one_line_and_exit_2(data, capsys, argv, message):
     code, out, err = _run(capsys, "regime", "--data", data, "--task", "clevr_count", *argv)
+    assert code == 2 and out == ""
+    assert err == f"sampler-server regime: error: {message}\n"
+
+
+# ---- regression blind guess (--target / --loss) on a packed dSprites store ---------------------
+
+DSPRITES = "dsprites_location"
+
+
+@pytest.fixture(scope="module")
+def dsprites(tfds_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("regime-cli-dsprites") / "data"
+    assert main(["pack", "vtab", "--tfds-name", "dsprites", "--tfds-data-dir", str(tfds_dir),
+                 "--output", str(root), "--quiet", "--workers", "1"]) == 0
+    return root
+
+
+def tfds_values(tfds_dir, records, target):
+    """``target`` of each listed record read from the TFDS dataset itself (not the store)."""
+    version_dir = next((tfds_dir / "dsprites").iterdir())
+    assert {r["tfds_split"] for r in records} == {"train"}
+    examples = tb.slice_examples(version_dir, "train", [r["tfds_index"] for r in records])
+    return np.array([float(e[target]) for e in examples])
+
+
+def direct_regression(train, test, loss):
+    prediction = train.mean() if loss == "l2" else np.median(train)
+    errors = test - prediction
+    return prediction, float(np.mean(errors ** 2) if loss == "l2" else np.mean(np.abs(errors)))
+
+
+@pytest.mark.parametrize(("n", "split", "target", "loss"), [
+    (20, "train", "label_x_position", "l2"), (20, "val", "label_x_position", "l1"),
+    (33, "train", "label_orientation", "l1"), (0, "train", "label_orientation", "l2"),
+])
+def test_regression_blind_guess_equals_numpy_over_the_tfds_values(dsprites, tfds_dir, capsys, n, split, target, loss):
+    def regime(*extra):
+        code, out, err = _run(capsys, "regime", "--data", dsprites, "--task", DSPRITES, "--n", n, "--seed", 4,
+                              *extra)
+        assert code == 0, err
+        return out
+
+    got = json.loads(regime("--split", split, "--target", target, "--loss", loss, "--json"))
+    if n:
+        train_records = json.loads(regime("--split", "train", "--json"))["records"]
+        assert len(train_records) == n - val_count(n)
+    else:
+        train_records = _vtab_split(capsys, dsprites, "train")["records"]
+    test_records = _vtab_split(capsys, dsprites, "test")["records"]
+    prediction, risk = direct_regression(tfds_values(tfds_dir, train_records, target),
+                                         tfds_values(tfds_dir, test_records, target), loss)
+    assert got["regression"] == {"target": target, "loss": loss, "prediction": pytest.approx(prediction, rel=1e-12),
+                                 "test_risk": pytest.approx(risk, rel=1e-12), "test_examples": len(test_records)}
+    assert risk > 0 and len(set(tfds_values(tfds_dir, train_records, target))) > 1  # not a degenerate case
+    assert "regression" not in json.loads(regime("--split", split, "--json"))
+    text = regime("--split", split, "--target", target, "--loss", loss)
+    estimate = "mean" if loss == "l2" else "median"
+    assert (f"regression blind guess ({'whole train split' if n == 0 else f'regime {n} train part'}): "
+            f"target {target}, loss {loss}, prediction ({estimate}) {got['regression']['prediction']:.6g}, ") in text
+
+
+def test_regression_loss_defaults_to_l2_and_l1_differs(dsprites, capsys):
+    def regression(*extra):
+        code, out, err = _run(capsys, "regime", "--data", dsprites, "--task", DSPRITES, "--n", 20, "--seed", 4,
+                              "--target", "label_x_position", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)["regression"]
+
+    assert regression() == regression("--loss", "l2") != regression("--loss", "l1")
+
+
+def _vtab_split(capsys, data, split):
+    code, out, err = _run(capsys, "vtab", "split", "--data", data, "--task", DSPRITES, "--split", split, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize(("store", "argv", "message"), [
+    ("dsprites", ("--target", "label_y_position"),
+     "--target: 'label_y_position' is not an attribute stored in store 'tfds_dsprites'; "
+     "numeric attributes: label_orientation, label_x_position"),
+    ("dsprites", ("--target", "label_x_position", "--loss", "l3"), "--loss: got 'l3', expected one of l2, l1"),
+    ("dsprites", ("--loss", "l1"), "--loss: got 'l1' without --target, expected --target ATTR with it"),
+    ("dsprites", ("--target", ""), "--target: empty, expected a numeric attribute of the store"),
+    ("clevr", ("--target", "objects_pixel_z"),
+     "--target: attribute 'objects_pixel_z' of store 'tfds_clevr' holds a list per record, not one number; "
+     "numeric attributes: none"),
+])
+def test_bad_regression_input_is_one_line_and_exit_2(data, dsprites, capsys, store, argv, message):
+    where, task = (dsprites, DSPRITES) if store == "dsprites" else (data, "clevr_count")
+    code, out, err = _run(capsys, "regime", "--data", where, "--task", task, "--n", 20, "--seed", 1, *argv)
     assert code == 2 and out == ""
     assert err == f"sampler-server regime: error: {message}\n"

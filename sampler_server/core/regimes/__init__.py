@@ -15,6 +15,7 @@ from sampler_server.core.regimes.blind import (
     RegressionBlindGuess,
     RegressionLoss,
     blind_guess,
+    parse_loss,
     regression_blind_guess,
 )
 from sampler_server.core.regimes.calibration import (
@@ -45,6 +46,7 @@ from sampler_server.core.regimes.regimes import (
     regime_fingerprint,
     regime_key,
     regime_positions,
+    regime_regression,
     val_count,
 )
 
@@ -74,10 +76,12 @@ __all__ = [
     "default_regimes",
     "notes",
     "parse_entries",
+    "parse_loss",
     "pool_order",
     "regime_fingerprint",
     "regime_key",
     "regime_positions",
+    "regime_regression",
     "regression_blind_guess",
     "val_count",
 ]

@@ -98,14 +98,19 @@ def _targets(values: Sequence[float] | np.ndarray, name: str, task: str) -> np.n
     return array
 
 
+def parse_loss(loss: RegressionLoss | str, field: str = "loss") -> RegressionLoss:
+    """``loss`` as a ``RegressionLoss``; else one line naming ``field`` and the allowed names."""
+    try:
+        return RegressionLoss(loss)
+    except ValueError:
+        raise InvalidArgument(f"{field}: got {quoted(loss)}, expected one of "
+                              f"{', '.join(v.value for v in RegressionLoss)}") from None
+
+
 def regression_blind_guess(train_targets: Sequence[float] | np.ndarray, test_targets: Sequence[float] | np.ndarray,
                            loss: RegressionLoss | str, *, task: str = "") -> RegressionBlindGuess:
     """Mean (L2, risk = MSE) or median (L1, risk = MAE) of the training targets, scored on test."""
-    try:
-        loss = RegressionLoss(loss)
-    except ValueError:
-        raise InvalidArgument(f"loss: got {quoted(loss)}, expected one of "
-                              f"{', '.join(v.value for v in RegressionLoss)}") from None
+    loss = parse_loss(loss)
     train = _targets(train_targets, "train targets", task)
     test = _targets(test_targets, "test targets", task)
     if loss is RegressionLoss.L2:

@@ -21,6 +21,8 @@ Definitions (shared by the ``regime`` command, ``GetRegime`` and the calibrated 
 - Default regimes (``default_regimes``): ``DEFAULT_REGIME_COUNT`` values spaced
   geometrically from ``MIN_PER_CLASS`` x classes to the pool size (both ends included,
   the low end capped at the pool size), rounded half up, deduplicated, ascending.
+- A regression target (``regime_regression``): the regression blind guess of the
+  regime's train part (n = 0: the whole pool), whichever part is listed, on the test split.
 - The fingerprint of a regime split hashes (store fingerprint, task, n, seed, split,
   ordered record ids, labels).
 
@@ -39,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.regimes.blind import BlindGuess, blind_guess
+from sampler_server.core.regimes.blind import BlindGuess, RegressionBlindGuess, RegressionLoss, blind_guess
+from sampler_server.core.regimes.blind import regression_blind_guess
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
@@ -238,6 +241,29 @@ def build_regime(*, task: str, store_fingerprint: str, num_classes: int, pool_re
     )
 
 
+def regime_regression(*, task: str, store_fingerprint: str, pool_labels: Sequence[int] | np.ndarray,
+                      pool_targets: Sequence[float] | np.ndarray, test_targets: Sequence[float] | np.ndarray,
+                      n: int, seed: int, loss: RegressionLoss | str) -> RegressionBlindGuess:
+    """The regression blind guess of regime ``n``'s train part (0: the whole pool) for ``seed``.
+
+    Args:
+        pool_labels: the pool's labels in pool order (they fix the regime, as in ``build_regime``).
+        pool_targets: the target of each pool record, in the same order; test_targets: of the test split.
+        loss: "l2" (the mean, risk = mean squared error) or "l1" (the median, risk = mean absolute error).
+    """
+    labels = _labels(pool_labels)
+    targets = np.asarray(pool_targets, dtype=np.float64)
+    if targets.shape != labels.shape:
+        raise InvalidArgument(f"task {task}: {len(targets)} pool targets for {len(labels)} labels")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise InvalidArgument(f"task {task}: regime n must be an integer >= 0, got {n!r}")
+    if n == 0:
+        train = np.arange(len(labels))
+    else:
+        train, _ = regime_positions(labels, task=task, key=regime_key(store_fingerprint, task), n=n, seed=seed)
+    return regression_blind_guess(targets[train], test_targets, loss, task=task)
+
+
 __all__ = [
     "DEFAULT_REGIME_COUNT",
     "MIN_PER_CLASS",
@@ -255,5 +281,6 @@ __all__ = [
     "regime_fingerprint",
     "regime_key",
     "regime_positions",
+    "regime_regression",
     "val_count",
 ]
