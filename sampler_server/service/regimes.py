@@ -12,6 +12,10 @@ its own key (task, n, regime seed, part), so the batches of two regimes or of a 
 and the task's own split never share an order; the part's fingerprint is the regime
 fingerprint (``split_fingerprint`` of each batch), as ``sampler-server regime --json``
 prints it for train and val.
+
+A ``GetRegime`` request naming a ``target`` (a numeric per-record attribute of the store)
+also gets its regression blind guess (``core.regimes.regime_regression``) under ``loss``
+("l2", the default, or "l1"), as ``sampler-server regime --target --loss`` prints it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sampler_server.core.regimes import POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit, build_regime
-from sampler_server.core.regimes import regime_fingerprint
+from sampler_server.core.regimes import RegressionLoss, parse_loss, regime_fingerprint, regime_regression
 from sampler_server.core.vtab import Task, get_task
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
@@ -65,9 +69,25 @@ class RegimeHandlers:
                               pool.labels, test.labels, n, seed, split)
 
     def get_regime(self, request: pb.RegimeRequest) -> pb.Regime:
+        if request.loss and not request.target:
+            raise InvalidArgument(f"loss: got {quoted(request.loss)} without a target, expected a target "
+                                  "(a numeric attribute of the store) with it")
+        loss = parse_loss(request.loss or RegressionLoss.L2.value) if request.target else None
         task = get_task(request.task)
         records = self.vtab.store_for(task, request.store)
         regime = self.regime(task, records, request.n, request.seed, request.split)
+        regression = None
+        if loss is not None:
+            pool = self.vtab.listing(records, task, POOL_SPLIT)
+            test = self.vtab.listing(records, task, TEST_SPLIT)
+            guess = regime_regression(
+                task=task.name, store_fingerprint=pool.store_fingerprint, pool_labels=pool.labels,
+                pool_targets=records.numeric_attribute(request.target, pool.record_ids),
+                test_targets=records.numeric_attribute(request.target, test.record_ids),
+                n=request.n, seed=request.seed, loss=loss)
+            regression = pb.RegressionBlindGuess(target=request.target, loss=guess.loss.value,
+                                                 prediction=guess.prediction, test_risk=guess.risk,
+                                                 test_examples=guess.test_examples)
         blind = regime.blind
         return pb.Regime(
             task=task.name, n=regime.n, seed=regime.seed, split=regime.split, record_ids=regime.record_ids,
@@ -75,7 +95,7 @@ class RegimeHandlers:
             pool_split=regime.pool_split, pool_size=regime.pool_size,
             blind=pb.BlindGuess(label=blind.label, test_accuracy=blind.test_accuracy, test_error=blind.test_error,
                                 test_examples=blind.test_examples),
-            default_regimes=regime.default_regimes, store=records.manifest.name)
+            default_regimes=regime.default_regimes, store=records.manifest.name, regression=regression)
 
     def part(self, task: Task, records: TfdsRecords, n: int, seed: int, split: str) -> RegimePart:
         """The records a batch stream serves for ``split`` of regime ``n`` (n >= 1)."""

@@ -1,6 +1,7 @@
 """Data regimes over gRPC (control baselines): GetRegime equals `sampler-server regime --json`
 and the pure core over the task's listings as `sampler-server vtab split` prints them; regime batches (eval and shuffled forms)
-hold exactly the regime's records; nesting across n; bad requests are one-line statuses."""
+hold exactly the regime's records; nesting across n; a regression target's blind guess equals the command's and
+a direct computation over the TFDS values; bad requests are one-line statuses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import Counter
 import grpc
 import numpy as np
 import pytest
+import tfds_builders as tb
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from sampler_server.cli.main import main
@@ -28,6 +30,8 @@ def served(tfds_dir, tmp_path_factory):
     data = tmp_path_factory.mktemp("regimes-service") / "data"
     assert main(["pack", "vtab", "--tfds-name", "clevr", "--tfds-data-dir", str(tfds_dir), "--output", str(data),
                  "--quiet", "--workers", "1"]) == 0
+    assert main(["pack", "vtab", "--tfds-name", "dsprites", "--tfds-data-dir", str(tfds_dir), "--output",
+                 str(data), "--quiet", "--workers", "1"]) == 0  # scalar attributes: regression targets
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
     channel = grpc.insecure_channel(server.address)
     yield data, pb_grpc.SamplerStub(channel)
@@ -143,6 +147,63 @@ def test_get_regime_bad_requests_are_one_line_invalid_arguments(served, request_
     with pytest.raises(grpc.RpcError) as caught:
         stub.GetRegime(request_)
     assert caught.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+    assert "\n" not in caught.value.details() and all(w in caught.value.details() for w in words)
+
+
+DSPRITES = "dsprites_location"
+
+
+def _dsprites_values(tfds_dir, records: list[dict], target: str) -> np.ndarray:
+    version_dir = next((tfds_dir / "dsprites").iterdir())
+    assert {r["tfds_split"] for r in records} == {"train"}
+    return np.array([float(e[target]) for e in
+                     tb.slice_examples(version_dir, "train", [r["tfds_index"] for r in records])])
+
+
+@pytest.mark.parametrize(("n", "split", "target", "loss"), [
+    (20, "train", "label_x_position", "l1"), (20, "val", "label_orientation", ""), (0, "val", "label_x_position", "l2"),
+])
+def test_regression_blind_guess_equals_the_command_and_numpy(served, tfds_dir, capsys, n, split, target, loss):
+    data, stub = served
+    got = stub.GetRegime(pb.RegimeRequest(task=DSPRITES, n=n, seed=6, split=split, target=target, loss=loss))
+    capsys.readouterr()
+    assert main(["regime", "--data", str(data), "--task", DSPRITES, "--n", str(n), "--seed", "6", "--split", split,
+                 "--target", target, *(["--loss", loss] if loss else []), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)["regression"]
+    assert {"target": got.regression.target, "loss": got.regression.loss, "prediction": got.regression.prediction,
+            "test_risk": got.regression.test_risk, "test_examples": got.regression.test_examples} == cli
+    assert main(["vtab", "split", "--data", str(data), "--task", DSPRITES, "--split", "test", "--json"]) == 0
+    test_records = json.loads(capsys.readouterr().out)["records"]
+    if n:
+        assert main(["regime", "--data", str(data), "--task", DSPRITES, "--n", str(n), "--seed", "6", "--json"]) == 0
+    else:
+        assert main(["vtab", "split", "--data", str(data), "--task", DSPRITES, "--split", "train", "--json"]) == 0
+    train_records = json.loads(capsys.readouterr().out)["records"]
+    train = _dsprites_values(tfds_dir, train_records, target)
+    test = _dsprites_values(tfds_dir, test_records, target)
+    prediction = float(np.median(train)) if loss == "l1" else float(train.mean())
+    risk = float(np.mean(np.abs(test - prediction))) if loss == "l1" else float(np.mean((test - prediction) ** 2))
+    assert got.regression.loss == (loss or "l2") and got.regression.target == target
+    assert got.regression.prediction == pytest.approx(prediction, rel=1e-12)
+    assert got.regression.test_risk == pytest.approx(risk, rel=1e-12) and risk > 0
+    assert got.regression.test_examples == len(test_records)
+    assert not stub.GetRegime(pb.RegimeRequest(task=DSPRITES, n=n, seed=6, split=split)).HasField("regression")
+
+
+@pytest.mark.parametrize(("request_", "words"), [
+    (pb.RegimeRequest(task=DSPRITES, n=10, seed=0, split="train", target="label_y_position"),
+     ["target", "'label_y_position'", "tfds_dsprites", "label_orientation, label_x_position"]),
+    (pb.RegimeRequest(task=TASK, n=10, seed=0, split="train", target="objects_pixel_z"),
+     ["target", "'objects_pixel_z'", "tfds_clevr", "list per record", "numeric attributes: none"]),
+    (pb.RegimeRequest(task=DSPRITES, n=10, seed=0, split="train", target="label_x_position", loss="l3"),
+     ["loss", "'l3'", "l2, l1"]),
+    (pb.RegimeRequest(task=DSPRITES, n=10, seed=0, split="train", loss="l1"), ["loss", "'l1'", "without a target"]),
+])
+def test_bad_regression_requests_are_one_line_invalid_arguments(served, request_, words):
+    _, stub = served
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.GetRegime(request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "\n" not in caught.value.details() and all(w in caught.value.details() for w in words)
 
 
