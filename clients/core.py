@@ -377,11 +377,13 @@ class VtabClientMixin:
                                   store=store, regime=regime, regime_seed=regime_seed)
         return self._task_batches(base, start, 0)
 
-    def get_regime(self, task: str, n: int, seed: int, split: str = "train", store: str = "") -> pb.Regime:
-        """A data regime of a VTAB task without images: the record ids and labels of its ``split``
+    def get_regime(self, task: str, n: int, seed: int, split: str = "train", store: str = "", target: str = "",
+                   loss: str = "") -> pb.Regime:
+        """A data regime of a task without images: the record ids and labels of its ``split``
         ("train" or "val"), its fingerprint, the blind guess and the task's default regimes
-        (``n`` = 0: only the default regimes)."""
-        request = pb.RegimeRequest(task=task, n=n, seed=seed, split=split, store=store)
+        (``n`` = 0: only the default regimes). ``target`` (a numeric attribute of the store)
+        adds its regression blind guess under ``loss`` ("l2", the default, or "l1")."""
+        request = pb.RegimeRequest(task=task, n=n, seed=seed, split=split, store=store, target=target, loss=loss)
         return self._call("GetRegime", request)  # type: ignore[attr-defined]
 
     def task_episode(self, task: str, image_size: int = 224, resize: str = "tf2_bilinear", chunk_size: int = 0,

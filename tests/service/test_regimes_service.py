@@ -24,7 +24,7 @@ IMAGES = pb.ImageOptions(image_size=8)
 
 
 @pytest.fixture(scope="module")
-def served(tfds_dir, tmp_path_factory):
+def running(tfds_dir, tmp_path_factory):
     from sampler_server.service.server import RunningServer, ServerConfig
 
     data = tmp_path_factory.mktemp("regimes-service") / "data"
@@ -33,10 +33,16 @@ def served(tfds_dir, tmp_path_factory):
     assert main(["pack", "vtab", "--tfds-name", "dsprites", "--tfds-data-dir", str(tfds_dir), "--output",
                  str(data), "--quiet", "--workers", "1"]) == 0  # scalar attributes: regression targets
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
-    channel = grpc.insecure_channel(server.address)
+    yield data, server.address
+    server.stop(grace=0.5)
+
+
+@pytest.fixture(scope="module")
+def served(running):
+    data, address = running
+    channel = grpc.insecure_channel(address)
     yield data, pb_grpc.SamplerStub(channel)
     channel.close()
-    server.stop(grace=0.5)
 
 
 def _listing(data, split: str, capsys) -> dict:
@@ -221,3 +227,16 @@ def test_regime_batch_bad_requests_are_one_line_invalid_arguments(served, reques
         list(stub.StreamTaskBatches(request_))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "\n" not in caught.value.details() and all(w in caught.value.details() for w in words)
+
+
+def test_python_client_get_regime_passes_target_and_loss(running, served):
+    from clients.core import SamplerClient
+
+    _, stub = served
+    wire = stub.GetRegime(pb.RegimeRequest(task=DSPRITES, n=20, seed=6, split="train", target="label_x_position",
+                                           loss="l1"))
+    with SamplerClient(running[1]) as client:
+        got = client.get_regime(DSPRITES, 20, 6, "train", target="label_x_position", loss="l1")
+        plain = client.get_regime(DSPRITES, 20, 6, "train")
+    assert got.regression == wire.regression and got.regression.loss == "l1"
+    assert not plain.HasField("regression")
