@@ -80,14 +80,26 @@ EPISODE_PART_SUPPORT: EpisodePart
 EPISODE_PART_QUERY: EpisodePart
 
 class Tensor(_message.Message):
-    __slots__ = ("dtype", "shape", "data")
+    __slots__ = ("dtype", "shape", "data", "segment")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
     dtype: DType
     shape: _containers.RepeatedScalarFieldContainer[int]
     data: bytes
-    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    segment: SharedSegment
+    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ..., segment: _Optional[_Union[SharedSegment, _Mapping]] = ...) -> None: ...
+
+class SharedSegment(_message.Message):
+    __slots__ = ("name", "offset", "size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    offset: int
+    size: int
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class EncodedImages(_message.Message):
     __slots__ = ("data", "encoding", "width", "height", "channels")
@@ -210,14 +222,16 @@ class EpisodeConfig(_message.Message):
     def __init__(self, num_ways: _Optional[int] = ..., num_support: _Optional[int] = ..., num_query: _Optional[int] = ..., all_classes: _Optional[bool] = ..., min_ways: _Optional[int] = ..., max_ways_upper_bound: _Optional[int] = ..., max_num_query: _Optional[int] = ..., max_support_set_size: _Optional[int] = ..., max_support_size_contrib_per_class: _Optional[int] = ..., min_log_weight: _Optional[float] = ..., max_log_weight: _Optional[float] = ..., min_examples_in_class: _Optional[int] = ..., ignore_hierarchy_probability: _Optional[float] = ..., max_span_leaves: _Optional[int] = ...) -> None: ...
 
 class ImageOptions(_message.Message):
-    __slots__ = ("image_size", "mode", "resize")
+    __slots__ = ("image_size", "mode", "resize", "same_host_token")
     IMAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RESIZE_FIELD_NUMBER: _ClassVar[int]
+    SAME_HOST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     image_size: int
     mode: ImageMode
     resize: ResizeMethod
-    def __init__(self, image_size: _Optional[int] = ..., mode: _Optional[_Union[ImageMode, str]] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
+    same_host_token: str
+    def __init__(self, image_size: _Optional[int] = ..., mode: _Optional[_Union[ImageMode, str]] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ..., same_host_token: _Optional[str] = ...) -> None: ...
 
 class EpisodeRequest(_message.Message):
     __slots__ = ("sources", "preset", "split", "config", "seed", "images")
@@ -844,3 +858,15 @@ class Regime(_message.Message):
     store: str
     regression: RegressionBlindGuess
     def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ..., regression: _Optional[_Union[RegressionBlindGuess, _Mapping]] = ...) -> None: ...
+
+class SameHostRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SameHostOffer(_message.Message):
+    __slots__ = ("probe_segment", "reason")
+    PROBE_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    probe_segment: str
+    reason: str
+    def __init__(self, probe_segment: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -104,6 +104,11 @@ class SamplerStub:
                 request_serializer=sampler_dot_v1_dot_sampler__pb2.RegimeRequest.SerializeToString,
                 response_deserializer=sampler_dot_v1_dot_sampler__pb2.Regime.FromString,
                 _registered_method=True)
+        self.OfferSameHost = channel.unary_unary(
+                '/sampler.v1.Sampler/OfferSameHost',
+                request_serializer=sampler_dot_v1_dot_sampler__pb2.SameHostRequest.SerializeToString,
+                response_deserializer=sampler_dot_v1_dot_sampler__pb2.SameHostOffer.FromString,
+                _registered_method=True)
 
 
 class SamplerServicer:
@@ -217,6 +222,16 @@ class SamplerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OfferSameHost(self, request, context):
+        """Same-host transport: a probe segment that only a client on the server's host (and
+        sharing its /dev/shm) can open. Such a client reads the token in it, unlinks it, and
+        sends the token in ImageOptions.same_host_token; the server then may put the pixels
+        of its replies in shared-memory segments (Tensor.segment) instead of the message.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SamplerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -289,6 +304,11 @@ def add_SamplerServicer_to_server(servicer, server):
                     servicer.GetRegime,
                     request_deserializer=sampler_dot_v1_dot_sampler__pb2.RegimeRequest.FromString,
                     response_serializer=sampler_dot_v1_dot_sampler__pb2.Regime.SerializeToString,
+            ),
+            'OfferSameHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.OfferSameHost,
+                    request_deserializer=sampler_dot_v1_dot_sampler__pb2.SameHostRequest.FromString,
+                    response_serializer=sampler_dot_v1_dot_sampler__pb2.SameHostOffer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -669,6 +689,33 @@ class Sampler:
             '/sampler.v1.Sampler/GetRegime',
             sampler_dot_v1_dot_sampler__pb2.RegimeRequest.SerializeToString,
             sampler_dot_v1_dot_sampler__pb2.Regime.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OfferSameHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sampler.v1.Sampler/OfferSameHost',
+            sampler_dot_v1_dot_sampler__pb2.SameHostRequest.SerializeToString,
+            sampler_dot_v1_dot_sampler__pb2.SameHostOffer.FromString,
             options,
             channel_credentials,
             insecure,
