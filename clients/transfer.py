@@ -52,6 +52,9 @@ MAX_SPLITS = ("train", "val", "trainval", "test")
 REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
 REGIME_POOL_SPLITS = ("train", "test")  # what regimes are drawn from and tested on
 PROTONET_SPLITS = ("train800val200", "test")
+SOURCE_TASK_PREFIX = "source:"
+"""A packed classification source as a task (held-out train/val/trainval/test splits; ListTasks lists it
+when asked by name): runs with --regime or --role max, not the VTAB-1k sweep."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,14 @@ class TransferRun:
         for summary in self.client.list_tasks():
             served.setdefault(summary.task, summary)
         for task in self.args.tasks:
+            if task.startswith(SOURCE_TASK_PREFIX) and task not in served:  # listed only when named
+                try:
+                    served[task] = self.client.list_tasks(task)[0]
+                except SamplerClientError as error:
+                    if error.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                                          grpc.StatusCode.FAILED_PRECONDITION):
+                        raise
+                    raise UsageError(f"argument --tasks: got {task!r}: {error}") from None
             if task not in served:
                 raise UsageError(f"argument --tasks: got {task!r}, expected a task this server serves "
                                  f"({', '.join(sorted(served)) or 'none: it has no VTAB store'})")

@@ -1,4 +1,8 @@
-"""``sampler-server regime``: one data regime of a VTAB task, its records, labels and blind guess.
+"""``sampler-server regime``: one data regime of a task, its records, labels and blind guess.
+
+A task is a VTAB task or ``source:<store>``, any packed classification source, split into
+fixed held-out train/val/test parts (``core.regimes.sources``; its store is opened as
+``serve`` opens it, sharded sources merged).
 
 Reads manifests and the stores' TFDS side files only (never an image): the task's
 "train" split is the pool and its "test" split scores the blind guess, both listed as
@@ -29,6 +33,7 @@ from sampler_server.core.regimes import (
     parse_loss,
     regime_regression,
 )
+from sampler_server.core.regimes.sources import is_source_task
 from sampler_server.core.vtab import TASKS, get_task
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
@@ -44,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--n 0 lists only the task's default regimes and the whole train split's blind guess.",
     )
     parser.add_argument("--data", required=True, type=Path, help="data directory (or one store)")
-    parser.add_argument("--task", required=True, help="task name: " + ", ".join(TASKS))
+    parser.add_argument("--task", required=True, help="task name: " + ", ".join(TASKS) + "; or source:STORE, any "
+                        "packed classification source (fixed held-out train/val/test splits)")
     parser.add_argument("--n", required=True, type=int, help="examples in the regime (0: only the defaults)")
     parser.add_argument("--seed", required=True, type=int, help="regime seed, 0 to 2**64-1")
     parser.add_argument("--split", default="train", help="part of the regime: train (default) or val")
@@ -78,6 +84,8 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
         raise InvalidArgument(f"--split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
     if n < 0:
         raise InvalidArgument(f"--n: got {n}, expected an integer >= 0 (0: only the default regimes)")
+    if is_source_task(task_name):
+        return _load_source_regime(data, task_name, n, seed, split, store, target)
     task = get_task(task_name)
     records = _pick_store(data, task, store)
     pool = list_split(records, task, POOL_SPLIT)
@@ -98,6 +106,33 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     return regime, pool, pool.store, regression
 
 
+def source_task_handle(data: Path, task: str) -> Any:
+    """The ``source:<store>`` task over the stores in ``data`` (``service.regimes.TaskHandle``), opened
+    as ``serve`` opens them (sharded sources merged, broken stores refused)."""
+    from sampler_server.service.regimes import source_handle
+    from sampler_server.service.registry import StoreRegistry
+
+    return source_handle(StoreRegistry.from_data_dir(data), task)
+
+
+def _load_source_regime(data: Path, task_name: str, n: int, seed: int, split: str, store: str | None,
+                        target: str | None) -> tuple[RegimeSplit, Any, str, None]:
+    if target:
+        raise InvalidArgument(f"--target: got {quoted(target)} for task {task_name}, but a packed source's records "
+                              "carry no numeric attributes (regression targets are attributes of a VTAB task's "
+                              "TFDS store)")
+    task = source_task_handle(data, task_name)
+    if store and store != task.store:
+        raise InvalidArgument(f"--store: got {quoted(store)} with task {task_name}, which names its store")
+    pool, test = task.listing(POOL_SPLIT), task.listing(TEST_SPLIT)
+    regime = build_regime(
+        task=task.name, store_fingerprint=pool.store_fingerprint, num_classes=pool.num_classes,
+        pool_record_ids=pool.record_ids, pool_labels=pool.labels, test_labels=test.labels,
+        n=n, seed=seed, split=split,
+    )
+    return regime, pool, task.store, None
+
+
 def regression_json(target: str, guess: RegressionBlindGuess) -> dict[str, Any]:
     """The ``regression`` entry of ``--json`` (the fields of the wire's ``RegressionBlindGuess``)."""
     return {"target": target, "loss": guess.loss.value, "prediction": guess.prediction, "test_risk": guess.risk,
@@ -108,6 +143,10 @@ def regime_json(regime: RegimeSplit, pool: Any, store: str) -> dict[str, Any]:
     """The ``--json`` document: ``RegimeSplit.to_json`` plus the store and the records."""
     out = regime.to_json()
     out["store"] = store
+    if not hasattr(pool, "locations"):  # a packed source: a record is its id and class
+        out["records"] = [{"record_id": record_id, "label": label}
+                          for record_id, label in zip(regime.record_ids, regime.labels)]
+        return out
     out["records"] = [
         {"record_id": record_id, "tfds_split": pool.locations[p][0], "tfds_index": pool.locations[p][1],
          "label": label}
@@ -143,5 +182,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"regime n={regime.n} seed {regime.seed} {regime.split}: {len(regime.record_ids)} records, "
           f"fingerprint {regime.fingerprint}")
     for row in regime_json(regime, pool, store)["records"]:
-        print(f"{row['record_id']:>9}  {row['tfds_split']}[{row['tfds_index']}]  {row['label']}")
+        where = f"  {row['tfds_split']}[{row['tfds_index']}]" if "tfds_split" in row else ""
+        print(f"{row['record_id']:>9}{where}  {row['label']}")
     return 0

@@ -161,10 +161,17 @@ def blind_risks_from_data(data: Path) -> Callable[[str], float]:
     training pool scored on its test split (``core.regimes.blind_guess``), as the server computes it."""
     from sampler_server.cli.vtab_cmd import _pick_store
     from sampler_server.core.regimes import POOL_SPLIT, TEST_SPLIT, blind_guess
+    from sampler_server.core.regimes.sources import is_source_task
     from sampler_server.core.vtab import get_task
     from sampler_server.store.vtab_records import list_split
 
     def risk(name: str) -> float:
+        if is_source_task(name):
+            from sampler_server.cli.regime_cmd import source_task_handle
+
+            handle = source_task_handle(data, name)
+            train, test = handle.listing(POOL_SPLIT), handle.listing(TEST_SPLIT)
+            return blind_guess(train.labels, test.labels, task=name).risk
         task = get_task(name)
         records = _pick_store(data, task, None)
         train, test = list_split(records, task, POOL_SPLIT), list_split(records, task, TEST_SPLIT)

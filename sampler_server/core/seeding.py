@@ -41,6 +41,7 @@ class Protocol(str, enum.Enum):
     IMAGENET_COG = "imagenet_cog"
     META_DATASET_BATCHES = "meta_dataset_batches"  # plain labelled batches of an MD split
     VTAB_REGIME = "vtab_regime"  # the keyed pool order data regimes are cut from (core.regimes)
+    SOURCE_HOLDOUT = "source_holdout"  # the fixed test/val holdout of a packed source task (core.regimes)
 
 
 def check_seed_and_index(seed: int, index: int) -> None:

@@ -151,16 +151,22 @@ class TaskResult:
 
     def where(self) -> str:
         regime = f" regime {self.regime} seed {self.regime_seed}" if self.regime else ""
-        return f"VTAB task {self.task} split {self.split}{regime}"
+        kind = "task" if self.task.startswith("source:") else "VTAB task"
+        return f"{kind} {self.task} split {self.split}{regime}"
 
     def validate(self) -> TaskResult:
         """Itself; ``InvalidArgument`` naming the field and what is allowed otherwise."""
+        from sampler_server.core.regimes.sources import check_source_split, is_source_task, store_of
         from sampler_server.core.vtab.splits import check_split
         from sampler_server.core.vtab.tasks import get_task
 
         validate_run_id(self.run_id)
-        get_task(self.task)
-        check_split(self.split)
+        if is_source_task(self.task):  # a packed source as a transfer task (control baselines)
+            store_of(self.task)
+            check_source_split(self.task, self.split)
+        else:
+            get_task(self.task)
+            check_split(self.split)
         number = isinstance(self.accuracy, (int, float)) and not isinstance(self.accuracy, bool)
         if not number or not 0.0 <= float(self.accuracy) <= 1.0:
             raise InvalidArgument(f"accuracy: got {quoted(self.accuracy)} for task {self.task}, expected 0 to 1")

@@ -3,7 +3,7 @@
 ``run_ids`` are the model runs, ``scratch_run`` and ``max_run`` the controls (each run's
 stored role must match); the blind guess of each task is computed from the labels of
 the served store holding it (the most frequent label of the task's "train" split scored
-on its "test" split, ``core.regimes.blind_guess``), as ``sampler-server report
+on its "test" split, ``core.regimes.blind_guess``; a ``source:<store>`` task's held-out splits), as ``sampler-server report
 --calibrate --data`` computes it from the packed stores. Every refusal is one line
 naming the field as the wire spells it.
 """
@@ -24,11 +24,9 @@ CALIBRATED_TABLE = "calibrated"
 def served_blind_risk(vtab: "VtabHandlers", name: str) -> float:
     """R_blind of a task over the served store holding it (its split listings are cached)."""
     from sampler_server.core.regimes import POOL_SPLIT, TEST_SPLIT, blind_guess
-    from sampler_server.core.vtab import get_task
 
-    task = get_task(name)
-    records = vtab.store_for(task)
-    train, test = vtab.listing(records, task, POOL_SPLIT), vtab.listing(records, task, TEST_SPLIT)
+    task = vtab.handle(name)
+    train, test = task.listing(POOL_SPLIT), task.listing(TEST_SPLIT)
     return blind_guess(train.labels, test.labels, task=name).risk
 
 

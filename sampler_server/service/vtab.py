@@ -24,7 +24,8 @@ from sampler_server.imaging import ResizeMethod
 from sampler_server.metrics.store import ROLES, TaskResult
 from sampler_server.quoting import quoted
 from sampler_server.service import messages
-from sampler_server.service.regimes import RegimeHandlers, check_regime_request
+from sampler_server.core.regimes.sources import SOURCE_SPLITS, is_source_task, store_of
+from sampler_server.service.regimes import RegimeHandlers, TaskHandle, check_regime_request, source_handle
 from sampler_server.store.vtab_records import SplitListing, TfdsRecords, is_tfds_store, list_split, version_matches
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 
@@ -110,6 +111,19 @@ class VtabHandlers:
                 f"vtab --tfds-name {task.tfds_name}`); served tasks: {', '.join(self.served_tasks()) or 'none'}")
         return fitting[0]
 
+    def handle(self, name: str, store: str = "") -> TaskHandle:
+        """A VTAB task (over the store named, else the first holding its dataset) or ``source:<store>``."""
+        if is_source_task(name):
+            handle = source_handle(self.servicer.registry, name)
+            if store and store != handle.store:
+                raise InvalidArgument(f"store: got {quoted(store)} with task {name}, which names its store "
+                                      f"({handle.store!r}); leave store empty")
+            return handle
+        task = get_task(name)
+        records = self.store_for(task, store)
+        return TaskHandle(name=task.name, num_classes=task.num_classes, store=records.manifest.name, splits=SPLITS,
+                          listing=lambda split: self.listing(records, task, split), records=records, task=task)
+
     def served_tasks(self) -> list[str]:
         names = {(r.name, r.version) for r in self.tfds_stores()}
         return sorted(t.name for t in TASKS.values()
@@ -126,6 +140,8 @@ class VtabHandlers:
     # ---- RPCs ------------------------------------------------------------------------
 
     def list_tasks(self, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
+        if is_source_task(request.task):
+            return pb.ListTasksResponse(tasks=[self._source_summary(self.handle(request.task))])
         wanted = get_task(request.task) if request.task else None
         response = pb.ListTasksResponse()
         for records in self.tfds_stores():
@@ -145,6 +161,14 @@ class VtabHandlers:
         if wanted is not None and not response.tasks:
             self.store_for(wanted)  # NOT_FOUND naming what is served
         return response
+
+    def _source_summary(self, task: TaskHandle) -> pb.TaskSummary:
+        """A source task as ListTasks names one: group "source", its held-out splits' sizes."""
+        splits = [pb.TaskSplitSize(split=split, size=len(task.listing(split).record_ids), available=True)
+                  for split in task.splits]
+        fingerprint = task.listing("train").store_fingerprint
+        return pb.TaskSummary(task=task.name, group="source", store=task.store, num_classes=task.num_classes,
+                              splits=splits, store_fingerprint=fingerprint)
 
     def _pixels_or_encoded(self, header: Any, store: str, ids: list[int], images: messages.ImageRequest,
                            field: int) -> "Prepared":
@@ -172,26 +196,27 @@ class VtabHandlers:
             raise ResourceExhausted(f"{what} of {count} at image_size {images.size} needs {pixel_bytes} bytes; "
                                     f"the server's message limit is {limit}")
 
-    def _serving_store(self, records: TfdsRecords, images: messages.ImageRequest) -> str:
-        name = records.manifest.name
-        self.servicer.registry.get(name, images.size, images.resize.value)  # quarantined: FAILED_PRECONDITION
-        return name
+    def _serving_store(self, task: TaskHandle, images: messages.ImageRequest) -> str:
+        self.servicer.registry.get(task.store, images.size, images.resize.value)  # quarantined: FAILED_PRECONDITION
+        return task.store
 
     def stream_task_batches(self, request: pb.StreamTaskBatchesRequest, end: Any) -> Iterator[Any]:
         from sampler_server.service.servicer import _stream_window
 
-        task = get_task(request.task)
-        split = check_split(request.split, "split")
+        if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
+            get_task(request.task)
+            check_split(request.split, "split")
         images = images_from_wire(request.images)
-        records = self.store_for(task, request.store)
+        task = self.handle(request.task, request.store)
+        split = task.check_split(request.split)
         # control baselines: with regime > 0 the split names a part of that data regime (service.regimes)
         check_regime_request(request)
         if request.regime:
-            listing = self.regimes.part(task, records, request.regime, request.regime_seed, split)
+            listing: Any = self.regimes.part(task, request.regime, request.regime_seed, split)
             shuffle_split = listing.shuffle_split
         else:
-            listing, shuffle_split = self.listing(records, task, split), split
-        store = self._serving_store(records, images)
+            listing, shuffle_split = task.listing(split), split
+        store = self._serving_store(task, images)
         sampler = TaskBatchSampler(task.name, shuffle_split, listing.fingerprint, listing.record_ids, listing.labels,
                                    request.batch_size, shuffle=request.shuffle)
         self._check_message(images, sampler.batch_size, "batch_size")
@@ -224,18 +249,21 @@ class VtabHandlers:
     def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: Any) -> Iterator[Any]:
         from sampler_server.service.servicer import _stream_window
 
-        task = get_task(request.task)
-        support_split = check_split(request.support_split or SUPPORT_SPLIT, "support_split")
-        query_split = check_split(request.query_split or QUERY_SPLIT, "query_split")
+        if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
+            get_task(request.task)
+            check_split(request.support_split or SUPPORT_SPLIT, "support_split")
+            check_split(request.query_split or QUERY_SPLIT, "query_split")
+        task = self.handle(request.task, request.store)
+        support_split = task.check_split(request.support_split or SUPPORT_SPLIT, "support_split")
+        query_split = task.check_split(request.query_split or QUERY_SPLIT, "query_split")
         images = images_from_wire(request.images)
         chunk = request.chunk_size or DEFAULT_CHUNK
         if not 1 <= chunk <= MAX_CHUNK:
             raise InvalidArgument(f"chunk_size: got {chunk}, expected 1 to {MAX_CHUNK} (0 = {DEFAULT_CHUNK})")
         self._check_message(images, chunk, "chunk_size")
-        records = self.store_for(task, request.store)
-        support = self.listing(records, task, support_split)
-        query = self.listing(records, task, query_split)
-        store = self._serving_store(records, images)
+        support = task.listing(support_split)
+        query = task.listing(query_split)
+        store = self._serving_store(task, images)
         parts = [(pb.EPISODE_PART_SUPPORT, support), (pb.EPISODE_PART_QUERY, query)]
         counts = [-(-len(listing.record_ids) // chunk) for _, listing in parts]
         num_chunks = sum(counts)
@@ -270,8 +298,14 @@ class VtabHandlers:
             raise InvalidArgument("reports.metrics: a vtab-task report needs \"accuracy\" (top-1 in [0, 1])")
         if not report.task:
             raise InvalidArgument(f"reports.task: empty; expected one of {', '.join(TASKS)}")
-        get_task(report.task)
-        check_split(report.task_split, "reports.task_split")
+        if is_source_task(report.task):
+            store_of(report.task)
+            if report.task_split not in SOURCE_SPLITS:
+                raise InvalidArgument(f"reports.task_split: got {quoted(report.task_split)} for task {report.task}, "
+                                      f"expected one of {', '.join(SOURCE_SPLITS)}")
+        else:
+            get_task(report.task)
+            check_split(report.task_split, "reports.task_split")
         role = report.role or "model"  # control baselines: empty is the method under study
         if role not in ROLES:
             raise InvalidArgument(f"reports.role: got {quoted(report.role)} for task {report.task}, expected one of "

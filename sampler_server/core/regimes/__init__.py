@@ -7,7 +7,9 @@ and labels from its store (``store.vtab_records``) and pass label arrays in.
   default regimes and fingerprints;
 - ``blind``: the blind guess, classification (most frequent label) and regression
   (mean for L2, median for L1);
-- ``calibration``: cR, the Calibrated Cumulative Improvement and the calibration JSON.
+- ``calibration``: cR, the Calibrated Cumulative Improvement and the calibration JSON;
+- ``sources``: any packed classification source as the task ``source:<store>``, with fixed
+  held-out train/val/test splits.
 """
 
 from sampler_server.core.regimes.blind import (
@@ -49,6 +51,15 @@ from sampler_server.core.regimes.regimes import (
     regime_regression,
     val_count,
 )
+from sampler_server.core.regimes.sources import (
+    SOURCE_SPLITS,
+    SOURCE_TASK_PREFIX,
+    SourceSplit,
+    is_source_task,
+    source_task,
+    split_source,
+    store_of,
+)
 
 __all__ = [
     "DEFAULT_REGIME_COUNT",
@@ -56,6 +67,8 @@ __all__ = [
     "POOL_SPLIT",
     "REGIME_SPLITS",
     "ROLES",
+    "SOURCE_SPLITS",
+    "SOURCE_TASK_PREFIX",
     "TEST_SPLIT",
     "VAL_FRACTION",
     "BlindGuess",
@@ -63,6 +76,7 @@ __all__ = [
     "RegressionBlindGuess",
     "RegressionLoss",
     "RiskEntry",
+    "SourceSplit",
     "blind_guess",
     "build_regime",
     "calibrate",
@@ -74,6 +88,7 @@ __all__ = [
     "check_regime_split",
     "check_seed",
     "default_regimes",
+    "is_source_task",
     "notes",
     "parse_entries",
     "parse_loss",
@@ -83,5 +98,8 @@ __all__ = [
     "regime_positions",
     "regime_regression",
     "regression_blind_guess",
+    "source_task",
+    "split_source",
+    "store_of",
     "val_count",
 ]
