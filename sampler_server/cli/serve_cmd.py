@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,9 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
-    from sampler_server.service.servicer import ServiceLimits
-
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
@@ -81,10 +79,16 @@ def run(args: argparse.Namespace) -> int:
             "listening on %s without --tokens: anyone who reaches this port may read every run and report under "
             "any run id%s", args.host, "" if args.tls_cert else ", in plaintext (no --tls-cert)")
     started = time.perf_counter()
+    # No linear algebra here or in the decode workers: an OpenBLAS pool would only spin at
+    # numpy's import, taking a core from start-up (a user's own setting wins)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from sampler_server import procutil
 
     procutil.return_large_blocks_to_os()
-    _start_decode_forkserver(args.workers)
+    _start_decode_forkserver(args.workers)  # first: it preloads the workers' modules while we import ours
+    from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
+    from sampler_server.service.servicer import ServiceLimits
+
     config = ServerConfig(
         data_dir=args.data,
         host=args.host,
@@ -134,10 +138,7 @@ def _is_loopback(host: str) -> bool:
 def _start_decode_forkserver(workers: int) -> None:
     """Start the decode pool's forkserver before any thread or socket exists, so that it
     (and through it every decode worker) dies with this process, even when SIGKILLed."""
-    import os
-
     from sampler_server import procutil
-    from sampler_server.assembly import assembler
 
     if (workers or os.cpu_count() or 1) > 1:
-        procutil.start_forkserver(preload=[assembler.__name__])
+        procutil.start_forkserver(preload=["sampler_server.assembly.assembler"])  # by name: not imported here

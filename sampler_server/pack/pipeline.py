@@ -26,12 +26,13 @@ import lmdb
 from tqdm import tqdm
 
 from sampler_server import __version__, procutil
-from sampler_server.errors import DiskFull, FailedPrecondition, InputFormatError, InvalidArgument
+from sampler_server.errors import DiskFull, FailedPrecondition, InputFormatError, InvalidArgument, SamplerError
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
 from sampler_server.pack.plan import RecordSidecar, SourceItem, SourcePlan
 from sampler_server.store.fingerprint import ClassDigestFingerprint, ContentFingerprint
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
+from sampler_server.store.wordnet_split import write_split_file
 from sampler_server.store.writer import StoreWriter, is_servable
 
 _BATCH = 32
@@ -409,6 +410,7 @@ def _write_all(
             f"(fingerprint {existing.fingerprint[:19]}..., this input gives {manifest.fingerprint[:19]}...); "
             f"pass --overwrite to replace it"
         )
+    _precompute_wordnet_split(manifest, writer.partial_dir)
     store_dir = writer.commit(manifest)
     return PackSummary(
         source=plan.source,
@@ -421,6 +423,22 @@ def _write_all(
         unchanged=existing is not None and existing.fingerprint == manifest.fingerprint,
         empty_classes=empty,
     )
+
+
+def _precompute_wordnet_split(manifest: Manifest, directory: Path) -> None:
+    """A store split by WordNet (ILSVRC) gets its split computed now, beside its manifest,
+    so that a server starts serving it without loading WordNet (``store.wordnet_split``).
+    Classes WordNet cannot split (a wnid it does not know) get no file: their episodes
+    are refused when asked for, naming the class, as without it; other uses still work."""
+    from sampler_server.core.imagenet_spec import needs_wordnet_split, precompute_split
+
+    if not needs_wordnet_split(manifest):
+        return
+    try:
+        blob = precompute_split(manifest)
+    except SamplerError:
+        return
+    write_split_file(directory, blob)
 
 
 def split_counts(manifest: Manifest) -> dict[str, int]:

@@ -3,10 +3,16 @@
 Only manifests are read at start (images stay in LMDB). A store is addressed by its
 directory name; its episodes depend on its SOURCE kind and content, so two stores
 of one source packed with different ``--raw-size`` serve identical episodes.
-WordNet-split stores (ILSVRC) get their spec from the hierarchy on first use (it
-needs the WordNet graph), cached per benchmark variant: every request that picks or
-reports classes by split names its variant (``preset``: md-v1, the default, or
-md-v2), because only these stores' class splits differ between the two.
+WordNet-split stores (ILSVRC) get their spec on first use, cached per benchmark
+variant: every request that picks or reports classes by split names its variant
+(``preset``: md-v1, the default, or md-v2), because only these stores' class splits
+differ between the two. The split comes from the file the pack computed beside the
+manifest (``store.wordnet_split``: a millisecond, no WordNet graph). A store without
+it (packed before it existed) is named in one warning at start-up; a file that fails
+its checks (damaged, another format, other classes) is refused with one error line
+when first read. Either way the split is built from WordNet on the first request that
+needs it (about a second for 1000 classes; concurrent requests wait for the one
+build): the episodes are the same, only slower to start.
 
 A request may name a store (its directory name) or a source kind (``omniglot``);
 ``StoreRegistry.get`` is the one place that resolves either.
@@ -31,12 +37,21 @@ are served with one warning each: their records cannot be verified.
 
 from __future__ import annotations
 
+import concurrent.futures as futures
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sampler_server.core.hierarchy.imagenet import ImageNetVariant
+from sampler_server.core.hierarchy.precomputed import SplitFileError, VariantSplit
+from sampler_server.core.imagenet_spec import (
+    imagenet_spec,
+    needs_wordnet_split,
+    read_precomputed,
+    spec_from_split,
+)
 from sampler_server.core.sampling.presets import (
     IMAGENET_SPLIT,
     Benchmark,
@@ -51,6 +66,7 @@ from sampler_server.store.naming import StoreName, pick_store
 from sampler_server.store.reader import StoreReader, find_stores
 from sampler_server.store.sharded_reader import ShardedReader
 from sampler_server.store.shards import group_stores
+from sampler_server.store.wordnet_split import SPLIT_FILE_NAME, has_split_file, read_split_file
 
 log = logging.getLogger("sampler_server.service")
 
@@ -83,20 +99,13 @@ class ServedStore:
         return int(value) if value else None
 
 
-def _needs_wordnet_split(manifest: Manifest) -> bool:
-    """Every class has a wnid and none a split: the split comes from WordNet (ILSVRC).
-    ImageNet-21K is unsplit too, but its levels and splits are ImageNet-CoG's, not MD's
-    (the same rule as ``core.imagenet_spec.needs_wordnet_split``, without importing networkx)."""
-    if manifest.source == "imagenet21k":
-        return False
-    return bool(manifest.classes) and all(c.wnid and c.split is None for c in manifest.classes)
-
-
 class StoreRegistry:
     def __init__(self, stores: Sequence[ServedStore], quarantined: Sequence[QuarantinedStore] = ()) -> None:
         self.stores = {store.name: store for store in stores}
         self.quarantined: Mapping[str, QuarantinedStore] = {q.name: q for q in quarantined}
         self._specs: dict[tuple[str, str], DatasetSpec] = {}
+        self._building: dict[tuple[str, str], futures.Future[DatasetSpec]] = {}
+        self._refused_split_files: set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -134,6 +143,13 @@ class StoreRegistry:
             if name in unreadable:
                 refuse(name, unreadable[name], reader.manifest.source)
                 continue
+            if needs_wordnet_split(reader.manifest) and not has_split_file(reader.directory):
+                log.warning(
+                    "store %r has no precomputed WordNet split (%s: packed before it existed, or WordNet does not "
+                    "know its classes): its first episode request builds it from WordNet (about a second); repack "
+                    "it with the same `sampler-server pack` command to precompute it (same episodes and "
+                    "fingerprint)", name, SPLIT_FILE_NAME,
+                )
             if not reader.manifest.verifiable:
                 log.warning(
                     "store %r was packed before record checksums (record layout %d): its records cannot be "
@@ -204,24 +220,64 @@ class StoreRegistry:
             raise
 
     def spec(self, name: str, preset: Benchmark | str = Benchmark.MD_V1) -> DatasetSpec:
-        """The sampler spec of a store; WordNet-split stores get the class splits of ``preset``."""
+        """The sampler spec of a store; WordNet-split stores get the class splits of ``preset``.
+        Built once per (store, variant): a request arriving while it is built waits for it."""
         store = self.get(name)
         benchmark = parse_preset(preset)
-        key = (store.name, IMAGENET_SPLIT[benchmark] if _needs_wordnet_split(store.manifest) else "")
+        key = (store.name, IMAGENET_SPLIT[benchmark] if needs_wordnet_split(store.manifest) else "")
         with self._lock:
             spec = self._specs.get(key)
-        if spec is None:
-            if key[1]:
-                # WordNet and networkx load only when an ImageNet-like store is asked for:
-                # start-up stays fast for every other store
-                from sampler_server.core.imagenet_spec import imagenet_spec
-
-                spec = imagenet_spec(store.manifest, variant=key[1])
+            if spec is not None:
+                return spec
+            building = self._building.get(key)
+            if building is None:
+                building = self._building[key] = futures.Future()
+                mine = True
             else:
-                spec = DatasetSpec.from_manifest(store.manifest)
+                mine = False
+        if not mine:
+            return building.result()
+        try:
+            spec = self._build_spec(store, key[1])
+        except BaseException as error:
             with self._lock:
+                self._building.pop(key, None)  # a later request tries again
+            building.set_exception(error)
+            raise
+        with self._lock:
+            if key[0] in self.stores:  # not quarantined meanwhile
                 self._specs[key] = spec
+            self._building.pop(key, None)
+        building.set_result(spec)
         return spec
+
+    def _build_spec(self, store: ServedStore, variant: str) -> DatasetSpec:
+        if not variant:
+            return DatasetSpec.from_manifest(store.manifest)
+        precomputed = self._precomputed_split(store)
+        if precomputed is not None:
+            return spec_from_split(store.manifest, precomputed[ImageNetVariant(variant)])
+        # the WordNet graph (and networkx) load only here: a store without a usable split file
+        return imagenet_spec(store.manifest, variant=variant)
+
+    def _precomputed_split(self, store: ServedStore) -> dict[ImageNetVariant, VariantSplit] | None:
+        """The store's split file, verified; None (logged once per store) when it has none or it is refused."""
+        directory = getattr(store.reader, "directory", None)  # stores read across shards have none
+        if directory is None:
+            return None
+        where = f"store {store.name!r}: {SPLIT_FILE_NAME}"
+        try:
+            blob = read_split_file(directory)
+            return None if blob is None else read_precomputed(store.manifest, blob, where=where)
+        except (OSError, SplitFileError) as error:
+            reason = f"{where}: unreadable ({error.strerror or error})" if isinstance(error, OSError) else str(error)
+            with self._lock:
+                first = store.name not in self._refused_split_files
+                self._refused_split_files.add(store.name)
+            if first:
+                log.error("%s; not used: the split is built from WordNet instead (same episodes; repack the store "
+                          "to replace the file)", reason)
+            return None
 
     def resolve(
         self, names: Sequence[str], preset: str, split: Split, image_size: int, resize: str | None = None

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sampler_server.core.cog import PERSON_WNID, RULES
 from sampler_server.core.cog.in1k import in1k_wnids
 from sampler_server.core.cog.listed import LISTED_WNIDS
+
+if TYPE_CHECKING:  # networkx loads with a graph, not with the server (startup time)
+    import networkx as nx
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -65,6 +67,8 @@ def proper_ancestors(graph: nx.DiGraph, nodes: Iterable[str]) -> set[str]:
 
 def subtree(graph: nx.DiGraph, root: str) -> set[str]:
     """``root`` and every node under it (both edge kinds)."""
+    import networkx as nx
+
     return {root} | nx.descendants(graph, root)
 
 

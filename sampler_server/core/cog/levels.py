@@ -24,9 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sampler_server.core.cog import LEVEL_NAMES, LEVEL_SIZE, MIN_IMAGES, NUM_LEVELS, SOURCE
 from sampler_server.core.cog.eligibility import select_eligible
@@ -36,6 +34,9 @@ from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.hierarchy.wordnet import is_wnid, load_wordnet_graph
 from sampler_server.errors import DataLoss, FailedPrecondition, InputFormatError, InvalidArgument, NotFound
 from sampler_server.quoting import quoted
+
+if TYPE_CHECKING:  # networkx loads with a graph, not with the server (startup time)
+    import networkx as nx
 
 FORMAT = "imagenet-cog-levels/1"
 SIMILARITY_DECIMALS = 12

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:  # networkx loads with a graph, not with the server (startup time)
+    import networkx as nx
 
 
 class Fragment:

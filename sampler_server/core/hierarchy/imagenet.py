@@ -23,6 +23,10 @@ in sorted order, and the single-child removal sweeps nodes in wnid order, so the
 result is a function of the inputs alone. Equality of results compares leaves,
 edges and eligible nodes, not graph identity. Instance hypernyms (``@i``) are left out
 by default, as in Meta-Dataset; with the ILSVRC classes they change nothing.
+
+``SPLIT_ALGORITHM`` names this construction in results computed ahead of time
+(``hierarchy.precomputed``); it changes whenever the same inputs would give another
+split or other nodes, so an old precomputed result is rebuilt rather than served.
 """
 
 from __future__ import annotations
@@ -30,18 +34,21 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sampler_server.core.hierarchy import MAX_SPAN_LEAVES, MIN_SPAN_LEAVES, Split
 from sampler_server.core.hierarchy.wordnet import is_a_parents, is_wnid, load_wordnet_graph
 from sampler_server.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 ENTITY_WNID = "n00001740"
 VALID_ROOT_WNID = "n02075296"  # carnivore
 TEST_ROOT_WNID = "n03183080"  # device
 MIN_SPAN = MIN_SPAN_LEAVES
 MAX_SPAN = MAX_SPAN_LEAVES
+SPLIT_ALGORITHM = "meta-dataset-imagenet-split/1"
 
 
 class ImageNetVariant(enum.Enum):
@@ -277,6 +284,8 @@ def sampling_graph(
     Returns a frozen DiGraph with nodes and edges inserted in sorted order and each
     node's ``name`` attribute copied from ``wordnet``.
     """
+    import networkx as nx
+
     nodes: set[str] = set()
     pending = list(leaves)
     while pending:
@@ -318,6 +327,8 @@ def _remove_single_child_nodes(graph: nx.DiGraph, keep: frozenset[str]) -> None:
 
 def spanned_leaves(graph: nx.DiGraph) -> dict[str, tuple[str, ...]]:
     """For every node, the sorted leaves (nodes without children) at or below it."""
+    import networkx as nx
+
     spans: dict[str, frozenset[str]] = {}
     for node in reversed(list(nx.topological_sort(graph))):
         children = list(graph.successors(node))

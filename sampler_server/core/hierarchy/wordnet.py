@@ -14,6 +14,9 @@ Invariants and determinism:
 - The derived file is a gzip (mtime 0, no file name, level 9) of a sorted TSV; built
   from the same ``data.noun`` it is the same bytes.
 - The loaded graph is frozen (``networkx.freeze``) because it is cached and shared.
+
+networkx is imported where a graph is built, not with this module: a server whose
+WordNet splits were precomputed at pack time (``hierarchy.precomputed``) never loads it.
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import hashlib
 import importlib.resources
 import io
 import re
 from collections.abc import Iterable
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sampler_server.errors import InputFormatError, NotFound
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 ROOT_WNID = "n00001740"
 NUM_NOUN_SYNSETS = 82_115
@@ -113,6 +119,8 @@ def _parse_line(line: str) -> NounSynset:
 
 def graph_from_synsets(synsets: Iterable[NounSynset]) -> nx.DiGraph:
     """Build the is-a DiGraph (parent -> child, edge attribute ``kind``) in wnid order."""
+    import networkx as nx
+
     ordered = sorted(synsets, key=lambda s: s.wnid)
     graph = nx.DiGraph()
     for synset in ordered:
@@ -174,20 +182,38 @@ def load_wordnet_graph(path: str | Path | None = None) -> nx.DiGraph:
     return _load_graph_cached(None if path is None else str(Path(path).resolve()))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_synsets_cached(path: str | None) -> tuple[NounSynset, ...]:
+def derived_file_digest(path: str | Path | None = None) -> str:
+    """``"sha256:<hex>"`` of the derived file (the shipped one unless ``path`` is given):
+    what a result computed from the graph records to show which WordNet it came from."""
+    return _digest_cached(None if path is None else str(Path(path).resolve()))
+
+
+def _derived_bytes(path: str | None) -> tuple[bytes, str]:
+    """(bytes, name for messages) of the shipped derived file or of ``path``."""
     if path is None:
         resource = importlib.resources.files("sampler_server") / "data" / DERIVED_FILE_NAME
-        return decode_derived(resource.read_bytes(), source=f"sampler_server/data/{DERIVED_FILE_NAME}")
+        return resource.read_bytes(), f"sampler_server/data/{DERIVED_FILE_NAME}"
     try:
-        blob = Path(path).read_bytes()
+        return Path(path).read_bytes(), path
     except FileNotFoundError:
         raise NotFound(f"WordNet derived file {path} does not exist") from None
-    return decode_derived(blob, source=path)
+
+
+@functools.lru_cache(maxsize=4)
+def _digest_cached(path: str | None) -> str:
+    return "sha256:" + hashlib.sha256(_derived_bytes(path)[0]).hexdigest()
+
+
+@functools.lru_cache(maxsize=4)
+def _load_synsets_cached(path: str | None) -> tuple[NounSynset, ...]:
+    blob, source = _derived_bytes(path)
+    return decode_derived(blob, source=source)
 
 
 @functools.lru_cache(maxsize=4)
 def _load_graph_cached(path: str | None) -> nx.DiGraph:
+    import networkx as nx
+
     return nx.freeze(graph_from_synsets(_load_synsets_cached(path)))
 
 
@@ -204,6 +230,8 @@ def is_a_parents(graph: nx.DiGraph, wnid: str, *, include_instance: bool = False
 
 def is_a_view(graph: nx.DiGraph, *, include_instance: bool = False) -> nx.DiGraph:
     """Read-only view keeping ``@`` edges only (or all edges with ``include_instance``)."""
+    import networkx as nx
+
     if include_instance:
         return nx.subgraph_view(graph)
     return nx.subgraph_view(graph, filter_edge=lambda u, v: graph.edges[u, v]["kind"] == HYPERNYM)
