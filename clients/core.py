@@ -23,6 +23,18 @@ they come from ``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` (
 paths) and ``SAMPLER_TOKEN`` (the token itself); with none, the channel is plaintext
 and carries no token (the loopback default). UNAUTHENTICATED and PERMISSION_DENIED are
 not retried: a token does not become valid by asking again.
+
+Same host: when the client runs on the server's host (and shares its /dev/shm), pixels
+need not cross a socket. By default the client asks the server for a probe segment
+(OfferSameHost), reads its token and unlinks it; then its requests carry the token and
+the server writes each reply's pixels into a shared-memory segment the reply names
+(``sampler_server.wire.segments``). The client maps it (its arrays are views of that
+mapping, read-only as always) and unlinks it, which releases it to the server's budget.
+Across hosts, for another user, or against an older server, the probe cannot be read
+and replies come in the message as before; the arrays are bit-identical either way.
+A reply whose segment is gone (reclaimed by the server) is asked for again at its
+index; twice in a row, and the client goes back to the plain transport. Opt out with
+``SamplerClient(..., same_host=False)`` or ``SAMPLER_SAME_HOST=0``.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +54,7 @@ import numpy as np
 
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_server.wire.segments import SegmentLost, SegmentMaps, SegmentRef, read_probe
 from sampler_server.wire.tensors import RawTensor, split_tensors
 
 from clients.reporting import PROTOCOL, Reporter, episode_report, run_config_json  # noqa: F401 (public)
@@ -85,13 +99,55 @@ _BATCH_IMAGES = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
 _BATCH_TENSORS = frozenset({_BATCH_IMAGES})
 
 
-def _raw_array(tensor: RawTensor) -> np.ndarray:
-    return np.frombuffer(tensor.data, dtype=_DTYPES[tensor.dtype]).reshape(tensor.shape)
+def _raw_array(tensor: RawTensor, maps: SegmentMaps | None = None) -> np.ndarray:
+    data = tensor.data if tensor.segment is None else (maps or SegmentMaps()).view(tensor.segment)
+    return np.frombuffer(data, dtype=_DTYPES[tensor.dtype]).reshape(tensor.shape)
 
 
-def to_array(tensor: pb.Tensor) -> np.ndarray:
-    """Zero-copy view of a wire tensor (read-only; copy it to modify)."""
-    return np.frombuffer(tensor.data, dtype=_DTYPES[tensor.dtype]).reshape(tuple(tensor.shape))
+def to_array(tensor: pb.Tensor, maps: SegmentMaps | None = None) -> np.ndarray:
+    """Zero-copy view of a wire tensor (read-only; copy it to modify): of the message, or
+    of the shared-memory segment it names (mapped and released through ``maps``, which
+    the tensors of one reply share).
+
+    Raises:
+        SegmentLost: the tensor's segment is gone (the reply must be asked for again).
+    """
+    if tensor.HasField("segment"):
+        segment = tensor.segment
+        data = (maps or SegmentMaps()).view(SegmentRef(segment.name, segment.offset, segment.size))
+    else:
+        data = tensor.data
+    return np.frombuffer(data, dtype=_DTYPES[tensor.dtype]).reshape(tuple(tensor.shape))
+
+
+class _LostReply:
+    """What a reply whose shared-memory segment was gone parses to: its stream is reopened
+    at that index (a deserializer must not raise: gRPC would end the call as INTERNAL)."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+
+def _guarded(parse: Any) -> Any:
+    def run(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except SegmentLost as error:
+            return _LostReply(str(error))
+
+    return run
+
+
+def _same_host_setting(value: bool | None) -> bool:
+    """``same_host`` as given, else ``SAMPLER_SAME_HOST`` (unset: auto, i.e. on where it works)."""
+    if value is not None:
+        return bool(value)
+    raw = os.environ.get("SAMPLER_SAME_HOST", "").strip().lower()
+    if raw in ("", "auto", "1", "on", "true", "yes"):
+        return True
+    if raw in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"SAMPLER_SAME_HOST: got {raw!r}, expected auto, on or off (or 1 / 0)")
 
 
 @dataclass(frozen=True)
@@ -132,13 +188,16 @@ class EpisodeArrays:
         """Parse a serialised Episode; pixel arrays are zero-copy views of ``data``."""
         rest, tensors = split_tensors(data, _EPISODE_TENSORS)
         message = pb.Episode.FromString(rest)
-        arrays = {field: _raw_array(tensor) for field, tensor in tensors.items()}
+        maps = SegmentMaps()
+        arrays = {field: _raw_array(tensor, maps) for field, tensor in tensors.items()}
         empty = np.empty((0, message.image_size, message.image_size, 3), dtype=np.uint8)
         return cls._build(message, arrays.get(_SUPPORT_IMAGES, empty), arrays.get(_QUERY_IMAGES, empty), request)
 
     @classmethod
     def from_message(cls, message: pb.Episode, request: pb.EpisodeRequest | None = None) -> "EpisodeArrays":
-        return cls._build(message, to_array(message.support_images), to_array(message.query_images), request)
+        maps = SegmentMaps()
+        return cls._build(message, to_array(message.support_images, maps), to_array(message.query_images, maps),
+                          request)
 
     @classmethod
     def _build(cls, message: pb.Episode, support: np.ndarray, query: np.ndarray,
@@ -183,7 +242,8 @@ class BatchArrays:
         """Parse a serialised Batch; the image array is a zero-copy view of ``data``."""
         rest, tensors = split_tensors(data, _BATCH_TENSORS)
         message = pb.Batch.FromString(rest)
-        images = _raw_array(tensors[_BATCH_IMAGES]) if _BATCH_IMAGES in tensors else to_array(message.images)
+        maps = SegmentMaps()
+        images = _raw_array(tensors[_BATCH_IMAGES], maps) if _BATCH_IMAGES in tensors else to_array(message.images, maps)
         return cls(message.source, message.index, message.epoch, message.fingerprint, images,
                    to_array(message.labels), tuple(message.record_ids), message.num_classes)
 
@@ -291,8 +351,9 @@ class TaskBatchArrays:
     @classmethod
     def from_bytes(cls, data: bytes) -> "TaskBatchArrays":
         message = pb.TaskBatch.FromString(data)
+        maps = SegmentMaps()
         return cls(message.task, message.split, message.index, message.epoch, message.fingerprint,
-                   message.split_fingerprint, to_array(message.images), to_array(message.labels),
+                   message.split_fingerprint, to_array(message.images, maps), to_array(message.labels, maps),
                    tuple(message.record_ids), message.num_classes, message.last)
 
 
@@ -314,8 +375,23 @@ class TaskEpisodeArrays:
     num_classes: int
 
 
-def _chunk(data: bytes) -> pb.TaskEpisodeChunk:
-    return pb.TaskEpisodeChunk.FromString(data)
+@dataclass(frozen=True)
+class _Chunk:
+    """One TaskEpisodeChunk with its arrays (mapped on receipt, as every reply is)."""
+
+    message: pb.TaskEpisodeChunk
+    images: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def index(self) -> int:
+        return self.message.index
+
+
+def _chunk(data: bytes) -> _Chunk:
+    message = pb.TaskEpisodeChunk.FromString(data)
+    maps = SegmentMaps()
+    return _Chunk(message, to_array(message.images, maps), to_array(message.labels, maps))
 
 
 def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
@@ -342,9 +418,11 @@ class VtabClientMixin:
 
     def _open(self, method: str, request_type: Any, parse: Any, request: Any) -> Iterator[Any]:
         self._connect()  # type: ignore[attr-defined]
+        if request.HasField("images"):
+            request.images.same_host_token = self._same_host_token()  # type: ignore[attr-defined]
         call = self._channel.unary_stream(  # type: ignore[attr-defined]
             f"/sampler.v1.Sampler/{method}", request_serializer=request_type.SerializeToString,
-            response_deserializer=parse)
+            response_deserializer=_guarded(parse))
         return call(request, metadata=self._metadata)  # type: ignore[attr-defined]
 
     def _task_batches(self, base: pb.StreamTaskBatchesRequest, start: int, count: int) -> Iterator[TaskBatchArrays]:
@@ -396,26 +474,26 @@ class VtabClientMixin:
             task=task, chunk_size=chunk_size, support_split=support_split, query_split=query_split, store=store,
             images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]))
 
-        def open_stream(next_index: int, remaining: int) -> Iterator[pb.TaskEpisodeChunk]:
+        def open_stream(next_index: int, remaining: int) -> Iterator[_Chunk]:
             request = pb.StreamTaskEpisodeRequest()
             request.CopyFrom(base)
             request.start_index = next_index
             return self._open("StreamTaskEpisode", pb.StreamTaskEpisodeRequest, _chunk, request)
 
-        parts: dict[int, list[pb.TaskEpisodeChunk]] = {pb.EPISODE_PART_SUPPORT: [], pb.EPISODE_PART_QUERY: []}
+        parts: dict[int, list[_Chunk]] = {pb.EPISODE_PART_SUPPORT: [], pb.EPISODE_PART_QUERY: []}
         first = None
         for chunk in self._resumable(open_stream, 0, 0, 1, "StreamTaskEpisode"):  # type: ignore[attr-defined]
-            first = first or chunk
-            parts[chunk.part].append(chunk)
-            if chunk.last:
+            first = first or chunk.message
+            parts[chunk.message.part].append(chunk)
+            if chunk.message.last:
                 break
         assert first is not None
 
-        def join(chunks: list[pb.TaskEpisodeChunk], what: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        def join(chunks: list[_Chunk], what: str) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
             empty = np.zeros((0, image_size, image_size, 3), np.uint8)
-            images = np.concatenate([to_array(c.images) for c in chunks]) if chunks else empty
-            labels = np.concatenate([to_array(c.labels) for c in chunks]) if chunks else np.zeros(0, np.int64)
-            return images, labels, tuple(r for c in chunks for r in c.record_ids)
+            images = np.concatenate([c.images for c in chunks]) if chunks else empty
+            labels = np.concatenate([c.labels for c in chunks]) if chunks else np.zeros(0, np.int64)
+            return images, labels, tuple(r for c in chunks for r in c.message.record_ids)
 
         support = join(parts[pb.EPISODE_PART_SUPPORT], "support")
         query = join(parts[pb.EPISODE_PART_QUERY], "query")
@@ -562,6 +640,7 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
         token: str | None = None,
+        same_host: bool | None = None,
     ) -> None:
         """Args (beyond the connection's tuning):
             tls_ca: PEM file of the CA that signed the server's certificate; given, the
@@ -569,10 +648,14 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
             tls_cert, tls_key: this client's certificate and key (PEM files), for a server
                 that requires client certificates (default: ``SAMPLER_TLS_CERT`` / ``_KEY``).
             token: the bearer token sent with every call (default: ``SAMPLER_TOKEN``).
+            same_host: receive pixels through shared memory when the server is on this
+                host (True, the default: where the server's probe shows it works, else
+                plainly; False: always in the messages). Default: ``SAMPLER_SAME_HOST``
+                (``0`` / ``off`` turns it off).
 
         Raises:
-            ValueError: a TLS file that cannot be read, a certificate without its key, or
-                either without a CA.
+            ValueError: a TLS file that cannot be read, a certificate without its key,
+                either without a CA, or a ``SAMPLER_SAME_HOST`` that is not on or off.
         """
         self.address = address
         self._tls = _tls_material(
@@ -592,6 +675,9 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
         ]
         self._channel: grpc.Channel | None = None
         self._stub: pb_grpc.SamplerStub | None = None
+        self.same_host = _same_host_setting(same_host)
+        self._same_host: str | None = None  # the server's probe token ("" = plain); None = not asked yet
+        self._lost_in_a_row = 0
 
     def _connect(self) -> pb_grpc.SamplerStub:
         """A stub on a channel that is connected now (never waits past connect_timeout)."""
@@ -618,6 +704,46 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
             self._channel.close()
         self._channel = None
         self._stub = None
+        self._same_host = None  # another server may answer now: ask again
+
+    # ---- same-host transport -----------------------------------------------------------
+
+    def _same_host_token(self) -> str:
+        """The token that asks for pixels in shared memory, or "" (plain messages)."""
+        if not self.same_host:
+            return ""
+        token = self._same_host
+        if token is None:
+            token = self._negotiate()
+        return token or ""
+
+    def _negotiate(self) -> str | None:
+        """Open the server's probe segment: its token where that works from here, "" where
+        it cannot (another host, another user, an older server), None when the server did
+        not answer (ask again next time)."""
+        try:
+            offer = self._connect().OfferSameHost(pb.SameHostRequest(), timeout=self.call_timeout,
+                                                  metadata=self._metadata)
+        except grpc.RpcError as error:
+            if error.code() in STREAM_RETRYABLE:
+                return None
+            offer = pb.SameHostOffer()  # UNIMPLEMENTED (an older server), refused: plain
+        token = read_probe(offer.probe_segment) if offer.probe_segment else None
+        self._same_host = token or ""
+        return self._same_host
+
+    @property
+    def transport(self) -> str:
+        """"same-host" or "grpc": how pixels come from this server to this process."""
+        return "same-host" if self._same_host_token() else "grpc"
+
+    def _lost_reply(self, detail: str, what: str) -> None:
+        """A reply's segment was gone; twice in a row, segments are not reliable from here."""
+        self._lost_in_a_row += 1
+        if self._lost_in_a_row >= 2 and self.same_host:
+            self.same_host = False
+            warnings.warn(f"{what} on {self.address}: {detail}, twice in a row; receiving pixels in the messages "
+                          "from now on (same_host=False)", RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
         self._reset()
@@ -632,6 +758,7 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
         state = self.__dict__.copy()
         state["_channel"] = None
         state["_stub"] = None
+        state["_same_host"] = None  # a process elsewhere must open the probe itself
         return state
 
     # ---- unary calls, retried --------------------------------------------------------
@@ -678,8 +805,13 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
     def episode(self, spec: EpisodeSpec, index: int) -> EpisodeArrays:
         """Episode ``index`` of ``spec``'s request (it keeps the request, for reporting)."""
         request = spec.to_request()
-        return EpisodeArrays.from_message(self._call("GetEpisode", pb.GetEpisodeRequest(request=request, index=index)),
-                                          request)
+        while True:
+            sent = pb.GetEpisodeRequest(request=request, index=index)
+            sent.request.images.same_host_token = self._same_host_token()
+            try:
+                return EpisodeArrays.from_message(self._call("GetEpisode", sent), request)
+            except SegmentLost as error:
+                self._lost_reply(str(error), "GetEpisode")
 
     def report(self, reports: Sequence[pb.MetricReport], run_config_json: str = "") -> pb.ReportMetricsResponse:
         """Idempotent on the server, so retrying after a lost reply is safe."""
@@ -737,10 +869,11 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
             call = self._channel.unary_stream(
                 "/sampler.v1.Sampler/StreamEpisodes",
                 request_serializer=pb.StreamEpisodesRequest.SerializeToString,
-                response_deserializer=parse,
+                response_deserializer=_guarded(parse),
             )
-            return call(pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining,
-                                                 index_step=step), metadata=self._metadata)
+            sent = pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining, index_step=step)
+            sent.request.images.same_host_token = self._same_host_token()  # never in ``request``: reports keep it out
+            return call(sent, metadata=self._metadata)
 
         yield from self._resumable(open_stream, start, count, step, "StreamEpisodes")
 
@@ -759,11 +892,12 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
             call = self._channel.unary_stream(
                 "/sampler.v1.Sampler/StreamBatches",
                 request_serializer=pb.StreamBatchesRequest.SerializeToString,
-                response_deserializer=BatchArrays.from_bytes,
+                response_deserializer=_guarded(BatchArrays.from_bytes),
             )
             request = pb.StreamBatchesRequest()
             request.CopyFrom(base)
             request.start_index, request.count, request.index_step = next_index, remaining, step
+            request.images.same_host_token = self._same_host_token()
             return call(request, metadata=self._metadata)
 
         yield from self._resumable(open_stream, start, count, step, "StreamBatches")
@@ -782,7 +916,13 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
                 while not stop.is_set() and (not count or delivered < count):
                     try:
                         stream = open_stream(next_index, count - delivered if count else 0)
+                        lost = False
                         for message in stream:
+                            if isinstance(message, _LostReply):  # reclaimed before we mapped it: ask again
+                                stream.cancel()
+                                self._lost_reply(message.detail, what)  # type: ignore[attr-defined]
+                                lost = True
+                                break
                             if message.index != next_index:
                                 raise SamplerClientError(
                                     f"{what}: server sent index {message.index}, expected {next_index}"
@@ -799,9 +939,12 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
                                 return
                             delivered += 1
                             next_index += step
+                            self._lost_in_a_row = 0  # type: ignore[attr-defined]
                             if until_last and message.last:
                                 buffer.put(done)
                                 return
+                        if lost:
+                            continue
                         if count and delivered < count:
                             raise SamplerClientError(f"{what}: stream ended after {delivered} of {count} items")
                         if not count:

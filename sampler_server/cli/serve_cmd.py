@@ -42,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="replies handed to gRPC and not yet taken by their clients, all streams together, MiB "
                         "(gRPC keeps a copy of each: about twice this in memory). A stream waits for room; streams "
                         "stuck sending to clients that do not read are cancelled to make it (default 16)")
+    parser.add_argument("--shm-mb", type=int, default=128, metavar="MB",
+                        help="same-host transport: replies whose pixels are in shared memory (/dev/shm) and not yet "
+                        "mapped by their clients, all streams together, MiB at most; a reply beyond it goes in the "
+                        "message. Clients on this host use it unless they opt out; 0 turns it off (default 128)")
+    parser.add_argument("--shm-release-seconds", type=float, default=60.0, metavar="S",
+                        help="a shared-memory reply its client has not mapped after S seconds is reclaimed (the "
+                        "client asks for it again); a cancelled stream's are reclaimed at once (default 60)")
     parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
                         help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
@@ -69,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("--max-streams-per-client must be >= 1, --max-queued-calls >= 0, and "
                               "--stream-idle-seconds and --stream-shed-seconds > 0, --lookahead-mb and "
                               "--send-mb >= 0")
+    if args.shm_mb < 0:
+        raise InvalidArgument(f"--shm-mb: got {args.shm_mb}, expected 0 (off) or more MiB")
+    if not args.shm_release_seconds > 0:
+        raise InvalidArgument(f"--shm-release-seconds: got {args.shm_release_seconds:g}, expected more than 0")
     if (args.tls_cert is None) != (args.tls_key is None):
         raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
     if args.tls_client_ca is not None and args.tls_cert is None:
@@ -103,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
                              max_streams_per_client=args.max_streams_per_client,
                              stream_idle_seconds=args.stream_idle_seconds,
                              stream_shed_seconds=args.stream_shed_seconds,
-                             lookahead_bytes=args.lookahead_mb << 20, send_bytes=args.send_mb << 20),
+                             lookahead_bytes=args.lookahead_mb << 20, send_bytes=args.send_mb << 20,
+                             shm_bytes=args.shm_mb << 20, shm_release_seconds=args.shm_release_seconds),
     )
     server = RunningServer(config).start()
     server.install_signal_handlers()

@@ -2,12 +2,21 @@
 
 Validation of wire-level fields happens here and raises the project's errors with
 the field's wire name; the status mapping turns them into gRPC codes.
+
+Pixel replies go where the stream building them says: ``pixels_to(sink)`` around the
+build puts them in a same-host sink (``service.shared_memory``: a shared-memory segment
+the reply names); without one, or when the sink has no room, they are in the message.
+The handlers of every protocol build replies through ``pixels_reply``, so each of
+their streams gets the same-host transport without knowing of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -176,14 +185,38 @@ QUERY_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["query_images"].number
 BATCH_IMAGES = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
 
 
+class PixelSink(Protocol):
+    def reply(self, header: Any, tensors: Sequence[TensorField]) -> bytes | None:
+        """The serialised reply with ``tensors`` placed elsewhere, or None to send them in it."""
+
+
+_SINK: contextvars.ContextVar[PixelSink | None] = contextvars.ContextVar("pixel_sink", default=None)
+
+
+@contextlib.contextmanager
+def pixels_to(sink: PixelSink | None) -> Iterator[None]:
+    """Pixel replies built inside go to ``sink`` (None: in the message)."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
+
 def pixels_reply(header: Any, fields: list[int], pending: PendingImages, counts: list[int], size: int) -> bytes:
-    """Serialised ``header`` plus its pixel tensors, each image group copied once."""
+    """Serialised ``header`` plus its pixel tensors, each image group copied once (into
+    the message, or into the current sink's shared memory)."""
     try:
         groups = pending.pieces(counts)
         tensors = [
             TensorField(field, pb.DTYPE_UINT8, (count, size, size, 3), group)
             for field, count, group in zip(fields, counts, groups)
         ]
+        sink = _SINK.get()
+        if sink is not None:
+            reply = sink.reply(header, tensors)
+            if reply is not None:
+                return reply
         return encode_with_tensors(header, tensors)
     finally:
         pending.release()

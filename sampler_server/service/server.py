@@ -130,6 +130,11 @@ class RunningServer:
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         for store in self.registry.quarantined:
             self.health.set(store_health_name(store), health_pb2.HealthCheckResponse.NOT_SERVING)
+        same_host = self.servicer.same_host
+        if same_host.enabled:
+            log.info("same-host transport: on (up to %d MiB of replies in shared memory)", same_host.budget_bytes >> 20)
+        else:
+            log.info("same-host transport: off (%s)", same_host.reason)
         return self
 
     def stop(self, grace: float | None = None) -> None:
@@ -139,6 +144,7 @@ class RunningServer:
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.servicer.draining.set()
         self.server.stop(self.config.grace_seconds if grace is None else grace).wait()
+        self.servicer.same_host.close()  # no segment outlives the server
         self.assembler.close()
         self.metrics.close()
         self._stopped.set()

@@ -5,6 +5,12 @@ by the worker pool while the current one is packed and sent, so decoding overlap
 serialisation and transport and the workers never wait for the network. Stream count
 and message size are bounded by the server's limits; a request beyond them gets
 RESOURCE_EXHAUSTED while every other stream carries on.
+
+A request carrying an accepted same-host token (``service.shared_memory``) gets its
+pixel replies in shared-memory segments: the same replies, built under
+``messages.pixels_to``, with the pixels in a segment the reply names. Such a reply is
+taken by its client when the client maps the segment, not when gRPC takes the small
+message, so the stream waits for that before counting it sent.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from sampler_server.core.batches import BatchSampler
 from sampler_server.core.sampling.presets import benchmark_sources
 from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
-from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
+from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted, SamplerError
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
 from sampler_server.service import auth, messages, status
@@ -39,6 +45,7 @@ from sampler_server.service.cog import CogHandlers
 from sampler_server.service.cog_reports import COG_TABLE, PROTOCOL_COG, cog_result, render_cog_table
 from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
+from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
 from sampler_server.service.vtab import PROTOCOL_VTAB_TASK, TABLES, VtabHandlers
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -60,6 +67,8 @@ class ServiceLimits:
     send_bytes: int = 16 << 20  # replies with gRPC, not yet taken by their clients, all streams together
     max_reports_per_request: int = 10_000
     lookahead: int = 3  # episodes of a stream being decoded while one is sent
+    shm_bytes: int = 128 << 20  # same-host replies in shared memory not yet mapped by their clients; 0 = off
+    shm_release_seconds: float = 60.0  # a segment unmapped this long is reclaimed
 
 
 class SamplerServicer(pb_grpc.SamplerServicer):
@@ -80,6 +89,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                                          limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds,
                                          send_bytes=limits.send_bytes)
         self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
+        self.same_host = SameHostTransport(limits.shm_bytes, limits.shm_release_seconds)
         self.on_quarantine: Callable[[str], None] | None = None  # the server sets its health here
         self.vtab = VtabHandlers(self)
         self.cog = CogHandlers(self)
@@ -137,6 +147,11 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             ],
         )
 
+    @status.unary
+    def OfferSameHost(self, request: pb.SameHostRequest, context: grpc.ServicerContext) -> pb.SameHostOffer:
+        name, reason = self.same_host.offer()
+        return pb.SameHostOffer(probe_segment=name, reason=reason)
+
     # ---- episodes ------------------------------------------------------------------
 
     def _record_bytes(self, store: str) -> int:
@@ -193,15 +208,17 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         label = ",".join(sorted(s.name for s in stores.values())) + f" {split.value} seed={seed}"
         return prepare, label
 
-    def _admit(self, context: grpc.ServicerContext, kind: str) -> "_StreamEnd":
+    def _admit(self, context: grpc.ServicerContext, kind: str, images: pb.ImageOptions | None = None) -> "_StreamEnd":
         """A stream slot, taken before any work (RESOURCE_EXHAUSTED when none is free). The
         slot is released and the stream logged when the RPC ends for any reason: a
-        cancelled stream's generator may never be resumed, so ``finally`` is not enough."""
+        cancelled stream's generator may never be resumed, so ``finally`` is not enough.
+        ``images``: the request's image options (their same-host token, if any)."""
         self.admission.start()  # the idle-stream watchdog, once
         caller = auth.current_caller()  # where tokens are used, a client is its token
         client = f"token:{caller.name}" if caller is not None else client_of(context.peer())
         slot = self.admission.admit(client, context.cancel)
-        end = _StreamEnd(slot, f"stream {kind}", context.peer())
+        segments = self.same_host.stream(images.same_host_token) if images is not None else None
+        end = _StreamEnd(slot, f"stream {kind}", context.peer(), segments)
         if not context.add_callback(end):
             end()  # the RPC already ended
         return end
@@ -217,7 +234,15 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         last_index: int = messages.MAX_INDEX,
     ) -> Iterator[Any]:
         end.label += f" {label} start={start} step={step} count={count or 'unbounded'}"
+        if end.segments is not None:
+            end.label += " same-host"
         budget = self.lookahead_budget
+        segments = end.segments
+
+        def finish(prepared: Prepared) -> bytes:
+            with messages.pixels_to(segments):
+                return prepared.finish()
+
         # started episodes, in order: [index, prepared, bytes charged to the lookahead budget]
         in_flight: collections.deque[list[Any]] = collections.deque()
         # due before any index not yet taken: (index, sampled episode, or None to sample again)
@@ -240,6 +265,8 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             nonlocal packing, packing_charge
             if packing is not None:
                 futures.wait([packing])  # it owns its buffers until done; its reply is dropped
+                if segments is not None and not packing.cancelled() and packing.exception() is None:
+                    segments.discard(packing.result())  # ... and so is its segment
                 packing = None
             budget.give(packing_charge)
             packing_charge = 0
@@ -319,19 +346,21 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 if not in_flight:  # its turn has come: started now, whatever the lookahead budget
                     begin(*waiting.popleft(), 0)
                 _, prepared, charged = in_flight.popleft()
-                reply = packing.result() if packing is not None else prepared.finish()
+                reply = packing.result() if packing is not None else finish(prepared)
                 packing = None
                 budget.give(charged + packing_charge)  # from here the send budget holds it
                 packing_charge = 0
                 fill()
                 if in_flight and budget.try_take(in_flight[0][1].nbytes):
                     packing_charge = in_flight[0][1].nbytes
-                    packing = packer.submit(in_flight[0][1].finish)
+                    packing = packer.submit(finish, in_flight[0][1])
                 with state:
                     sending = True
                 end.slot.sending()
                 yield reply
                 del reply
+                if segments is not None:
+                    segments.wait(gone)  # a same-host reply is taken when its client maps it
                 end.sent += 1
                 end.slot.progress()
                 with state:
@@ -341,8 +370,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                         waiting.extendleft(reversed([(entry[0], None) for entry in in_flight]))
                         in_flight.clear()
             end.outcome = "ok"
+            end.read_on = True
         except BaseException as error:
             end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
+            end.read_on = isinstance(error, SamplerError)  # its client reads what was sent, then the status
             raise
         finally:
             with state:
@@ -358,7 +389,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamEpisodes(self, request: pb.StreamEpisodesRequest, context: grpc.ServicerContext) -> Iterator[pb.Episode]:
-        end = self._admit(context, "episodes")
+        end = self._admit(context, "episodes", request.request.images)
         start, count, step = _stream_window(request.start_index, request.count, request.index_step)
         prepare, label = self._episode_source(request.request)
         yield from self._stream(end, prepare, start, count, step, label)
@@ -368,13 +399,19 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         if request.index > messages.MAX_INDEX:
             raise InvalidArgument(f"index: got {request.index}, expected 0 to {messages.MAX_INDEX}")
         prepare, _ = self._episode_source(request.request)
-        return prepare(request.index).start().finish()  # serialised bytes (see handlers)
+        segments = self.same_host.stream(request.request.images.same_host_token)
+        try:
+            with messages.pixels_to(segments):
+                return prepare(request.index).start().finish()  # serialised bytes (see handlers)
+        finally:
+            if segments is not None:
+                segments.end(reclaim=False)  # its client maps it on receipt; else the timeout reclaims it
 
     # ---- plain batches ---------------------------------------------------------------
 
     @status.streaming
     def StreamBatches(self, request: pb.StreamBatchesRequest, context: grpc.ServicerContext) -> Iterator[pb.Batch]:
-        end = self._admit(context, "batches")
+        end = self._admit(context, "batches", request.images)
         split = messages.split_from_wire(request.split, "split")
         images = messages.images_from_wire(request.images)
         benchmark = parse_preset(request.preset)
@@ -426,12 +463,12 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamTaskBatches(self, request: pb.StreamTaskBatchesRequest, context: grpc.ServicerContext) -> Iterator[Any]:
-        end = self._admit(context, "task-batches")
+        end = self._admit(context, "task-batches", request.images)
         yield from self.vtab.stream_task_batches(request, end)
 
     @status.streaming
     def StreamTaskEpisode(self, request: pb.StreamTaskEpisodeRequest, context: grpc.ServicerContext) -> Iterator[Any]:
-        end = self._admit(context, "task-episode")
+        end = self._admit(context, "task-episode", request.images)
         yield from self.vtab.stream_task_episode(request, end)
 
     @status.unary
@@ -450,7 +487,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.streaming
     def StreamCogBatches(self, request: pb.StreamCogBatchesRequest, context: grpc.ServicerContext) -> Iterator[Any]:
-        end = self._admit(context, "cog-batches")
+        end = self._admit(context, "cog-batches", request.images)
         yield from self.cog.stream_batches(request, end)
 
     # ---- metrics -------------------------------------------------------------------
@@ -583,10 +620,13 @@ class Prepared:
 
 
 class _StreamEnd:
-    """Runs once per stream: frees its slot and writes its one log line."""
+    """Runs once per stream: frees its slot, ends its same-host segments (unlinking the
+    unread ones unless its client may still read them) and writes its one log line."""
 
-    def __init__(self, slot: StreamSlot, label: str, peer: str) -> None:
+    def __init__(self, slot: StreamSlot, label: str, peer: str, segments: StreamSegments | None = None) -> None:
         self.slot = slot
+        self.segments = segments
+        self.read_on = False  # the stream ended with a status its client reads after the replies sent
         self.label = label
         self._peer = peer
         self._lock = threading.Lock()
@@ -601,6 +641,8 @@ class _StreamEnd:
                 return
             self._done = True
         self.slot.release()
+        if self.segments is not None:
+            self.segments.end(reclaim=not self.read_on)
         log.info("%s sent=%d %.2fs %s peer=%s", self.label, self.sent, time.perf_counter() - self._started,
                  self.outcome, self._peer)
 

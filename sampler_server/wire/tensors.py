@@ -8,6 +8,10 @@ single ``b"".join`` over the pixel buffers (no intermediate ``bytes``, no protob
 copy), and ``split_tensors`` reads them back as zero-copy views of the received
 buffer. Only length-delimited and varint fields occur at the top level of the
 messages this is used for; anything else is rejected rather than guessed.
+
+A tensor may instead name where its data lies in a shared-memory segment
+(``Tensor.segment``, the same-host transport of ``wire.segments``): it is then written
+and read with that reference and no data.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
+
+from sampler_server.wire.segments import SegmentRef
 
 _LENGTH_DELIMITED = 2
 _VARINT = 0
@@ -53,22 +59,39 @@ def _read_varint(data: memoryview, position: int) -> tuple[int, int]:
 @dataclass(frozen=True)
 class TensorField:
     """One tensor to append: field number in the outer message, Tensor dtype enum
-    value, shape, and the data as buffers concatenated in order."""
+    value, shape, and the data as buffers concatenated in order, or (``segment``
+    set, ``buffers`` ignored) where the data lies in shared memory."""
 
     field: int
     dtype: int
     shape: Sequence[int]
     buffers: Sequence[bytes | memoryview]
+    segment: SegmentRef | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) if isinstance(b, bytes) else b.nbytes for b in self.buffers)
+
+
+def _segment_bytes(segment: SegmentRef) -> bytes:
+    name = segment.name.encode()
+    body = varint((1 << 3) | _LENGTH_DELIMITED) + varint(len(name)) + name
+    body += varint((2 << 3) | _VARINT) + varint(segment.offset) + varint((3 << 3) | _VARINT) + varint(segment.size)
+    return varint((4 << 3) | _LENGTH_DELIMITED) + varint(len(body)) + body
 
 
 def encode_with_tensors(header: Message, tensors: Iterable[TensorField]) -> bytes:
     parts: list[bytes | memoryview] = [header.SerializeToString()]
     for tensor in tensors:
-        size = sum(len(b) if isinstance(b, bytes) else b.nbytes for b in tensor.buffers)
         head = varint((1 << 3) | _VARINT) + varint(tensor.dtype)
         if tensor.shape:
             packed = b"".join(varint(int(d)) for d in tensor.shape)
             head += varint((2 << 3) | _LENGTH_DELIMITED) + varint(len(packed)) + packed
+        if tensor.segment is not None:
+            head += _segment_bytes(tensor.segment)
+            parts.append(varint((tensor.field << 3) | _LENGTH_DELIMITED) + varint(len(head)) + head)
+            continue
+        size = tensor.nbytes
         head += varint((3 << 3) | _LENGTH_DELIMITED) + varint(size)
         parts.append(varint((tensor.field << 3) | _LENGTH_DELIMITED) + varint(len(head) + size) + head)
         parts.extend(tensor.buffers)
@@ -77,13 +100,39 @@ def encode_with_tensors(header: Message, tensors: Iterable[TensorField]) -> byte
 
 @dataclass(frozen=True)
 class RawTensor:
+    """A tensor read back: its data as a view of the received buffer, or (``segment``
+    set, ``data`` empty) where the data lies in shared memory."""
+
     dtype: int
     shape: tuple[int, ...]
     data: memoryview
+    segment: SegmentRef | None = None
+
+
+def _parse_segment(body: memoryview) -> SegmentRef:
+    name, offset, size = "", 0, 0
+    position = 0
+    while position < len(body):
+        key, position = _read_varint(body, position)
+        number, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, position = _read_varint(body, position)
+            if number == 2:
+                offset = value
+            elif number == 3:
+                size = value
+        elif wire == _LENGTH_DELIMITED:
+            length, position = _read_varint(body, position)
+            if number == 1:
+                name = bytes(body[position : position + length]).decode("utf-8", "replace")
+            position += length
+        else:
+            raise ValueError(f"unexpected wire type {wire} in a SharedSegment")
+    return SegmentRef(name, offset, size)
 
 
 def _parse_tensor(body: memoryview) -> RawTensor:
-    dtype, shape, data = 0, [], body[0:0]
+    dtype, shape, data, segment = 0, [], body[0:0], None
     position = 0
     while position < len(body):
         key, position = _read_varint(body, position)
@@ -105,9 +154,11 @@ def _parse_tensor(body: memoryview) -> RawTensor:
                     shape.append(value)
             elif number == 3:
                 data = chunk
+            elif number == 4:
+                segment = _parse_segment(chunk)
         else:
             raise ValueError(f"unexpected wire type {wire} in a Tensor")
-    return RawTensor(dtype, tuple(shape), data)
+    return RawTensor(dtype, tuple(shape), data, segment)
 
 
 def split_tensors(data: bytes, fields: frozenset[int]) -> tuple[bytes, dict[int, RawTensor]]:

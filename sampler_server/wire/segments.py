@@ -1,0 +1,187 @@
+"""Shared-memory segments of the same-host transport: names, writing, mapping, release.
+
+A segment is a file in the host's POSIX shared-memory directory (``/dev/shm`` on
+Linux) that the server writes for one reply and names in its ``Tensor.segment``
+fields. The client maps it read-only and unlinks the name at once: unlinking is the
+release (the server sees the name gone and frees the room it charged), while the
+mapping keeps the pages alive for as long as the client's arrays use them. So a
+segment is written once by the server and never copied again.
+
+Names are checked before any file is touched: a reply can only make a client open
+and unlink a file called ``sampler-<hex>-<tag>`` in that directory, never another
+path, so a broken or hostile server cannot make a client read or delete anything
+else. The same-host probe (``SameHostOffer.probe_segment``) is such a segment too.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SEGMENT_DIR = Path("/dev/shm")
+NAME_PREFIX = "sampler-"
+_NAME = re.compile(r"sampler-[0-9a-f]{8,32}-[0-9a-z]{1,20}")
+_IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
+MAX_PROBE_BYTES = 256
+
+
+class SegmentLost(Exception):
+    """A segment a reply names is not there (already reclaimed by the server, or the
+    reply came to another host): the reply must be asked for again."""
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """``size`` bytes at ``offset`` in segment ``name``."""
+
+    name: str
+    offset: int
+    size: int
+
+
+def check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"segment name: got {name[:80]!r}, expected sampler-<hex>-<tag> (letters, digits)")
+    return name
+
+
+def segment_path(name: str, directory: Path = SEGMENT_DIR) -> Path:
+    return directory / check_name(name)
+
+
+def available(directory: Path = SEGMENT_DIR) -> str:
+    """Empty when segments can be made here; else why not (one line)."""
+    if not directory.is_dir():
+        return f"{directory} does not exist on this host"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{directory} is not writable by this user"
+    return ""
+
+
+def write_segment(name: str, buffers: Sequence[bytes | memoryview], directory: Path = SEGMENT_DIR) -> int:
+    """Create segment ``name`` (readable by this user only) holding ``buffers`` in order;
+    its size. The kernel copies each buffer straight into the segment's pages (no
+    mapping here, no page faults in this process). A failure leaves no file behind."""
+    path = segment_path(name, directory)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    try:
+        views = [memoryview(b).cast("B") for b in buffers]
+        total = sum(v.nbytes for v in views)
+        written = 0
+        start = 0
+        while start < len(views):
+            batch = views[start : start + _IOV_MAX]
+            wanted = sum(v.nbytes for v in batch)
+            done = os.writev(fd, batch)
+            written += done
+            if done == wanted:
+                start += len(batch)
+                continue
+            # a short write (rare on tmpfs): drop what went out and go on from there
+            skip = done
+            while skip >= views[start].nbytes:
+                skip -= views[start].nbytes
+                start += 1
+            views[start] = views[start][skip:]
+        assert written == total
+        return total
+    except BaseException:
+        os.close(fd)
+        fd = -1
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def unlink_segment(name: str, directory: Path = SEGMENT_DIR) -> bool:
+    """Unlink ``name``; False when it was already gone."""
+    try:
+        os.unlink(segment_path(name, directory))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def segment_exists(name: str, directory: Path = SEGMENT_DIR) -> bool:
+    return os.path.exists(segment_path(name, directory))
+
+
+def map_segment(name: str, directory: Path = SEGMENT_DIR) -> mmap.mmap | bytes:
+    """Map segment ``name`` read-only and release it (unlink its name). The mapping
+    stays valid until the last array over it is gone.
+
+    Raises:
+        SegmentLost: no such segment on this host (reclaimed, or another host's).
+        ValueError: a name that is not a segment's.
+    """
+    path = segment_path(name, directory)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SegmentLost(f"shared-memory segment {name} is gone (reclaimed by the server, or another host's)") from None
+    try:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass  # the server reclaimed it just now: our descriptor still reads it
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def read_probe(name: str, directory: Path = SEGMENT_DIR) -> str | None:
+    """The token in probe segment ``name``, unlinking it (which proves this process can
+    release segments); None when it cannot be opened or unlinked from here."""
+    try:
+        path = segment_path(name, directory)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        token = os.read(fd, MAX_PROBE_BYTES)
+        os.unlink(path)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        text = token.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return text if text.isalnum() else None
+
+
+class SegmentMaps:
+    """The segments of one reply, each mapped (and released) once however many of its
+    tensors lie in it."""
+
+    def __init__(self, directory: Path = SEGMENT_DIR) -> None:
+        self.directory = directory
+        self._maps: dict[str, mmap.mmap | bytes] = {}
+
+    def view(self, ref: SegmentRef) -> memoryview:
+        """The bytes ``ref`` names, as a read-only view of the mapping.
+
+        Raises:
+            SegmentLost: the segment is gone.
+            ValueError: ``ref`` reaches past the segment's end, or names no segment.
+        """
+        mapping = self._maps.get(ref.name)
+        if mapping is None:
+            mapping = self._maps[ref.name] = map_segment(ref.name, self.directory)
+        if ref.offset + ref.size > len(mapping):
+            raise ValueError(f"segment {ref.name}: bytes {ref.offset} to {ref.offset + ref.size} asked of "
+                             f"{len(mapping)}")
+        return memoryview(mapping)[ref.offset : ref.offset + ref.size]
