@@ -33,6 +33,11 @@ class ResourceExhausted(SamplerError):
     """The request would exceed a configured limit (maps to RESOURCE_EXHAUSTED)."""
 
 
+class Unavailable(SamplerError):
+    """The service cannot answer now but may soon: the server is draining (SIGTERM), or the
+    metrics database is unreachable. Clients retry later or elsewhere (maps to UNAVAILABLE)."""
+
+
 class Unauthenticated(SamplerError):
     """A call carries no token, or one the server does not know (maps to UNAUTHENTICATED)."""
 

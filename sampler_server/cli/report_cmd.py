@@ -23,7 +23,7 @@ from sampler_server.core.vtab.presets import VtabBenchmark
 from sampler_server.core.vtab.splits import SPLITS
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.metrics.report import FORMATS, build_report, render_report
-from sampler_server.metrics.store import MetricsStore
+from sampler_server.metrics.store import MetricsStore, metrics_target
 
 TABLES = ("md", "vtab", "vtab-md", "cog")
 
@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
     parser.add_argument("--data", type=Path,
                         help="the server's data directory (packed stores); required for --table md")
-    parser.add_argument("--metrics", type=Path, help="metrics SQLite file (default DATA/metrics.sqlite)")
+    parser.add_argument("--metrics", metavar="FILE|URL",
+                        help="metrics SQLite file (default DATA/metrics.sqlite), or the postgresql:// URL the servers "
+                        "were given")
     parser.add_argument("--format", choices=FORMATS, default="table")
     parser.add_argument("--table", choices=TABLES, default="md",
                         help="md: Meta-Dataset episodes (default); vtab: VTAB-1k tasks; vtab-md: the VTAB+MD aggregate; "
@@ -72,11 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _open_metrics(args: argparse.Namespace) -> MetricsStore:
     if args.metrics is None and args.data is None:
         raise InvalidArgument("--metrics or --data: neither given; one is needed to find the metrics database")
-    metrics_path = args.metrics or args.data / "metrics.sqlite"
-    if not metrics_path.is_file():
+    target = metrics_target(args.metrics) if args.metrics is not None else args.data / "metrics.sqlite"
+    if isinstance(target, Path) and not target.is_file():
         where = f" on {args.data}" if args.data is not None else ""
-        raise NotFound(f"{metrics_path}: no metrics database (has a server{where} received reports?)")
-    return MetricsStore(metrics_path)
+        raise NotFound(f"{target}: no metrics database (has a server{where} received reports?)")
+    return MetricsStore(target)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -52,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
                         help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")
-    parser.add_argument("--metrics", type=Path, help="SQLite file for metric reports (default DATA/metrics.sqlite)")
+    parser.add_argument("--metrics", metavar="FILE|URL",
+                        help="where metric reports are kept: a SQLite file (default DATA/metrics.sqlite), or a "
+                        "postgresql://USER@HOST:PORT/DB URL that every replica shares (the postgres extra)")
     security = parser.add_argument_group("a shared deployment (see README: Running it for a lab)")
     security.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate chain (PEM): serve TLS")
     security.add_argument("--tls-key", type=Path, metavar="FILE", help="the key of --tls-cert (PEM)")
@@ -97,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
 
     procutil.return_large_blocks_to_os()
     _start_decode_forkserver(args.workers)  # first: it preloads the workers' modules while we import ours
+    from sampler_server.metrics.store import metrics_target
+
+    metrics = metrics_target(args.metrics) if args.metrics is not None else None  # a bad URL fails before stores load
     from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
     from sampler_server.service.servicer import ServiceLimits
 
@@ -106,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers or None,
         threads=args.threads,
-        metrics_path=args.metrics,
+        metrics_path=metrics,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None,
         tokens=args.tokens,
         max_queued_calls=args.max_queued_calls,

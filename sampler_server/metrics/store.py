@@ -38,18 +38,18 @@ run's role (``model``, ``scratch`` or ``max``): a run has one role, a result wit
 another role for the same run is refused, and a ``max`` run trains on all training
 data (regime 0 only).
 
-Schema version 6 (``PRAGMA user_version``). Migrated in place on open: version 5 (and
-4) rebuild ``task_results`` with the regime key and the role, every existing result
-becoming regime 0, seed 0 of a ``model`` run; version 4 also gains the empty
-``cog_results`` table; version 3 also gains the empty ``task_results`` table; version 2 (runs without an owner) also gains the ``owner``
-column, NULL for every existing run; version 1 (key without the seed, configuration
-overwritten on every write) is rebuilt.
+Where reports live is the backend's business (``store_sql`` says what the two differ
+in): a SQLite file, the embedded default (``store_sqlite``, which also migrates every
+older schema version), or a PostgreSQL database that many replicas share
+(``store_postgres``). The rules here are written once and run on both: every write of a
+batch happens in one transaction that first creates and locks the runs it writes, so
+concurrent writers (threads, or replicas on one database) take turns per run and a
+retried batch finds what an earlier one committed. Schema version 6 (``store_sql``).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -58,54 +58,15 @@ from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.cog_results import CogResult
+from sampler_server.metrics.store_postgres import PostgresDatabase, is_postgres_url, parse_url
+from sampler_server.metrics.store_sql import MAX_INTEGER, REPORT_COLUMNS, SCHEMA_VERSION, TASK_COLUMNS, Database
+from sampler_server.metrics.store_sqlite import SqliteDatabase
 from sampler_server.quoting import quoted
 
-SCHEMA_VERSION = 6
-ROLES = ("model", "scratch", "max")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    config_json TEXT,
-    owner TEXT
-);
-CREATE TABLE IF NOT EXISTS reports (
-    run_id TEXT NOT NULL,
-    protocol TEXT NOT NULL,
-    source TEXT NOT NULL,
-    split TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    seed INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    metrics_json TEXT NOT NULL,
-    request_json TEXT NOT NULL,
-    predicted_json TEXT NOT NULL DEFAULT '[]',
-    PRIMARY KEY (run_id, protocol, source, split, seed, idx)
-);
-CREATE TABLE IF NOT EXISTS task_results (
-    run_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    split TEXT NOT NULL,
-    regime INTEGER NOT NULL DEFAULT 0,
-    regime_seed INTEGER NOT NULL DEFAULT 0,
-    role TEXT NOT NULL DEFAULT 'model',
-    accuracy REAL NOT NULL,
-    examples INTEGER NOT NULL,
-    PRIMARY KEY (run_id, task, split, regime, regime_seed)
-);
-CREATE TABLE IF NOT EXISTS cog_results (
-    run_id TEXT NOT NULL,
-    level TEXT NOT NULL,
-    shots INTEGER NOT NULL,
-    seed INTEGER NOT NULL,
-    accuracy REAL NOT NULL,
-    examples INTEGER NOT NULL,
-    extras_json TEXT NOT NULL DEFAULT '{}',
-    PRIMARY KEY (run_id, level, shots, seed)
-);
-"""
-_TASK_COLUMNS = "run_id, task, split, regime, regime_seed, role, accuracy, examples"
-_REPORT_COLUMNS = "run_id, protocol, source, split, idx, seed, fingerprint, metrics_json, request_json, predicted_json"
+__all__ = ["SCHEMA_VERSION", "ROLES", "CogResult", "MetricsStore", "StoredReport", "TaskResult", "metrics_target",
+           "validate_run_id"]
 
+ROLES = ("model", "scratch", "max")
 MAX_RUN_ID = 200
 
 
@@ -196,63 +157,39 @@ def validate_run_id(run_id: str) -> str:
     return run_id
 
 
+def metrics_target(text: str) -> Path | str:
+    """What ``--metrics`` names: a ``postgresql://`` URL (checked, not yet connected) or a
+    SQLite file; ``InvalidArgument`` for a URL of another scheme or a bad PostgreSQL URL."""
+    if is_postgres_url(text):
+        parse_url(text)
+        return text
+    if "://" in text:
+        raise InvalidArgument(f"--metrics: got a {text.split('://', 1)[0]}:// URL, expected a SQLite file or a "
+                              "postgresql:// URL")
+    return Path(text)
+
+
 class MetricsStore:
-    """Thread-safe: one connection, serialised by a lock (writes are small)."""
+    """Thread-safe: one connection, serialised by a lock (writes are small).
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    ``target``: a SQLite file (created when missing) or a ``postgresql://`` URL
+    (``store_postgres``).
+    """
+
+    def __init__(self, target: str | Path) -> None:
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        with self._lock:
-            self._migrate()
+        self._db: Database
+        if is_postgres_url(target):
+            self._db = PostgresDatabase(str(target))
+            self.path: Path | None = None
+        else:
+            self._db = SqliteDatabase(target)
+            self.path = self._db.path
 
-    def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise FailedPrecondition(
-                f"{self.path}: metrics schema version {version} is newer than this server's ({SCHEMA_VERSION})"
-            )
-        old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            if version in (4, 5) and "task_results" in old_tables:
-                # versions 4 and 5: keyed by (run, task, split), no regime nor role
-                self._db.execute("ALTER TABLE task_results RENAME TO task_results_v5")
-                self._create_missing()
-                self._db.execute(
-                    "INSERT INTO task_results(run_id, task, split, accuracy, examples) "
-                    "SELECT run_id, task, split, accuracy, examples FROM task_results_v5"
-                )
-                self._db.execute("DROP TABLE task_results_v5")
-            if version == 2 and "runs" in old_tables:
-                self._db.execute("ALTER TABLE runs ADD COLUMN owner TEXT")
-            elif version < 2 and "reports" in old_tables:
-                # version 1: the key lacked the seed and '{}' meant "no configuration"
-                self._db.execute("ALTER TABLE reports RENAME TO reports_v1")
-                self._db.execute("ALTER TABLE runs RENAME TO runs_v1")
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(
-                    "INSERT INTO runs(run_id, config_json) SELECT run_id, NULLIF(config_json, '{}') FROM runs_v1"
-                )
-                self._db.execute(f"INSERT INTO reports({_REPORT_COLUMNS}) SELECT {_REPORT_COLUMNS} FROM reports_v1")
-                self._db.execute("DROP TABLE reports_v1")
-                self._db.execute("DROP TABLE runs_v1")
-            self._create_missing()  # all, task_results, cog_results
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-
-    def _create_missing(self) -> None:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                self._db.execute(statement)
+    @property
+    def name(self) -> str:
+        """The file or the URL (without its password) the reports live in."""
+        return self._db.name
 
     def close(self) -> None:
         with self._lock:
@@ -275,61 +212,53 @@ class MetricsStore:
         Raises:
             PermissionDenied: a run belongs to another owner (or to none, and ``owner`` is
                 given without ``admin``).
+            Unavailable: the database cannot be reached (nothing is stored).
         """
-        stored = duplicates = 0
-        config = _canonical_config(run_config_json) if run_config_json else None
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                configured: set[str] = set()
-                claimed: set[str] = set()
-                for report in reports:
-                    if report.run_id not in claimed:
-                        self._claim(report.run_id, owner, admin)
-                        claimed.add(report.run_id)
-                    if config is not None and report.run_id not in configured:
-                        self._set_config_once(report.run_id, config)
-                        configured.add(report.run_id)
-                    row = self._db.execute(
-                        "SELECT fingerprint, metrics_json FROM reports WHERE run_id=? AND protocol=? AND source=? "
-                        "AND split=? AND seed=? AND idx=?",
-                        report.key(),
-                    ).fetchone()
-                    metrics_json = json.dumps(dict(report.metrics), sort_keys=True)
-                    if row is not None:
-                        if row != (report.fingerprint, metrics_json):
-                            raise FailedPrecondition(
-                                f"run {report.run_id!r} already has a different result for {report.source} "
-                                f"{report.split} seed {report.seed} episode {report.index}; a run reports each "
-                                "episode once"
-                            )
-                        duplicates += 1
-                        continue
-                    run_id, protocol, source, split, seed, index = report.key()
-                    self._db.execute(
-                        f"INSERT INTO reports({_REPORT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                        (run_id, protocol, source, split, index, seed, report.fingerprint, metrics_json,
-                         json.dumps(dict(report.request), sort_keys=True), json.dumps(list(report.predicted))),
-                    )
-                    stored += 1
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        return stored, duplicates
+        return self._add_keyed(list(reports), run_config_json, owner, admin, self._write_report)
 
-    def _claim(self, run_id: str, owner: str | None, admin: bool) -> None:
-        """Create ``run_id`` owned by ``owner``, or check that ``owner`` may write to it."""
-        validate_run_id(run_id)
-        self._db.execute("INSERT OR IGNORE INTO runs(run_id, owner) VALUES (?, ?)", (run_id, owner))
+    def _write_report(self, report: StoredReport) -> bool:
+        for name, value in (("seed", report.seed), ("index", report.index)):
+            if not 0 <= value <= MAX_INTEGER:
+                raise InvalidArgument(f"reports.{name}: got {value} for {report.source} {report.split}; the "
+                                      f"metrics store keeps {name}s 0 to {MAX_INTEGER}")
+        row = self._db.execute(
+            "SELECT fingerprint, metrics_json FROM reports WHERE run_id=? AND protocol=? AND source=? "
+            "AND split=? AND seed=? AND idx=?",
+            report.key(),
+        ).fetchone()
+        metrics_json = json.dumps(dict(report.metrics), sort_keys=True)
+        if row is not None:
+            if tuple(row) != (report.fingerprint, metrics_json):
+                raise FailedPrecondition(
+                    f"run {report.run_id!r} already has a different result for {report.source} "
+                    f"{report.split} seed {report.seed} episode {report.index}; a run reports each "
+                    "episode once"
+                )
+            return False
+        run_id, protocol, source, split, seed, index = report.key()
+        self._db.execute(
+            f"INSERT INTO reports({REPORT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (run_id, protocol, source, split, index, seed, report.fingerprint, metrics_json,
+             json.dumps(dict(report.request), sort_keys=True), json.dumps(list(report.predicted))),
+        )
+        return True
+
+    def _hold_runs(self, run_ids: list[str], owner: str | None, admin: bool) -> None:
+        """Create the runs that do not exist (owned by ``owner``), hold each until the
+        transaction ends, and check that ``owner`` may write to every one."""
+        owners: dict[str, str | None] = {}
+        for run_id in sorted(run_ids):  # one order for every writer: no two wait on each other in a cycle
+            self._db.execute("INSERT INTO runs(run_id, owner) VALUES (?, ?) ON CONFLICT DO NOTHING", (run_id, owner))
+            (owners[run_id],) = self._db.execute(
+                "SELECT owner FROM runs WHERE run_id=?" + self._db.dialect.lock_rows, (run_id,)).fetchone()
         if owner is None or admin:
             return
-        (current,) = self._db.execute("SELECT owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        if current != owner:
-            raise PermissionDenied(
-                f"run {run_id!r} belongs to another token (it was created by another team, or before tokens "
-                "were checked); report under a run id of your own"
-            )
+        for run_id in run_ids:
+            if owners[run_id] != owner:
+                raise PermissionDenied(
+                    f"run {run_id!r} belongs to another token (it was created by another team, or before tokens "
+                    "were checked); report under a run id of your own"
+                )
 
     def _set_config_once(self, run_id: str, config: str) -> None:
         (current,) = self._db.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
@@ -384,7 +313,7 @@ class MetricsStore:
                 )
             return False
         self._db.execute(
-            f"INSERT INTO task_results({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
+            f"INSERT INTO task_results({TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)",
             (*result.key(), result.role, float(result.accuracy), result.examples),
         )
         return True
@@ -393,28 +322,21 @@ class MetricsStore:
         self, results: list[Any], run_config_json: str, owner: str | None, admin: bool,
         write: Callable[[Any], bool],
     ) -> tuple[int, int]:
-        """Claim and configure each result's run, then ``write`` each result (True: stored,
+        """Hold and configure each result's run, then ``write`` each result (True: stored,
         False: a duplicate), all in one transaction; returns (stored, duplicates)."""
-        stored = duplicates = 0
         config = _canonical_config(run_config_json) if run_config_json else None
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                claimed: set[str] = set()
-                for result in results:
-                    if result.run_id not in claimed:
-                        self._claim(result.run_id, owner, admin)
-                        if config is not None:
-                            self._set_config_once(result.run_id, config)
-                        claimed.add(result.run_id)
-                    if write(result):
-                        stored += 1
-                    else:
-                        duplicates += 1
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        run_ids = [validate_run_id(run_id) for run_id in dict.fromkeys(result.run_id for result in results)]
+        stored = duplicates = 0
+        with self._lock, self._db.transaction():
+            self._hold_runs(run_ids, owner, admin)
+            if config is not None:
+                for run_id in run_ids:
+                    self._set_config_once(run_id, config)
+            for result in results:
+                if write(result):
+                    stored += 1
+                else:
+                    duplicates += 1
         return stored, duplicates
 
     def add_cog_results(
@@ -482,7 +404,7 @@ class MetricsStore:
             NotFound: no run ``run_id`` (as ``reports``).
         """
         self.run_config(run_id)  # NotFound for an unknown run
-        query = f"SELECT {_TASK_COLUMNS} FROM task_results WHERE run_id=?"
+        query = f"SELECT {TASK_COLUMNS} FROM task_results WHERE run_id=?"
         arguments: tuple[Any, ...] = (run_id,)
         if split is not None:
             query += " AND split=?"
@@ -532,22 +454,16 @@ class MetricsStore:
         is checked, as in ``add``)."""
         validate_run_id(run_id)
         config = _canonical_config(run_config_json)
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._claim(run_id, owner, admin)
-                self._set_config_once(run_id, config)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._lock, self._db.transaction():
+            self._hold_runs([run_id], owner, admin)
+            self._set_config_once(run_id, config)
 
     def reports(self, run_id: str) -> Iterator[StoredReport]:
         """Every report of a run, sorted by (protocol, source, split, seed, index)."""
         self.run_config(run_id)  # NotFound for an unknown run
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_REPORT_COLUMNS} FROM reports WHERE run_id=? ORDER BY protocol, source, split, seed, idx",
+                f"SELECT {REPORT_COLUMNS} FROM reports WHERE run_id=? ORDER BY protocol, source, split, seed, idx",
                 (run_id,),
             ).fetchall()
         for row in rows:

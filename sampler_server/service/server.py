@@ -71,7 +71,7 @@ class ServerConfig:
     workers: int | None = None
     threads: int = 16  # handler threads for unary calls and health checks, beyond one per stream slot
     max_queued_calls: int = 256  # calls waiting for a thread; more are refused (RESOURCE_EXHAUSTED)
-    metrics_path: Path | None = None
+    metrics_path: Path | str | None = None  # a SQLite file or a postgresql:// URL; None: DATA/metrics.sqlite
     limits: ServiceLimits = ServiceLimits()
     grace_seconds: float = 5.0
     tls: TlsFiles | None = None  # None: plaintext (the loopback default)

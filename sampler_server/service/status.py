@@ -24,6 +24,7 @@ from sampler_server.errors import (
     ResourceExhausted,
     SamplerError,
     Unauthenticated,
+    Unavailable,
 )
 from sampler_server.quoting import bounded_message
 from sampler_server.service.handlers import UnparsableRequest
@@ -38,16 +39,11 @@ _CODES: tuple[tuple[type[SamplerError], grpc.StatusCode], ...] = (
     (DataLoss, grpc.StatusCode.DATA_LOSS),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 
 
-class Unavailable(SamplerError):
-    """The server is draining (SIGTERM): clients retry elsewhere or later."""
-
-
 def status_code(error: SamplerError) -> grpc.StatusCode:
-    if isinstance(error, Unavailable):
-        return grpc.StatusCode.UNAVAILABLE
     for kind, code in _CODES:
         if isinstance(error, kind):
             return code

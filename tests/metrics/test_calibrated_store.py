@@ -8,6 +8,8 @@ import sqlite3
 
 import pytest
 
+from postgres_cluster import metrics_target, postgres_url  # noqa: F401 (fixtures: both backends)
+
 from sampler_server.errors import FailedPrecondition, InvalidArgument
 from sampler_server.metrics.store import SCHEMA_VERSION, CogResult, MetricsStore, TaskResult
 
@@ -17,8 +19,8 @@ def _result(run="run-a", regime=0, seed=0, accuracy=0.5, role="model", split="te
                       regime_seed=seed, role=role)
 
 
-def test_results_are_keyed_by_regime_and_seed_and_keep_the_role(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_results_are_keyed_by_regime_and_seed_and_keep_the_role(metrics_target):
+    store = MetricsStore(metrics_target)
     assert store.add_task_results([_result(), _result(regime=200, seed=1), _result(regime=200, seed=2, accuracy=0.4),
                                    _result(regime=800, seed=1, accuracy=0.6)]) == (4, 0)
     assert store.add_task_results([_result(regime=200, seed=1)]) == (0, 1)
@@ -36,8 +38,8 @@ def test_results_are_keyed_by_regime_and_seed_and_keep_the_role(tmp_path):
     assert store.run_role("empty") is None
 
 
-def test_a_run_has_one_role_and_nothing_of_a_refused_batch_is_stored(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_run_has_one_role_and_nothing_of_a_refused_batch_is_stored(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add_task_results([_result("max-a", role="max")])
     with pytest.raises(FailedPrecondition, match=r"^role: run 'max-a' is a max run, got 'scratch' for VTAB task "
                                                  r"cifar100 split val200; a run has one role"):
@@ -54,8 +56,8 @@ def test_a_run_has_one_role_and_nothing_of_a_refused_batch_is_stored(tmp_path):
     (_result(regime=100, role="max"), "regime: got 100 for task cifar100 of a max run, expected 0"),
     (_result(regime=-1), "regime: got -1 for task cifar100, expected an integer >= 0"),
 ])
-def test_a_bad_role_or_regime_is_one_line(tmp_path, result, words):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_bad_role_or_regime_is_one_line(metrics_target, result, words):
+    store = MetricsStore(metrics_target)
     with pytest.raises(InvalidArgument) as caught:
         store.add_task_results([result])
     assert str(caught.value).startswith(words) and "\n" not in str(caught.value)

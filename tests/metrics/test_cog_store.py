@@ -7,6 +7,8 @@ import sqlite3
 
 import pytest
 
+from postgres_cluster import metrics_target, postgres_url  # noqa: F401 (fixtures: both backends)
+
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.store import SCHEMA_VERSION, CogResult, MetricsStore, StoredReport, TaskResult
 
@@ -16,27 +18,26 @@ def _result(level="L3", shots=0, seed=1, accuracy=0.5, run="run-a", examples=50_
                      extras=extras)
 
 
-def test_a_resent_result_is_a_duplicate_not_a_second_row(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_resent_result_is_a_duplicate_not_a_second_row(metrics_target):
+    store = MetricsStore(metrics_target)
     first = [_result(), _result(seed=2, accuracy=0.52, learning_rate=0.1, weight_decay=1e-4, val_accuracy=0.55)]
     assert store.add_cog_results(first, run_config_json='{"backbone": "r50"}') == (2, 0)
     assert store.add_cog_results(first + [_result(shots=8)]) == (1, 2)
     assert store.add_cog_results([_result(level="IN-1K")]) == (1, 0)  # another level, another key
-    reopened = MetricsStore(tmp_path / "m.sqlite")
+    reopened = MetricsStore(metrics_target)
     results = reopened.cog_results("run-a")
     assert [(r.level, r.shots, r.seed) for r in results] == [("IN-1K", 0, 1), ("L3", 0, 1), ("L3", 0, 2), ("L3", 8, 1)]
     assert results[2].extras == {"learning_rate": 0.1, "val_accuracy": 0.55, "weight_decay": 1e-4}
     assert results[2].accuracy == 0.52 and results[2].examples == 50_000
     assert reopened.run_config("run-a") == {"backbone": "r50"}
-    (count,) = sqlite3.connect(tmp_path / "m.sqlite").execute("SELECT COUNT(*) FROM cog_results").fetchone()
-    assert count == 4
+    assert sum(len(reopened.cog_results(run)) for run in reopened.run_ids()) == 4  # no second row anywhere
 
 
 @pytest.mark.parametrize("changed", [
     {"accuracy": 0.6}, {"examples": 49_999}, {"learning_rate": 0.2}, {"val_accuracy": 0.5},
 ])
-def test_a_different_result_for_a_stored_key_is_refused_naming_the_key(tmp_path, changed):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_different_result_for_a_stored_key_is_refused_naming_the_key(metrics_target, changed):
+    store = MetricsStore(metrics_target)
     store.add_cog_results([_result(seed=2, learning_rate=0.1)])
     fields = {"seed": 2, "learning_rate": 0.1, **changed}
     with pytest.raises(FailedPrecondition, match=r"^run 'run-a' already has a different result for CoG level L3 "
@@ -46,8 +47,8 @@ def test_a_different_result_for_a_stored_key_is_refused_naming_the_key(tmp_path,
     assert [(r.level, r.seed) for r in store.cog_results("run-a")] == [("L3", 2)]  # L1 rolled back
 
 
-def test_results_share_the_runs_owner_and_configuration_with_other_reports(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_results_share_the_runs_owner_and_configuration_with_other_reports(metrics_target):
+    store = MetricsStore(metrics_target)
     episode = StoredReport(run_id="run-a", protocol="md-episode", source="omniglot", split="test", index=0, seed=1,
                            fingerprint="fp", metrics={"accuracy": 0.5})
     store.add([episode], run_config_json='{"lr": 0.1}', owner="team-a")
@@ -69,8 +70,8 @@ def test_results_share_the_runs_owner_and_configuration_with_other_reports(tmp_p
     assert [r.seed for r in store.cog_results("run-a")] == [1, 2]
 
 
-def test_bad_results_store_nothing(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_bad_results_store_nothing(metrics_target):
+    store = MetricsStore(metrics_target)
     with pytest.raises(InvalidArgument, match=r"^cog_level: got 'L6', expected one of IN-1K, L1, L2, L3, L4, L5$"):
         store.add_cog_results([_result(), _result(level="L6")])
     with pytest.raises(InvalidArgument, match="^run_id"):

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 
+from postgres_cluster import metrics_target, postgres_url  # noqa: F401 (fixtures: both backends)
+
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.store import SCHEMA_VERSION, MetricsStore, StoredReport
 
@@ -18,34 +20,34 @@ def _report(index, accuracy=0.5, fingerprint=None, run="run-a"):
     )
 
 
-def test_resent_reports_do_not_double_count(tmp_path):
-    store = MetricsStore(tmp_path / "metrics.sqlite")
+def test_resent_reports_do_not_double_count(metrics_target):
+    store = MetricsStore(metrics_target)
     assert store.add([_report(0), _report(1)], run_config_json='{"lr": 0.1}') == (2, 0)
     assert store.add([_report(1), _report(2)]) == (1, 1)
     assert [r.index for r in store.reports("run-a")] == [0, 1, 2]
     assert store.run_config("run-a") == {"lr": 0.1}
-    reopened = MetricsStore(tmp_path / "metrics.sqlite")
+    reopened = MetricsStore(metrics_target)
     assert len(list(reopened.reports("run-a"))) == 3
 
 
-def test_conflicting_result_for_the_same_episode_is_refused_atomically(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_conflicting_result_for_the_same_episode_is_refused_atomically(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add([_report(0)])
     with pytest.raises(FailedPrecondition, match="already has a different result"):
         store.add([_report(5), _report(0, accuracy=0.9)])
     assert [r.index for r in store.reports("run-a")] == [0]  # report 5 rolled back too
 
 
-def test_unknown_run_and_bad_run_id(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_unknown_run_and_bad_run_id(metrics_target):
+    store = MetricsStore(metrics_target)
     with pytest.raises(NotFound, match="run 'nope' has no reports"):
         list(store.reports("nope"))
     with pytest.raises(InvalidArgument, match="run_id"):
         store.add([_report(0, run="")])
 
 
-def test_concurrent_writers_store_each_key_once(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_concurrent_writers_store_each_key_once(metrics_target):
+    store = MetricsStore(metrics_target)
     results = []
 
     def send():
@@ -61,8 +63,8 @@ def test_concurrent_writers_store_each_key_once(tmp_path):
     assert len(list(store.reports("run-a"))) == 50
 
 
-def test_the_same_index_under_another_seed_is_another_episode(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_the_same_index_under_another_seed_is_another_episode(metrics_target):
+    store = MetricsStore(metrics_target)
     assert store.add([_report(0)]) == (1, 0)
     other_seed = StoredReport(
         run_id="run-a", protocol="md-episode", source="omniglot", split="test", index=0, seed=8,
@@ -73,8 +75,8 @@ def test_the_same_index_under_another_seed_is_another_episode(tmp_path):
     assert sorted((r.seed, r.index) for r in store.reports("run-a")) == [(7, 0), (8, 0)]
 
 
-def test_a_run_configuration_is_stored_once_and_never_replaced(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_run_configuration_is_stored_once_and_never_replaced(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add([_report(0)])  # no configuration yet
     store.add([_report(1)], run_config_json='{"lr": 0.1, "backbone": "conv4"}')
     store.add([_report(2)], run_config_json='{"backbone": "conv4", "lr": 0.1}')  # same, other key order
@@ -118,8 +120,8 @@ def test_a_version_1_database_is_migrated_with_its_reports(tmp_path):
     assert len(list(MetricsStore(path).reports("old"))) == 2
 
 
-def test_a_run_belongs_to_the_owner_that_created_it(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_run_belongs_to_the_owner_that_created_it(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add([_report(0)], owner="team-a")
     assert store.add([_report(1)], owner="team-a") == (1, 0)
     with pytest.raises(PermissionDenied, match="^run 'run-a' belongs to another token") as caught:
@@ -140,8 +142,8 @@ def test_a_run_belongs_to_the_owner_that_created_it(tmp_path):
         store.run_owner("nope")
 
 
-def test_unknown_run_names_no_other_run(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_unknown_run_names_no_other_run(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add([_report(0, run="secret-run")])
     with pytest.raises(NotFound) as caught:
         store.run_config("nope")

@@ -6,6 +6,8 @@ import sqlite3
 
 import pytest
 
+from postgres_cluster import metrics_target, postgres_url  # noqa: F401 (fixtures: both backends)
+
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.store import SCHEMA_VERSION, MetricsStore, StoredReport, TaskResult
 
@@ -14,13 +16,13 @@ def _result(task="cifar100", accuracy=0.5, run="run-a", split="test", examples=1
     return TaskResult(run_id=run, task=task, split=split, accuracy=accuracy, examples=examples)
 
 
-def test_a_resent_result_is_a_duplicate_not_a_second_row(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_resent_result_is_a_duplicate_not_a_second_row(metrics_target):
+    store = MetricsStore(metrics_target)
     assert store.add_task_results([_result(), _result("svhn", 0.8, examples=26032)],
                                   run_config_json='{"lr": 0.01}') == (2, 0)
     assert store.add_task_results([_result(), _result("dmlab", 0.4)]) == (1, 1)
     assert store.add_task_results([_result(split="val200", examples=200)]) == (1, 0)  # another split, another key
-    reopened = MetricsStore(tmp_path / "m.sqlite")
+    reopened = MetricsStore(metrics_target)
     assert [(r.task, r.split) for r in reopened.task_results("run-a")] == [
         ("cifar100", "test"), ("cifar100", "val200"), ("dmlab", "test"), ("svhn", "test"),
     ]
@@ -28,8 +30,8 @@ def test_a_resent_result_is_a_duplicate_not_a_second_row(tmp_path):
     assert reopened.run_config("run-a") == {"lr": 0.01}
 
 
-def test_a_different_result_for_a_stored_key_is_refused_atomically(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_a_different_result_for_a_stored_key_is_refused_atomically(metrics_target):
+    store = MetricsStore(metrics_target)
     store.add_task_results([_result()])
     with pytest.raises(FailedPrecondition, match="^run 'run-a' already has a different result for VTAB task cifar100"):
         store.add_task_results([_result("svhn"), _result(accuracy=0.6)])
@@ -38,8 +40,8 @@ def test_a_different_result_for_a_stored_key_is_refused_atomically(tmp_path):
     assert [r.task for r in store.task_results("run-a")] == ["cifar100"]  # svhn rolled back
 
 
-def test_bad_fields_name_the_input_and_what_is_allowed(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_bad_fields_name_the_input_and_what_is_allowed(metrics_target):
+    store = MetricsStore(metrics_target)
     with pytest.raises(InvalidArgument, match="^unknown VTAB task 'cifar10'; allowed: caltech101, cifar100"):
         store.add_task_results([_result("cifar10")])
     with pytest.raises(InvalidArgument, match="^unknown VTAB split 'testing'; allowed:"):
@@ -55,8 +57,8 @@ def test_bad_fields_name_the_input_and_what_is_allowed(tmp_path):
         store.task_results("run-a")
 
 
-def test_results_share_the_runs_owner_and_configuration_with_episode_reports(tmp_path):
-    store = MetricsStore(tmp_path / "m.sqlite")
+def test_results_share_the_runs_owner_and_configuration_with_episode_reports(metrics_target):
+    store = MetricsStore(metrics_target)
     episode = StoredReport(run_id="run-a", protocol="md-episode", source="omniglot", split="test", index=0, seed=1,
                            fingerprint="fp", metrics={"accuracy": 0.5})
     store.add([episode], run_config_json='{"lr": 0.1}', owner="team-a")
