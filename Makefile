@@ -8,14 +8,14 @@ DEMO_DIR ?= demo-data
 export TF_CPP_MIN_LOG_LEVEL := 2
 export TF_ENABLE_ONEDNN_OPTS := 0
 
-.PHONY: demo test install wordnet clean
+.PHONY: demo test install wordnet postgresql clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev,torch,tf,vtab]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,tf,vtab,postgres]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +27,17 @@ wordnet:
 		(apt-get update -qq && apt-get install -y -qq wordnet-base >/dev/null) || echo "wordnet-base not installed; tests use the shipped WordNet file"; \
 	fi
 
-test: install wordnet
+# PostgreSQL from Debian, where apt is available: the metrics tests start a real one
+# (initdb and pg_ctl in a temporary folder). Without it they fail, unless
+# SAMPLER_TESTS_WITHOUT_POSTGRES=1 says to skip them.
+postgresql:
+	@if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+		&& command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+		|| echo "postgresql not installed; the PostgreSQL metrics tests fail (SAMPLER_TESTS_WITHOUT_POSTGRES=1 skips them)"; \
+	fi
+
+test: install wordnet postgresql
 	$(BIN)/python -m pytest -q
 
 demo: install
