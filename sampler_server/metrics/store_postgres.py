@@ -91,6 +91,9 @@ class PostgresDatabase:
         except Unavailable as error:
             self.close()
             raise Unavailable(f"--metrics: cannot use {self.name}: {_one_line(error.__cause__ or error)}") from None
+        except FailedPrecondition as error:
+            self.close()
+            raise FailedPrecondition(f"--metrics: {error}") from None
 
     def _live(self) -> Any:
         """The connection, made anew when there is none or the last one was lost."""
@@ -114,6 +117,10 @@ class PostgresDatabase:
             return connection.execute(sql.replace("?", "%s"), tuple(parameters))
         except self._psycopg.OperationalError as error:
             raise self._unavailable(error) from error
+        except self._psycopg.errors.InsufficientPrivilege as error:
+            raise FailedPrecondition(f"metrics database {self.name} refuses this role: {_one_line(error)} (it needs "
+                                     "SELECT, INSERT and UPDATE on the metrics tables, and CREATE the first time)"
+                                     ) from None
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -138,8 +145,7 @@ class PostgresDatabase:
                 version = row[0]
             if version is not None and version > SCHEMA_VERSION:
                 raise FailedPrecondition(
-                    f"--metrics: {self.name}: metrics schema version {version} is newer than this server's "
-                    f"({SCHEMA_VERSION})"
+                    f"{self.name}: metrics schema version {version} is newer than this server's ({SCHEMA_VERSION})"
                 )
             if version == SCHEMA_VERSION:
                 return

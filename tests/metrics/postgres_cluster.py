@@ -75,7 +75,7 @@ class Cluster:
 
     def start(self) -> None:
         options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=60")
+                   "-c full_page_writes=off -c max_connections=60")
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.folder / "log"), "-w", "start")
 
     def stop(self) -> None:
