@@ -24,6 +24,12 @@ Guarantees:
   operated) is sent with the reports; the server keeps the first one of a run.
 - Faults end cleanly, as one line on stderr: exit 2 for bad local input, 3 for a
   server fault (unreachable after retries, an unknown source, a refused request).
+- The first episode waits for nothing it need not: training items are received
+  and staged by a background ``clients.feed.Feed`` started before the model is
+  built (its start index read from the checkpoint first), in the trainer's process.
+- No step waits on the host for another: a framework's step may return its loss
+  and accuracy as device values; they are read (``Framework.to_floats``) only when a
+  progress line or the summary needs them.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from clients.core import EpisodeArrays, EpisodeSpec, Reporter, RetryPolicy, SamplerClient, SamplerClientError
+from clients.feed import Feed
 from clients.trainer_args import client_security, eval_sources, parse_args, run_config
 from sampler_server.metrics.intervals import mean_ci95
 from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -75,6 +82,8 @@ class TrainSummary:
     first_wait_seconds: float = 0.0  # the first item's wait holds the stream's start-up
     data_wait_fraction: float = 0.0
     final_loss: float | None = None  # mean training loss over the last --log-every steps
+    distinct_shapes: int = 0     # input shapes the training step met (shape buckets keep it small)
+    curve: list[list[float]] = field(default_factory=list)  # [steps done, mean loss, mean accuracy] per log window
 
 
 @dataclass
@@ -126,16 +135,19 @@ class Batch:
 
 class Framework(abc.ABC):
     """The framework part of a trainer. ``build`` seeds and builds the model (with a linear
-    head over ``num_classes`` classes for the baseline); ``train_step`` takes an
-    ``EpisodeArrays`` (protonet) or a ``Batch`` (baseline) and returns (loss, accuracy);
+    head over ``num_classes`` classes for the baseline); ``train_step`` takes what
+    ``stage`` made of an ``EpisodeArrays`` (protonet) or a ``Batch`` (baseline) and returns
+    (loss, accuracy), as floats or as device scalars ``to_floats`` reads later;
     ``evaluate`` returns an episode's query predictions and loss in inference mode."""
 
     name = ""
     device = ""
     precision = "float32"
+    receive_streams = 1  # training streams received in parallel (merged in index order)
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.shapes: set[tuple[int, ...]] = set()  # input shapes the training step met
 
     @abc.abstractmethod
     def build(self, num_classes: int) -> None:
@@ -151,8 +163,9 @@ class Framework(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def checkpoint(self) -> tuple[str, dict[str, Any]] | None:
-        """(path, resume config stored with it) of the latest checkpoint, without loading it."""
+    def checkpoint(self) -> tuple[str, dict[str, Any], int] | None:
+        """(path, resume config stored with it, its next index) of the latest checkpoint,
+        read before the model exists."""
         ...
 
     @abc.abstractmethod
@@ -172,11 +185,14 @@ class Framework(abc.ABC):
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         ...
 
-    def episode_items(self, spec: EpisodeSpec, start: int, count: int,
-                      options: dict[str, Any]) -> Iterator[tuple[int, Any, int]] | None:
-        """Optionally, the training episodes as (index, step input, images); None = from
-        ``SamplerClient`` in this process."""
-        return None
+    def stage(self, item: Any) -> Any:
+        """A training item made ready for ``train_step`` (padded, on the device), called
+        on the feed's thread ahead of the step; by default the item itself."""
+        return item
+
+    def to_floats(self, values: list[Any]) -> list[float]:
+        """Losses / accuracies as ``train_step`` returned them, as floats."""
+        return [float(value) for value in values]
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         """(exit status, one line) for a framework error a run can end with, else None."""
@@ -192,18 +208,37 @@ class _Timer:
     window: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     accuracies: list[float] = field(default_factory=list)
+    resolved: int = 0  # losses[:resolved] and accuracies[:resolved] are floats
 
-    def add(self, wait: float, total: float, images: int, loss: float, accuracy: float) -> None:
+    def add(self, wait: float, images: int, loss: Any, accuracy: Any) -> None:
         s = self.summary
         if s.steps == 0:
             s.first_wait_seconds = wait
         s.steps += 1
         s.images += images
         s.data_wait_seconds += wait
-        s.seconds += total
-        self.window.append(total)
         self.losses.append(loss)
         self.accuracies.append(accuracy)
+
+    def took(self, seconds: float) -> None:
+        """The whole step's time (waiting for data + compute)."""
+        self.summary.seconds += seconds
+        self.window.append(seconds)
+
+    def resolve(self, to_floats: Callable[[list[Any]], list[float]]) -> None:
+        """Read the losses and accuracies still held as device values, in one call."""
+        first, last = self.resolved, len(self.losses)
+        if first == last:
+            return
+        values = to_floats(self.losses[first:] + self.accuracies[first:])
+        self.losses[first:], self.accuracies[first:] = values[:last - first], values[last - first:]
+        self.resolved = last
+
+    def log_point(self, done: int, log_every: int) -> tuple[float, float]:
+        """Mean loss and accuracy of the last window, also kept as a point of the curve."""
+        loss, accuracy = float(np.mean(self.losses[-log_every:])), float(np.mean(self.accuracies[-log_every:]))
+        self.summary.curve.append([done, loss, accuracy])
+        return loss, accuracy
 
     def finish(self, log_every: int) -> TrainSummary:
         s = self.summary
@@ -263,14 +298,16 @@ class Run:
     def resume_config(self) -> dict[str, Any]:
         return {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
 
-    def restore(self) -> str | None:
+    def find_checkpoint(self) -> tuple[str, int] | None:
+        """(path, next index) of the checkpoint to resume from, checked against these
+        arguments before the model is built (so the feed can start at its index)."""
         args = self.args
         found = self.framework.checkpoint()
         if found is None:
             if args.eval_only:
                 raise UsageError(f"argument --eval-only: no checkpoint in {args.checkpoint_dir}")
             return None
-        path, stored = found
+        path, stored, next_index = found
         wanted = json.loads(json.dumps(self.resume_config()))
         keys = EVAL_KEYS if args.eval_only else RESUME_KEYS
         differences = [f"--{key.replace('_', '-')} {stored.get(key)!r} there, {wanted[key]!r} here"
@@ -278,8 +315,7 @@ class Run:
         if differences:
             raise UsageError(f"checkpoint {path} was made with other settings ({'; '.join(differences)}); "
                              "use another --checkpoint-dir")
-        self.next_index = self.framework.restore(path)
-        return path
+        return path, next_index
 
     def config(self) -> dict[str, Any]:
         return run_config(self.args, {**self.framework.describe(), "framework": self.framework.name,
@@ -289,21 +325,25 @@ class Run:
     # ---- training ---------------------------------------------------------------------------
 
     def _episodes(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
+        """Episodes start..total-1 in order, over ``receive_streams`` streams (stream j
+        takes the indices start + j, start + j + k, ...; k streams)."""
         args = self.args
         spec = EpisodeSpec(sources=tuple(args.sources or ()), preset=args.preset or "", split="train",
                            seed=args.seed, image_size=args.image_size, ways=args.ways, shots=args.shots,
                            query=args.query)
-        items = self.framework.episode_items(spec, start, total - start, self.options)
-        if items is not None:
-            yield from items
-            return
-        with self.client(prefetch=4) as client:
-            stream = client.episodes(spec, start, total - start)
-            try:
-                for episode in stream:
-                    yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
-            finally:
+        period = max(1, min(self.framework.receive_streams, total - start))
+        clients = [self.client(prefetch=4) for _ in range(period)]
+        streams = [client.episodes(spec, start + j, steps_before(total - start, j, period), period)
+                   for j, client in enumerate(clients)]
+        try:
+            for position in range(start, total):
+                episode = next(streams[(position - start) % period])
+                yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
+        finally:
+            for stream in streams:
                 stream.close()  # type: ignore[attr-defined]
+            for client in clients:
+                client.close()
 
     def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
         """Step t takes batch t // S of source t % S (S sources), its labels offset by the
@@ -336,41 +376,58 @@ class Run:
             for client in clients:
                 client.close()
 
-    def train(self) -> TrainSummary:
+    def total(self) -> int:
+        return self.args.train_episodes if self.protonet else self.args.train_steps
+
+    def feed(self, start: int) -> Feed | None:
+        """The training items from ``start`` on, received and staged from now on (None:
+        nothing to train)."""
+        total = self.total()
+        if self.args.eval_only or start >= total:
+            return None
+        items = self._episodes(start, total) if self.protonet else self._batches(start, total)
+        return Feed(items, self.framework.stage)
+
+    def train(self, feed: Feed | None) -> TrainSummary:
         args, framework = self.args, self.framework
-        total = args.train_episodes if self.protonet else args.train_steps
+        total = self.total()
         start = self.next_index
         timer = _Timer(TrainSummary(self.unit, start, start))
-        if start >= total:
+        if feed is None:
             self.log(f"nothing to train: the checkpoint is at {self.unit} {start}, the run ends at {total}")
             return timer.finish(args.log_every)
         self.log(f"training {args.model} {args.backbone} on {framework.device}, {_PLURAL[self.unit]} "
                  f"{start}..{total - 1}")
-        items = self._episodes(start, total) if self.protonet else self._batches(start, total)
         saved = start
         try:
             for position in range(start, total):
                 began = time.perf_counter()
-                index, item, images = next(items)
+                index, item, images = next(feed)
                 fetched = time.perf_counter()
                 if index != position:
                     raise SamplerClientError(f"training stream sent {self.unit} {index}, expected {position}")
                 loss, accuracy = framework.train_step(item)
-                timer.add(fetched - began, time.perf_counter() - began, images, loss, accuracy)
+                timer.add(fetched - began, images, loss, accuracy)
                 self.next_index = timer.summary.next_index = done = position + 1
+                logged = done % args.log_every == 0 or done == total
+                if logged:  # the one wait for the device: the window's losses are read
+                    timer.resolve(framework.to_floats)
+                timer.took(time.perf_counter() - began)
                 if done % args.checkpoint_every == 0 or done == total:
                     framework.save(done, self.resume_config())
                     saved = done
-                if done % args.log_every == 0 or done == total:
+                if logged:
                     recent = timer.window[-args.log_every:]
-                    self.log(f"{self.unit} {done}/{total}: loss {np.mean(timer.losses[-args.log_every:]):.4f}, "
-                             f"accuracy {np.mean(timer.accuracies[-args.log_every:]):.3f}; "
+                    mean_loss, mean_accuracy = timer.log_point(done, args.log_every)
+                    self.log(f"{self.unit} {done}/{total}: loss {mean_loss:.4f}, accuracy {mean_accuracy:.3f}; "
                              f"{len(recent) / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
                              f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
         finally:
             if self.next_index != saved:  # a fault mid-run keeps the progress made
                 framework.save(self.next_index, self.resume_config())
-            items.close()  # type: ignore[attr-defined]
+            feed.close()
+        timer.resolve(framework.to_floats)
+        timer.summary.distinct_shapes = len(framework.shapes)
         return timer.finish(args.log_every)
 
     # ---- evaluation and reports ---------------------------------------------------------------
@@ -415,14 +472,24 @@ class Run:
     def execute(self) -> RunSummary:
         args, framework = self.args, self.framework
         self.check_names()
-        framework.build(sum(self.class_counts))
-        resumed_from = self.restore()
-        start = self.next_index
-        self.log(f"run {args.run}: {args.model} on {args.backbone} ({framework.parameter_count()} parameters), "
-                 f"{framework.device}, server {args.server}"
-                 + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
-                    if resumed_from else ""))
-        train = TrainSummary(self.unit, start, start) if args.eval_only else self.train()
+        found = self.find_checkpoint()
+        resumed_from, start = found if found is not None else (None, 0)
+        feed = self.feed(start)  # receiving starts now, while the model is built
+        try:
+            framework.build(sum(self.class_counts))
+            if resumed_from is not None:
+                restored = framework.restore(resumed_from)
+                if restored != start:
+                    raise UsageError(f"checkpoint {resumed_from}: next index {restored}, but {start} when first read")
+            self.next_index = start
+            self.log(f"run {args.run}: {args.model} on {args.backbone} ({framework.parameter_count()} parameters), "
+                     f"{framework.device}, server {args.server}"
+                     + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
+                        if resumed_from else ""))
+            train = TrainSummary(self.unit, start, start) if args.eval_only else self.train(feed)
+        finally:
+            if feed is not None:
+                feed.close()
         results = self.evaluate() if args.eval_episodes else {}
         return RunSummary(
             run=args.run, framework=framework.name, model=args.model, backbone=args.backbone, device=framework.device,

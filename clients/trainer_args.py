@@ -14,7 +14,8 @@ the sources named. ``run_config`` builds the configuration stored with the repor
 ``--tls-ca`` / ``--tls-cert`` / ``--tls-key`` and ``--token-file`` (or the
 ``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` / ``SAMPLER_TOKEN``
 environment, read by the client) reach a server with TLS and tokens; they are
-operational, so not part of the run configuration.
+operational, so not part of the run configuration. ``--shape-buckets`` is recorded
+in it (as given, and as resolved under ``shape_buckets``) though padding is exact.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from clients.buckets import SHAPE_BUCKETS
 
 FRAMEWORKS = ("torch", "tf")
 MODELS = ("protonet", "baseline")
@@ -183,6 +186,9 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     model.add_argument("--batch-size", type=_int_at_least(1), default=64, help="baseline: images per batch")
     model.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate")
     model.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present, else CPU")
+    model.add_argument("--shape-buckets", choices=SHAPE_BUCKETS, default="auto",
+                       help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
+                            "meets few shapes; auto: on with a GPU, off on CPU")
 
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-episodes", type=_int_at_least(0), default=600, metavar="N",

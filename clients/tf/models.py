@@ -18,9 +18,18 @@ kernel, so both are deterministic on every device under op determinism.
 
 Batch normalisation uses momentum 0.9 (PyTorch's default 0.1, written the Keras way)
 so its running statistics settle within the few hundred steps of a small run.
+
+Shape buckets (``clients.buckets``): an episode may arrive padded to a bucket of B rows
+whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
+(``RowBatchNormalization``) in training normalises the first n rows exactly as the
+unpadded batch, updates its moving statistics from them alone, and gives zeros for
+the padding rows; every other layer treats rows independently.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -35,9 +44,41 @@ def to_unit_range(images: tf.Tensor) -> tf.Tensor:
     return tf.cast(images, tf.float32) / 127.5 - 1.0
 
 
+class RowBatchNormalization(keras.layers.BatchNormalization):
+    """Keras batch normalisation that, in training with ``valid_rows`` set (a scalar
+    tensor), takes its batch moments and moving-statistics update from the first
+    ``valid_rows`` rows only: the slice is the unpadded batch, so Keras's own
+    computation applies unchanged (rather than a re-derived masked moment); padding
+    rows come out as zeros. Same variables and names as ``BatchNormalization``, so
+    checkpoints and saved weights load unchanged."""
+
+    valid_rows: tf.Tensor | None = None
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None) -> tf.Tensor:
+        rows = self.valid_rows
+        if rows is None or not training:
+            return super().call(inputs, training=training, mask=mask)
+        valid = super().call(inputs[:rows], training=training)
+        return tf.concat([valid, tf.zeros_like(inputs[rows:], dtype=valid.dtype)], 0)
+
+
+@contextlib.contextmanager
+def valid_rows(model: keras.Model, rows: tf.Tensor | None) -> Iterator[None]:
+    """Within (while a step is traced): the model's batch norms count only the first
+    ``rows`` rows of each batch (None: all rows)."""
+    norms = [layer for layer in model.layers if isinstance(layer, RowBatchNormalization)]
+    for norm in norms:
+        object.__setattr__(norm, "valid_rows", rows)  # a plain attribute, not tracked state
+    try:
+        yield
+    finally:
+        for norm in norms:
+            object.__setattr__(norm, "valid_rows", None)
+
+
 def _conv_bn_relu(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str, relu: bool = True) -> tf.Tensor:
     x = keras.layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False, name=f"{name}_conv")(x)
-    x = keras.layers.BatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, name=f"{name}_bn")(x)
+    x = RowBatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, name=f"{name}_bn")(x)
     return keras.layers.ReLU(name=f"{name}_relu")(x) if relu else x
 
 

@@ -10,6 +10,12 @@ episodes from ``clients.core.SamplerClient`` (through the orchestration) rather 
 ``clients.tf.EpisodeSource``: episodes vary in shape (handled here by
 ``tf.function`` input signatures with unknown dimensions), and inside ``tf.data`` a
 client error would surface as an opaque ``UnknownError`` instead of the server's message.
+
+Shape buckets (``--shape-buckets``; on by default with a GPU, off on CPU): one trace
+serves every shape, but cuDNN autotuning (and oneDNN's primitives on CPU) are per
+shape, so episodes are padded to a few sizes (``clients.buckets``: exact, batch
+norms count the valid rows only); evaluation pads each embedding chunk the same way.
+The run's background feed packs each episode into that layout ahead of the step.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets
 from clients.core import EpisodeArrays
 from clients.orchestration import Batch, Framework, UsageError, run_main
 from clients.tf import models
@@ -29,6 +36,7 @@ from clients.tf import models
 keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)
 _CONFIG_KEY = "config/.ATTRIBUTES/VARIABLE_VALUE"
+_NEXT_INDEX_KEY = "next_index/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 def select_device(requested: str) -> str:
@@ -58,7 +66,9 @@ class TFFramework(Framework):
         super().__init__(args)
         tf.config.experimental.enable_op_determinism()
         self.device = select_device(args.device)
+        self.buckets = resolve_buckets(args.shape_buckets, self.device.startswith("/GPU"))
         self.manager: tf.train.CheckpointManager | None = None
+        self._ladders: dict[bytes, Ladder] = {}
 
     # ---- model ----------------------------------------------------------------------------
 
@@ -82,8 +92,8 @@ class TFFramework(Framework):
                 self.optimizer.build(self.trainable)  # slots exist before a restore fills them
         if args.checkpoint_dir is not None:
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
-        self._step = self._baseline_step() if self.head is not None else self._protonet_step()
-        self._evaluator = Evaluator(self.backbone, args.image_size)
+        self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
+        self._evaluator = Evaluator(self.backbone, args.image_size, self.buckets)
 
     @property
     def trainable(self) -> list[tf.Variable]:
@@ -94,19 +104,21 @@ class TFFramework(Framework):
 
     def describe(self) -> dict[str, Any]:
         return {"tensorflow_version": tf.__version__, "keras_version": keras.__version__, "device": self.device,
-                "parameter_count": self.parameter_count()}
+                "parameter_count": self.parameter_count(), "shape_buckets": "on" if self.buckets else "off"}
 
     # ---- checkpoints ------------------------------------------------------------------------
 
-    def checkpoint(self) -> tuple[str, dict[str, Any]] | None:
-        latest = self.manager.latest_checkpoint if self.manager is not None else None
+    def checkpoint(self) -> tuple[str, dict[str, Any], int] | None:
+        latest = tf.train.latest_checkpoint(self.args.checkpoint_dir) if self.args.checkpoint_dir else None
         if latest is None:
             return None
         try:
-            stored = json.loads(tf.train.load_checkpoint(latest).get_tensor(_CONFIG_KEY).decode())
+            reader = tf.train.load_checkpoint(latest)
+            stored = json.loads(reader.get_tensor(_CONFIG_KEY).decode())
+            next_index = int(reader.get_tensor(_NEXT_INDEX_KEY))
         except (tf.errors.OpError, ValueError) as error:
             raise UsageError(f"checkpoint {latest} is not one of this trainer's ({error})") from None
-        return latest, stored
+        return latest, stored, next_index
 
     def restore(self, path: str) -> int:
         try:
@@ -125,21 +137,24 @@ class TFFramework(Framework):
 
     # ---- compiled steps -------------------------------------------------------------------------
 
-    def _protonet_step(self) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+    def _protonet_step(self, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+        """The step on an episode in the bucketed layout (``PackedEpisode``); ``padded``:
+        trace it with batch norms counting the valid rows (without, it is the plain step)."""
         images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
-        labels = tf.TensorSpec((None,), tf.int64)
+        count = tf.TensorSpec((), tf.int32)
 
-        @tf.function(input_signature=[images, labels, images, labels, tf.TensorSpec((), tf.int32)])
-        def step(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, query_labels: tf.Tensor,
+        @tf.function(input_signature=[images, tf.TensorSpec((None,), tf.int64), count, count, count])
+        def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            count = tf.shape(support)[0]
+            rows = support + query
             with tf.GradientTape() as tape:
-                embedded = self.backbone(models.to_unit_range(tf.concat([support, query], 0)), training=True)
-                logits = models.prototype_logits(embedded[:count], support_labels, embedded[count:], ways)
-                loss = models.episode_loss(logits, query_labels)
+                with models.valid_rows(self.backbone, rows if padded else None):
+                    embedded = self.backbone(models.to_unit_range(images), training=True)
+                logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
+                loss = models.episode_loss(logits, labels[support:rows])
             variables = self.trainable
             self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-            return loss, _accuracy(logits, query_labels)
+            return loss, _accuracy(logits, labels[support:rows])
 
         return step
 
@@ -160,14 +175,31 @@ class TFFramework(Framework):
 
         return step
 
-    def train_step(self, item: Any) -> tuple[float, float]:
+    def ladder(self, episode: EpisodeArrays) -> Ladder | None:
+        """The shape buckets of the episode's request (None with buckets off)."""
+        if not self.buckets:
+            return None
+        key = episode.request.SerializeToString() if episode.request is not None else b""
+        if key not in self._ladders:
+            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(episode.request))
+                                  if episode.request is not None else Ladder())
+        return self._ladders[key]
+
+    def stage(self, item: Any) -> Any:
+        """On the feed's thread: an episode packed to its bucket (NumPy)."""
+        return pack_episode(item, self.ladder(item)) if isinstance(item, EpisodeArrays) else item
+
+    def train_step(self, item: Any) -> tuple[Any, Any]:
         with tf.device(self.device):
             if isinstance(item, Batch):
+                self.shapes.add(tuple(item.images.shape))
                 loss, accuracy = self._step(item.images, np.asarray(item.labels, dtype=np.int64))
             else:
-                loss, accuracy = self._step(item.support_images, item.support_labels, item.query_images,
-                                            item.query_labels, np.int32(item.ways))
-        return float(loss), float(accuracy)  # float() waits for the step to finish
+                packed: PackedEpisode = item if isinstance(item, PackedEpisode) else self.stage(item)
+                self.shapes.add(tuple(packed.images.shape))
+                loss, accuracy = self._step(packed.images, packed.labels, np.int32(packed.support),
+                                            np.int32(packed.query), np.int32(packed.ways))
+        return loss, accuracy  # read when a progress line needs them
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         with tf.device(self.device):
@@ -182,12 +214,15 @@ class TFFramework(Framework):
 
 
 class Evaluator:
-    """Prototype classification of one episode with the frozen embedding (inference mode)."""
+    """Prototype classification of one episode with the frozen embedding (inference mode).
+    With ``buckets``, each embedding chunk is padded to a bucket (``EVAL_CHUNK`` at most);
+    inference-mode batch norm is per row, so padding changes no valid row."""
 
-    def __init__(self, backbone: keras.Model, image_size: int) -> None:
+    def __init__(self, backbone: keras.Model, image_size: int, buckets: bool = False) -> None:
         images = tf.TensorSpec((None, image_size, image_size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
+        self.ladder = Ladder(cap=EVAL_CHUNK) if buckets else None
 
         @tf.function(input_signature=[images])
         def embed(batch: tf.Tensor) -> tf.Tensor:
@@ -202,8 +237,16 @@ class Evaluator:
         self._embed = embed
         self._score = score
 
+    def _chunk(self, images: np.ndarray) -> tf.Tensor:
+        rows = len(images)
+        if self.ladder is None or self.ladder.size(rows) == rows:
+            return self._embed(images)
+        padded = np.zeros((self.ladder.size(rows), *images.shape[1:]), dtype=np.uint8)
+        padded[:rows] = images
+        return self._embed(padded)[:rows]
+
     def embed(self, images: np.ndarray) -> tf.Tensor:
-        return tf.concat([self._embed(images[i:i + EVAL_CHUNK]) for i in range(0, len(images), EVAL_CHUNK)], 0)
+        return tf.concat([self._chunk(images[i:i + EVAL_CHUNK]) for i in range(0, len(images), EVAL_CHUNK)], 0)
 
     def __call__(self, episode: EpisodeArrays) -> tuple[float, np.ndarray]:
         loss, predicted = self._score(

@@ -12,9 +12,19 @@ autocast on CUDA; prototype distances are always computed in float32. Heads:
     squared Euclidean distance of each query embedding to each prototype;
   - ``LinearHead``: the classifier of MD's non-episodic ('inference-only') baseline.
 Every function here is deterministic given the weights; nothing samples data.
+
+Shape buckets (``clients.buckets``): an episode may arrive padded to a bucket of B rows
+whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
+(``RowBatchNorm2d``) normalises the first n rows exactly as ``nn.BatchNorm2d`` would
+normalise the unpadded batch, and updates its running statistics from them alone;
+the padding rows come out as zeros. Every other layer treats rows independently, so
+the valid rows' embeddings are the unpadded ones (up to float summation order).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -30,6 +40,42 @@ def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
     return images.contiguous(memory_format=memory_format)
 
 
+class RowBatchNorm2d(nn.BatchNorm2d):
+    """``nn.BatchNorm2d`` that, in training with ``valid_rows`` set, takes the batch
+    statistics and the running-statistics update from the first ``valid_rows`` rows only.
+
+    Why a slice and not a masked mean: the slice IS the unpadded batch, so statistics,
+    unbiased running variance, momentum and ``num_batches_tracked`` follow PyTorch's own
+    kernel with nothing re-derived; padding rows are set to zeros (no gradient flows to
+    them). In evaluation mode batch norm is per row and padding needs nothing. Same
+    parameters and buffers as ``nn.BatchNorm2d``, so checkpoints and torchvision state
+    dicts load unchanged.
+    """
+
+    valid_rows: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.valid_rows
+        if rows is None or not self.training or rows >= x.shape[0]:
+            return super().forward(x)
+        valid = super().forward(x[:rows])
+        return torch.cat([valid, torch.zeros_like(x[rows:], dtype=valid.dtype)], 0)  # keeps channels_last
+
+
+@contextlib.contextmanager
+def valid_rows(module: nn.Module, rows: int | None) -> Iterator[None]:
+    """Within: the batch norms of ``module`` count only the first ``rows`` rows of each
+    batch (None: all rows, plain batch norm)."""
+    norms = [m for m in module.modules() if isinstance(m, RowBatchNorm2d)]
+    for norm in norms:
+        norm.valid_rows = rows
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.valid_rows = None
+
+
 class Conv4(nn.Module):
     """Four conv blocks of 64 filters; the flattened feature map is the embedding."""
 
@@ -38,7 +84,7 @@ class Conv4(nn.Module):
         layers: list[nn.Module] = []
         channels = 3
         for _ in range(4):
-            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+            layers += [nn.Conv2d(channels, width, 3, padding=1, bias=False), RowBatchNorm2d(width),
                        nn.ReLU(inplace=True), nn.MaxPool2d(2)]
             channels = width
         self.features = nn.Sequential(*layers)
@@ -59,13 +105,13 @@ class BasicBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(out_channels)
+        self.bn1 = RowBatchNorm2d(out_channels)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(out_channels)
+        self.bn2 = RowBatchNorm2d(out_channels)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_channels != out_channels:
             self.shortcut = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(out_channels))
+                                          RowBatchNorm2d(out_channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)), inplace=True)
@@ -79,7 +125,7 @@ class ResNet18(nn.Module):
     def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512)) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, stride=2, padding=3, bias=False),
-                                  nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True),
+                                  RowBatchNorm2d(widths[0]), nn.ReLU(inplace=True),
                                   nn.MaxPool2d(3, stride=2, padding=1))
         blocks: list[nn.Module] = []
         channels = widths[0]
@@ -127,10 +173,26 @@ class ProtoNet(nn.Module):
     def forward(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
                 ways: int) -> torch.Tensor:
         embedded = self.backbone(torch.cat([support, query], 0))
+        return self._logits(embedded, support_labels, support.shape[0], query.shape[0], ways)
+
+    def packed(self, images: torch.Tensor, labels: torch.Tensor, support: int, query: int,
+               ways: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [query, ways], query labels) of an episode in the bucketed layout
+        (``clients.buckets``): ``images`` [B, 3, S, S] holds the support rows, the query
+        rows, then padding; ``labels`` [B] likewise. Batch norms count the valid rows only
+        and the head sees exactly the unpadded embeddings."""
+        rows = support + query
+        with valid_rows(self.backbone, rows if images.shape[0] > rows else None):
+            embedded = self.backbone(images)
+        return self._logits(embedded, labels[:support], support, query, ways), labels[support:rows]
+
+    @staticmethod
+    def _logits(embedded: torch.Tensor, support_labels: torch.Tensor, support: int, query: int,
+                ways: int) -> torch.Tensor:
         # distances in float32 even under autocast: bf16 differences of large squared norms lose the signal
         with torch.autocast(device_type=embedded.device.type, enabled=False):
             embedded = embedded.float()
-            return prototype_logits(embedded[: support.shape[0]], support_labels, embedded[support.shape[0]:], ways)
+            return prototype_logits(embedded[:support], support_labels, embedded[support:support + query], ways)
 
 
 class LinearHead(nn.Module):

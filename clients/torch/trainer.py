@@ -6,15 +6,25 @@ training loop, evaluation, reports, summary, exit codes) is ``clients.orchestrat
 Determinism: weights start from ``torch.manual_seed(--seed)``; evaluation runs in
 ``model.eval()`` under ``torch.inference_mode()``, so for a given checkpoint every
 evaluation episode's accuracy, loss and predictions are fixed. On CUDA the backbone
-runs under bf16 autocast with channels_last, and training episodes are received by
-two DataLoader worker processes (their order kept); CPU runs stay float32 in-process.
+runs under bf16 autocast with channels_last; CPU runs stay float32.
+
+Speed on CUDA (issue 13): episodes are padded to shape buckets (``--shape-buckets``,
+on by default on CUDA, off on CPU; exact: ``clients.buckets``), so after warm-up the
+step meets no new shape; they are received on two streams and staged by the run's
+background feed (``clients.feed``: started before the model is built, no worker
+processes to spawn) into pinned memory and onto the GPU on a side stream
+(``clients.torch.staging``), uint8 on the bus; the step never waits on the host: its
+loss stays on the device until a progress line reads it, and at most two steps are
+in flight (the host waits on the older one's event, which keeps timing honest
+without idling the GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +33,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.core import EpisodeArrays, EpisodeSpec
+from clients.buckets import resolve_buckets
+from clients.core import EpisodeArrays
 from clients.orchestration import Batch, Framework, UsageError, run_main
-from clients.torch.dataset import EpisodeDataset
 from clients.torch.models import LinearHead, ProtoNet, build_backbone, parameter_count, to_input
+from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 2
+IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
 
 
 def _device(choice: str) -> torch.device:
@@ -43,17 +55,21 @@ def _device(choice: str) -> torch.device:
 class TorchFramework(Framework):
     name = "torch"
 
-    def __init__(self, args: argparse.Namespace, loader_workers: int | None = None) -> None:
+    def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         self.torch_device = _device(args.device)
         self.device = str(self.torch_device)
         cuda = self.torch_device.type == "cuda"
-        # DataLoader worker processes: on CUDA two (gRPC receive and array copies leave the
-        # training process; the index order is kept), on CPU none (the cores train)
-        self.loader_workers = (2 if cuda else 0) if loader_workers is None else loader_workers
         self.precision = "bf16-autocast" if cuda else "float32"
+        self.buckets = resolve_buckets(args.shape_buckets, cuda)
+        # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
+        # ResNet-18 at 126 px consumes; on CPU the cores train
+        self.receive_streams = 2 if cuda else 1
         self.path = Path(args.checkpoint_dir) / CHECKPOINT if args.checkpoint_dir else None
         self._state: dict[str, Any] | None = None
+        self._feed_stager = Stager(self.torch_device, self.buckets)    # the feed's thread only
+        self._inline_stager = Stager(self.torch_device, self.buckets)  # the training thread only
+        self._in_flight: collections.deque = collections.deque()
 
     # ---- model ----------------------------------------------------------------------------
 
@@ -78,6 +94,7 @@ class TorchFramework(Framework):
 
     def describe(self) -> dict[str, Any]:
         return {"torch_version": str(torch.__version__), "device": self.device, "precision": self.precision,
+                "shape_buckets": "on" if self.buckets else "off",
                 "parameter_count": self.parameter_count(),
                 "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.backbone.out_dim}
 
@@ -87,14 +104,14 @@ class TorchFramework(Framework):
 
     # ---- checkpoints ------------------------------------------------------------------------
 
-    def checkpoint(self) -> tuple[str, dict[str, Any]] | None:
+    def checkpoint(self) -> tuple[str, dict[str, Any], int] | None:
         if self.path is None or not self.path.exists():
             return None
         state = torch.load(self.path, map_location="cpu")
         if state.get("format") != CHECKPOINT_FORMAT:
             raise UsageError(f"checkpoint {self.path}: format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}")
         self._state = state
-        return str(self.path), state["resume"]
+        return str(self.path), state["resume"], int(state["next_index"])
 
     def restore(self, path: str) -> int:
         state = self._state
@@ -119,51 +136,70 @@ class TorchFramework(Framework):
 
     # ---- steps ---------------------------------------------------------------------------------
 
-    def _episode_inputs(self, item: EpisodeArrays | dict[str, Any]) -> tuple[Any, ...]:
-        device = self.torch_device
+    def stage(self, item: Any) -> Any:
+        """On the feed's thread: an episode padded to its bucket and copied to the device
+        (``StagedEpisode``); a baseline batch's images copied to the device."""
         if isinstance(item, EpisodeArrays):
-            item = {"support_images": torch.from_numpy(np.array(item.support_images)),
-                    "support_labels": torch.from_numpy(np.array(item.support_labels)),
-                    "query_images": torch.from_numpy(np.array(item.query_images)),
-                    "query_labels": torch.from_numpy(np.array(item.query_labels)), "ways": item.ways}
-        return (to_input(item["support_images"], device), item["support_labels"].to(device),
-                to_input(item["query_images"], device), item["query_labels"].to(device), int(item["ways"]))
+            return self._feed_stager.stage(item)
+        if isinstance(item, Batch):  # one size throughout: no buckets needed
+            return Batch(stage_arrays(item.images, self.torch_device),  # type: ignore[arg-type]
+                         torch.from_numpy(np.array(item.labels, dtype=np.int64)).to(self.torch_device))
+        return item
 
-    def train_step(self, item: Any) -> tuple[float, float]:
+    def _staged(self, item: Any) -> StagedEpisode:
+        """An episode staged on the feed's thread, or staged here (evaluation, direct calls)."""
+        staged = item if isinstance(item, StagedEpisode) else self._inline_stager.stage(item)
+        return staged.ready()
+
+    def _logits(self, staged: StagedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.protonet.packed(to_input(staged.images, self.torch_device), staged.labels, staged.support,
+                                    staged.query, staged.ways)
+
+    def train_step(self, item: Any) -> tuple[Any, Any]:
         self.backbone.train()
         with self._autocast():
             if isinstance(item, Batch):
                 assert self.head is not None
-                images = to_input(torch.from_numpy(np.array(item.images)), self.torch_device)
-                labels = torch.from_numpy(np.asarray(item.labels, dtype=np.int64)).to(self.torch_device)
-                logits = self.head(self.backbone(images)).float()
+                if not isinstance(item.images, torch.Tensor):  # not staged by the feed
+                    item = self.stage(item)
+                images, labels = item.images, item.labels
+                logits = self.head(self.backbone(to_input(images, self.torch_device))).float()
             else:
-                support, support_labels, query, labels, ways = self._episode_inputs(item)
-                logits = self.protonet(support, support_labels, query, ways)
+                staged = self._staged(item)
+                images = staged.images
+                logits, labels = self._logits(staged)
+        self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         accuracy = (logits.detach().argmax(1) == labels).float().mean()
-        return float(loss.detach()), float(accuracy)  # float() waits for the step to finish
+        self._bound_in_flight()
+        return loss.detach(), accuracy  # device values: read when a progress line needs them
+
+    def _bound_in_flight(self) -> None:
+        """Keep at most ``IN_FLIGHT`` steps queued: the host waits on the oldest one's
+        event, never on the step just launched (CUDA only)."""
+        if self.torch_device.type != "cuda":
+            return
+        event = torch.cuda.Event()
+        event.record()
+        self._in_flight.append(event)
+        if len(self._in_flight) > IN_FLIGHT:
+            self._in_flight.popleft().synchronize()
+
+    def to_floats(self, values: list[Any]) -> list[float]:
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        if not tensors:
+            return [float(v) for v in values]
+        read = iter(torch.stack([t.float() for t in tensors]).tolist())  # one copy to the host
+        return [next(read) if isinstance(v, torch.Tensor) else float(v) for v in values]
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         self.backbone.eval()
         with torch.inference_mode(), self._autocast():
-            support, support_labels, query, labels, ways = self._episode_inputs(episode)
-            logits = self.protonet(support, support_labels, query, ways)
+            logits, labels = self._logits(self._staged(episode))
             return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
-
-    def episode_items(self, spec: EpisodeSpec, start: int, count: int,
-                      options: dict[str, Any]) -> Iterator[tuple[int, Any, int]] | None:
-        if self.loader_workers == 0:
-            return None
-        dataset = EpisodeDataset(self.args.server, spec, start=start, count=count, prefetch=4, client_options=options)
-        # spawn, not fork: a forked child must not inherit this process's gRPC channel
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=None, num_workers=self.loader_workers, multiprocessing_context="spawn",
-            pin_memory=self.torch_device.type == "cuda", prefetch_factor=4)
-        return ((int(item["index"]), item, len(item["support_images"]) + len(item["query_images"])) for item in loader)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

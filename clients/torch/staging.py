@@ -1,0 +1,149 @@
+"""Episodes onto the training device ahead of use, in the bucketed layout.
+
+``Stager.stage(episode)`` packs an episode (``clients.buckets``: support rows, query
+rows, zero padding up to its bucket, or no padding with buckets off) into a
+``StagedEpisode`` whose tensors live on the device. On CUDA:
+
+- pixels stay uint8 on the bus (a quarter of float32's bytes); conversion to float
+  and the [-1, 1] scaling happen on the GPU in the step (``models.to_input``);
+- the valid rows are copied into a ring of pinned host buffers (one memcpy; NumPy
+  and PyTorch copies release the GIL) and from there to the device on a side stream,
+  so the copy overlaps the step running on the default stream; only the valid rows
+  cross the bus, the padding rows are zeroed on the device;
+- nothing waits on the host: the step's stream waits on the copy's event
+  (``StagedEpisode.ready``); a pinned buffer is reused only after its previous copy
+  finished (the stager's thread waits for that, never the training thread).
+
+On CPU the same layout is built in ordinary memory, so every code path but the
+CUDA calls runs in CPU tests. A stager is used by one thread at a time (the trainer
+keeps one for its background feed and one for inline use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from clients.buckets import EpisodeBounds, Ladder, pack_episode
+
+RING = 3  # pinned buffers: one being filled, up to two copies in flight
+
+
+@dataclass
+class StagedEpisode:
+    """An episode on the device: ``images`` uint8 [B, S, S, 3] and ``labels`` int64 [B]
+    (support rows, query rows, then padding); ``event`` marks its copy's end (CUDA)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    support: int
+    query: int
+    ways: int
+    index: int
+    event: Any = None
+
+    @property
+    def rows(self) -> int:
+        return self.support + self.query
+
+    @property
+    def padded(self) -> bool:
+        return self.images.shape[0] > self.rows
+
+    def ready(self) -> "StagedEpisode":
+        """Make the current stream wait for the copy (no host wait) and keep the memory
+        reserved for it; call on the thread that uses the tensors."""
+        if self.event is not None:
+            stream = torch.cuda.current_stream(self.images.device)
+            stream.wait_event(self.event)
+            self.images.record_stream(stream)
+            self.labels.record_stream(stream)
+            self.event = None
+        return self
+
+
+@dataclass
+class _Slot:
+    images: torch.Tensor   # pinned uint8 [capacity, S, S, 3]
+    labels: torch.Tensor   # pinned int64 [capacity]
+    event: Any = None      # the last copy out of this slot
+
+
+class Stager:
+    """Packs episodes to their bucket (``buckets`` True) on ``device`` (see the module docstring)."""
+
+    def __init__(self, device: torch.device, buckets: bool) -> None:
+        self.device = device
+        self.buckets = buckets
+        self.cuda = device.type == "cuda"
+        self._ladders: dict[bytes, Ladder] = {}
+        self._slots: list[_Slot | None] = [None] * RING
+        self._turn = 0
+        self._stream = torch.cuda.Stream(device) if self.cuda else None
+
+    def ladder(self, episode: Any) -> Ladder | None:
+        """The ladder of the episode's request (its bounds), None with buckets off."""
+        if not self.buckets:
+            return None
+        request = getattr(episode, "request", None)
+        key = request.SerializeToString() if request is not None else b""
+        if key not in self._ladders:
+            self._ladders[key] = Ladder.for_bounds(EpisodeBounds.of_request(request)) if request is not None else Ladder()
+        return self._ladders[key]
+
+    def stage(self, episode: Any) -> StagedEpisode:
+        """``episode``: anything with support/query images (uint8 NHWC) and labels and
+        ``ways`` (``clients.core.EpisodeArrays``)."""
+        ladder = self.ladder(episode)
+        if not self.cuda:
+            packed = pack_episode(episode, ladder)
+            return StagedEpisode(torch.from_numpy(packed.images), torch.from_numpy(packed.labels), packed.support,
+                                 packed.query, packed.ways, packed.index)
+        return self._stage_cuda(episode, ladder)
+
+    def _slot(self, rows: int, shape: tuple[int, ...]) -> _Slot:
+        position = self._turn % RING
+        self._turn += 1
+        slot = self._slots[position]
+        if slot is not None and slot.event is not None:
+            slot.event.synchronize()  # its previous copy is done: the buffer is free
+        if slot is None or slot.images.shape[0] < rows or tuple(slot.images.shape[1:]) != shape:
+            slot = _Slot(torch.empty((rows, *shape), dtype=torch.uint8, pin_memory=True),
+                         torch.empty((rows,), dtype=torch.int64, pin_memory=True))
+            self._slots[position] = slot
+        return slot
+
+    def _stage_cuda(self, episode: Any, ladder: Ladder | None) -> StagedEpisode:
+        support, query = episode.support_images, episode.query_images
+        ns, nq = len(support), len(query)
+        rows = ns + nq
+        size = ladder.size(rows) if ladder is not None else rows
+        capacity = max(size, ladder.cap or 0) if ladder is not None else size
+        slot = self._slot(capacity, tuple(support.shape[1:]))
+        host = slot.images.numpy()
+        host[:ns] = support
+        host[ns:rows] = query
+        labels = slot.labels.numpy()
+        labels[:ns] = episode.support_labels
+        labels[ns:rows] = episode.query_labels
+        labels[rows:size] = 0
+        assert self._stream is not None
+        with torch.cuda.stream(self._stream):
+            images = torch.empty((size, *support.shape[1:]), dtype=torch.uint8, device=self.device)
+            images[:rows].copy_(slot.images[:rows], non_blocking=True)
+            if size > rows:
+                images[rows:].zero_()
+            device_labels = slot.labels[:size].to(self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        slot.event = event
+        return StagedEpisode(images, device_labels, ns, nq, int(episode.ways), int(getattr(episode, "index", -1)), event)
+
+
+def stage_arrays(images: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A plain uint8 batch (the baseline's) on ``device``, copied once."""
+    tensor = torch.from_numpy(np.array(images, copy=True))
+    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
