@@ -17,9 +17,18 @@ and, for the default only:
 - for the raw store at 126 px, the transport rate server -> one client (MB/s),
 - the time from starting ``sampler-server serve`` to the first episode received.
 Each rate is also given as a ratio to the limit. Episodes are MD variable-way,
-variable-shot (the reference's defaults) from the test split.
+variable-shot (the reference's defaults) from the test split. Served rates use the
+client's default transport: same-host (shared memory) here, since client and server
+share this machine.
 
-Run: ``.venv/bin/python bench/serve_bench.py [--episodes N] [--sizes 84 126]``.
+Its last line compares the two transports on a store packed with ``--raw-size 126``
+(no decoding: what is measured is moving pixels from server to client), one client,
+each transport in turn ``--transport-rounds`` times on the same server (medians):
+``transport: same-host X MB/s, grpc Y MB/s, ratio Z``. ``bench/transport_ceiling.py``
+gives what gRPC alone moves over loopback.
+
+Run: ``.venv/bin/python bench/serve_bench.py [--episodes N] [--sizes 84 126]``
+(``--transport-only`` prints only the transport line).
 """
 
 from __future__ import annotations
@@ -158,9 +167,12 @@ def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str, float
     return process, line.split()[2], started
 
 
-def _client_run(address: str, store: str, size: int, resize: str, start: int, count: int, ready, go, queue) -> None:
+def _client_run(address: str, store: str, size: int, resize: str, start: int, count: int, ready, go, queue,
+                same_host: bool | None = None) -> None:
     spec = EpisodeSpec(sources=(store,), split="test", seed=0, image_size=size, resize=resize)
-    with SamplerClient(address, prefetch=2) as client:
+    with SamplerClient(address, prefetch=2, same_host=same_host) as client:
+        if same_host and client.transport != "same-host":
+            raise RuntimeError(f"the same-host transport was asked for but the server offered {client.transport}")
         stream = iter(client.episodes(spec, start=start, count=count + 1))
         next(stream)  # connected and warm
         ready.release()
@@ -173,7 +185,7 @@ def _client_run(address: str, store: str, size: int, resize: str, start: int, co
 
 
 def served_rate(address: str, store: str, size: int, clients: int, episodes: int,
-                method: ResizeMethod = ResizeMethod.BILINEAR) -> tuple[float, float]:
+                method: ResizeMethod = ResizeMethod.BILINEAR, same_host: bool | None = None) -> tuple[float, float]:
     """Steady-state images/s and MB/s over all clients.
 
     Clients warm up, then start together. Episodes already decoded or buffered at
@@ -184,7 +196,8 @@ def served_rate(address: str, store: str, size: int, clients: int, episodes: int
     ctx = multiprocessing.get_context("spawn")
     queue, ready, go = ctx.Queue(), ctx.Semaphore(0), ctx.Event()
     per_client = max(4, episodes // clients)
-    processes = [ctx.Process(target=_client_run, args=(address, store, size, method.value, 1000 * k, per_client, ready, go, queue))
+    processes = [ctx.Process(target=_client_run,
+                             args=(address, store, size, method.value, 1000 * k, per_client, ready, go, queue, same_host))
                  for k in range(clients)]
     for p in processes:
         p.start()
@@ -200,6 +213,28 @@ def served_rate(address: str, store: str, size: int, clients: int, episodes: int
     inside = [a for arrivals in results for a in arrivals if window_start < a[0] <= window_end]
     seconds = window_end - window_start
     return sum(a[1] for a in inside) / seconds, sum(a[2] for a in inside) / seconds / 1e6
+
+
+TRANSPORT_SIZE = 126
+
+
+def transport_rates(work: Path, kind: str, workers: int, episodes: int, rounds: int) -> tuple[float, float]:
+    """(same-host MB/s, gRPC MB/s) from one client on a raw store at 126 px: both
+    transports in turn on one server, ``rounds`` times each, medians."""
+    data = work / "data-transport"
+    pack(work / kind, data, f"{kind}_raw", raw_size=TRANSPORT_SIZE)
+    process, address, _ = start_server(data, workers)
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(rounds):
+            for same_host in (True, False):
+                _, mb = served_rate(address, f"{kind}_raw", TRANSPORT_SIZE, 1, episodes, same_host=same_host)
+                rates[same_host].append(mb)
+    finally:
+        process.terminate()
+        process.wait()
+        shutil.rmtree(data, ignore_errors=True)
+    return float(np.median(rates[True])), float(np.median(rates[False]))
 
 
 def first_episode_seconds(data: Path, store: str, size: int, workers: int) -> float:
@@ -223,10 +258,25 @@ def main() -> int:
     parser.add_argument("--jpeg-per-class", type=int, default=40)
     parser.add_argument("--png-classes", type=int, default=200)
     parser.add_argument("--png-per-class", type=int, default=20)
+    parser.add_argument("--transport-episodes", type=int, default=200,
+                        help="episodes per transport measurement (raw store, 126 px, one client)")
+    parser.add_argument("--transport-rounds", type=int, default=3, help="measurements of each transport (median)")
+    parser.add_argument("--transport-only", action="store_true", help="measure only the two transports")
     args = parser.parse_args()
+    if args.transport_only:
+        args.kinds = args.kinds[:1]
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     rows, errors = [], []
     try:
+        if args.transport_only:
+            make = make_jpeg_source if args.kinds[0] == "jpeg" else make_png_source
+            make(work / args.kinds[0], *((args.jpeg_classes, args.jpeg_per_class) if args.kinds[0] == "jpeg"
+                                         else (args.png_classes, args.png_per_class)))
+            same_host, grpc_rate = transport_rates(work, args.kinds[0], args.workers, args.transport_episodes,
+                                                   args.transport_rounds)
+            print(f"transport: same-host {same_host:.0f} MB/s, grpc {grpc_rate:.0f} MB/s, "
+                  f"ratio {same_host / grpc_rate:.2f}")
+            return 0
         make_jpeg_source(work / "jpeg", args.jpeg_classes, args.jpeg_per_class)
         make_png_source(work / "png", args.png_classes, args.png_per_class)
         jpeg_bytes = sum(p.stat().st_size for p in (work / "jpeg").rglob("*.jpg"))
@@ -265,6 +315,7 @@ def main() -> int:
                 if "Traceback" in log:
                     print(log[log.index("Traceback"):][:3000], file=sys.stderr)
                 shutil.rmtree(data)
+        transport = transport_rates(work, args.kinds[0], args.workers, args.transport_episodes, args.transport_rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
@@ -278,6 +329,11 @@ def main() -> int:
     print(f"{'source':6} {'px':>4} {'mean':>6} {'p99':>5} {'max':>5}")
     for kind, size, mean, p99, worst in errors:
         print(f"{kind:6} {size:>4} {mean:6.2f} {p99:5.0f} {worst:5.0f}")
+    print()
+    print(f"transport of a raw {TRANSPORT_SIZE} px {args.kinds[0]} store, one client "
+          f"(median of {args.transport_rounds} runs of {args.transport_episodes} episodes each):")
+    print(f"transport: same-host {transport[0]:.0f} MB/s, grpc {transport[1]:.0f} MB/s, "
+          f"ratio {transport[0] / transport[1]:.2f}")
     return 0
 
 

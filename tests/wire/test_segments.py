@@ -1,0 +1,91 @@
+"""Shared-memory segments on the wire: references round-trip, segments hold exactly what
+was written, mapping releases them, and a reply can name nothing but a segment."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from sampler_server.wire import segments
+from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_server.wire.segments import SegmentLost, SegmentMaps, SegmentRef
+from sampler_server.wire.tensors import TensorField, encode_with_tensors, split_tensors
+
+NAME = "sampler-0123456789abcdef-s1f"
+SUPPORT = pb.Episode.DESCRIPTOR.fields_by_name["support_images"].number
+QUERY = pb.Episode.DESCRIPTOR.fields_by_name["query_images"].number
+
+
+def test_segment_references_round_trip_through_our_parser_and_protobuf():
+    header = pb.Episode(source="folder", index=7, image_size=4)
+    tensors = [
+        TensorField(SUPPORT, pb.DTYPE_UINT8, (2, 4, 4, 3), (), SegmentRef(NAME, 0, 96)),
+        TensorField(QUERY, pb.DTYPE_UINT8, (3, 4, 4, 3), (), SegmentRef(NAME, 96, 144)),
+    ]
+    data = encode_with_tensors(header, tensors)
+    rest, raw = split_tensors(data, frozenset({SUPPORT, QUERY}))
+    assert pb.Episode.FromString(rest) == header
+    assert raw[SUPPORT].segment == SegmentRef(NAME, 0, 96) and raw[QUERY].segment == SegmentRef(NAME, 96, 144)
+    assert raw[QUERY].shape == (3, 4, 4, 3) and len(raw[QUERY].data) == 0
+    message = pb.Episode.FromString(data)  # any protobuf parser reads the same reply
+    assert (message.query_images.segment.name, message.query_images.segment.offset,
+            message.query_images.segment.size) == (NAME, 96, 144)
+    assert message.query_images.data == b"" and list(message.query_images.shape) == [3, 4, 4, 3]
+    plain = encode_with_tensors(header, [TensorField(SUPPORT, pb.DTYPE_UINT8, (1, 2), [b"\x01\x02"])])
+    assert split_tensors(plain, frozenset({SUPPORT}))[1][SUPPORT].segment is None
+
+
+def test_a_segment_holds_what_was_written_and_mapping_releases_it(tmp_path):
+    rng = np.random.RandomState(3)
+    buffers = [rng.randint(0, 256, size=int(rng.randint(1, 40)), dtype=np.uint8).tobytes() for _ in range(2500)]
+    views = [memoryview(b) for b in buffers[:1000]] + buffers[1000:]  # more than one writev's worth
+    size = segments.write_segment(NAME, views, tmp_path)
+    assert size == sum(map(len, buffers)) == (tmp_path / NAME).stat().st_size
+    assert (tmp_path / NAME).stat().st_mode & 0o777 == 0o600  # this user only
+    maps = SegmentMaps(tmp_path)
+    whole = maps.view(SegmentRef(NAME, 0, size))
+    assert not (tmp_path / NAME).exists()  # mapped = released
+    tail = maps.view(SegmentRef(NAME, size - len(buffers[-1]), len(buffers[-1])))  # the same mapping again
+    assert bytes(whole) == b"".join(buffers) and bytes(tail) == buffers[-1]
+    assert whole.readonly
+    with pytest.raises(ValueError, match="asked of"):
+        maps.view(SegmentRef(NAME, size - 1, 2))
+    with pytest.raises(SegmentLost, match="is gone"):
+        SegmentMaps(tmp_path).view(SegmentRef(NAME, 0, 1))
+    segments.write_segment(NAME, [b"x"], tmp_path)
+    with pytest.raises(FileExistsError):  # never overwrites
+        segments.write_segment(NAME, [b"y"], tmp_path)
+    assert (tmp_path / NAME).read_bytes() == b"x"
+
+
+def test_real_shared_memory_round_trip():
+    if segments.available():
+        pytest.skip(f"no shared memory here: {segments.available()}")
+    name = f"sampler-{os.getpid():08x}feed-t{os.urandom(3).hex()}"
+    payload = np.arange(3 * 5 * 5 * 3, dtype=np.uint8).reshape(3, 5, 5, 3)
+    segments.write_segment(name, [payload[:1].tobytes(), memoryview(payload[1:].reshape(-1))])
+    view = SegmentMaps().view(SegmentRef(name, 0, payload.nbytes))
+    assert not segments.segment_exists(name)
+    assert np.array_equal(np.frombuffer(view, np.uint8).reshape(payload.shape), payload)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "sampler-0123456789abcdef/../x", "psm_1234", "sampler-xyz-1",
+                                  "sampler-0123456789abcdef-", "", "sampler-0123456789abcdef-a.b"])
+def test_a_reply_cannot_name_anything_but_a_segment(tmp_path, name):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    with pytest.raises(ValueError, match="segment name"):
+        SegmentMaps(tmp_path).view(SegmentRef(name, 0, 1))
+    assert segments.read_probe(name, tmp_path) is None
+    assert victim.read_bytes() == b"keep"
+
+
+def test_reading_a_probe_takes_its_token_and_unlinks_it(tmp_path):
+    segments.write_segment(NAME, [b"0f1e2d3c4b5a69788796a5b4c3d2e1f0"], tmp_path)
+    assert segments.read_probe(NAME, tmp_path) == "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    assert not (tmp_path / NAME).exists()
+    assert segments.read_probe(NAME, tmp_path) is None  # gone: another host's, or taken
+    segments.write_segment(NAME, [b"not a token\n"], tmp_path)
+    assert segments.read_probe(NAME, tmp_path) is None
