@@ -214,7 +214,7 @@ class MetricsStore:
                 given without ``admin``).
             Unavailable: the database cannot be reached (nothing is stored).
         """
-        return self._add_keyed(list(reports), run_config_json, owner, admin, self._write_report)
+        return self.add_batch(list(reports), run_config_json, owner=owner, admin=admin)
 
     def _write_report(self, report: StoredReport) -> bool:
         for name, value in (("seed", report.seed), ("index", report.index)):
@@ -291,8 +291,7 @@ class MetricsStore:
                 is stored).
             PermissionDenied: a run belongs to another owner (as in ``add``).
         """
-        checked = [result.validate() for result in results]
-        return self._add_keyed(checked, run_config_json, owner, admin, self._write_task_result)
+        return self.add_batch(list(results), run_config_json, owner=owner, admin=admin)
 
     def _write_task_result(self, result: TaskResult) -> bool:
         role = self._db.execute("SELECT role FROM task_results WHERE run_id=? LIMIT 1", (result.run_id,)).fetchone()
@@ -318,22 +317,33 @@ class MetricsStore:
         )
         return True
 
-    def _add_keyed(
-        self, results: list[Any], run_config_json: str, owner: str | None, admin: bool,
-        write: Callable[[Any], bool],
+    def add_batch(
+        self, results: Iterable[StoredReport | TaskResult | CogResult], run_config_json: str = "", *,
+        owner: str | None = None, admin: bool = False,
     ) -> tuple[int, int]:
-        """Hold and configure each result's run, then ``write`` each result (True: stored,
-        False: a duplicate), all in one transaction; returns (stored, duplicates)."""
+        """Store episode reports, VTAB task results and CoG results together, all or none:
+        what one ``ReportMetrics`` request carries; returns (stored, duplicates).
+
+        Each kind is checked, deduplicated and refused as ``add``, ``add_task_results`` and
+        ``add_cog_results`` say, with the same ``run_config_json``, ``owner`` and ``admin``.
+        In one transaction: each result's run is created (or found), held until the
+        transaction ends, and checked for ownership; then configured once; then each result
+        is written (stored, or a duplicate).
+        """
+        checked = [result if isinstance(result, StoredReport) else result.validate() for result in results]
         config = _canonical_config(run_config_json) if run_config_json else None
-        run_ids = [validate_run_id(run_id) for run_id in dict.fromkeys(result.run_id for result in results)]
+        run_ids = [validate_run_id(run_id) for run_id in dict.fromkeys(result.run_id for result in checked)]
+        writers: dict[type, Callable[[Any], bool]] = {
+            StoredReport: self._write_report, TaskResult: self._write_task_result, CogResult: self._write_cog_result,
+        }
         stored = duplicates = 0
         with self._lock, self._db.transaction():
             self._hold_runs(run_ids, owner, admin)
             if config is not None:
                 for run_id in run_ids:
                     self._set_config_once(run_id, config)
-            for result in results:
-                if write(result):
+            for result in checked:
+                if writers[type(result)](result):
                     stored += 1
                 else:
                     duplicates += 1
@@ -357,8 +367,7 @@ class MetricsStore:
                 configuration for a configured run (nothing is stored).
             PermissionDenied: a run belongs to another owner (as in ``add``).
         """
-        checked = [result.validate() for result in results]
-        return self._add_keyed(checked, run_config_json, owner, admin, self._write_cog_result)
+        return self.add_batch(list(results), run_config_json, owner=owner, admin=admin)
 
     def _write_cog_result(self, result: CogResult) -> bool:
         row = self._db.execute(

@@ -515,15 +515,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         checked = [self._checked_report(report) for report in episodes]
         caller = auth.current_caller()  # None: no tokens, no owners; read tokens never get here
         owner, admin = caller and caller.name, caller is not None and caller.role is auth.Role.ADMIN
-        stored = duplicates = 0
-        if checked or not (tasks or cogs):
-            stored, duplicates = self.metrics.add(checked, request.run_config_json, owner=owner, admin=admin)
-        if tasks:
-            more, again = self.metrics.add_task_results(tasks, request.run_config_json, owner=owner, admin=admin)
-            stored, duplicates = stored + more, duplicates + again
-        if cogs:
-            more, again = self.metrics.add_cog_results(cogs, request.run_config_json, owner=owner, admin=admin)
-            stored, duplicates = stored + more, duplicates + again
+        # one transaction for the whole request, whatever protocols it mixes (metrics.store)
+        stored, duplicates = self.metrics.add_batch([*checked, *tasks, *cogs], request.run_config_json, owner=owner,
+                                                    admin=admin)
         return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
 
     def _checked_report(self, report: pb.MetricReport) -> StoredReport:

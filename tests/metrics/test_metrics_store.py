@@ -173,3 +173,20 @@ def test_version_2_database_is_migrated_to_owned_runs(tmp_path):
         store.add([_report(0, run="old")], owner="team-a")
     store.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_batch_mixing_protocols_is_stored_all_or_none(metrics_target):
+    from sampler_server.metrics.store import CogResult, TaskResult
+
+    store = MetricsStore(metrics_target)
+    store.add_cog_results([CogResult("mixed", "L1", 0, 1, 0.25, 5000)])
+    batch = [_report(0, run="mixed"), TaskResult("mixed", "svhn", "test", 0.5, 1000),
+             CogResult("mixed", "L1", 0, 1, 0.3, 5000)]
+    with pytest.raises(FailedPrecondition, match="^run 'mixed' already has a different result for CoG"):
+        store.add_batch(batch, '{"lr": 0.1}')  # what one ReportMetrics request carries
+    assert list(store.reports("mixed")) == [] and store.task_results("mixed") == []
+    assert store.run_config("mixed") == {}  # the configuration was rolled back with the rest
+    batch[-1] = CogResult("mixed", "L1", 0, 1, 0.25, 5000)
+    assert store.add_batch(batch, '{"lr": 0.1}') == (2, 1)
+    assert store.add_batch(batch) == (0, 3)
+    assert store.run_config("mixed") == {"lr": 0.1}
