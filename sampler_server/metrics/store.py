@@ -276,9 +276,9 @@ class MetricsStore:
     ) -> tuple[int, int]:
         """Store VTAB task results atomically; returns (stored, duplicates).
 
-        What ``ReportMetrics`` calls for VTAB tasks, with the same ``run_config_json``,
-        ``owner`` and ``admin`` as ``add``: the run is created and owned, and its
-        configuration kept once, exactly as for episode reports. A result whose key
+        What ``ReportMetrics`` stores for VTAB tasks (through ``add_batch``), with the
+        same ``run_config_json``, ``owner`` and ``admin`` as ``add``: the run is created
+        and owned, and its configuration kept once, exactly as for episode reports. A result whose key
         (run, task, split, regime, regime seed) is stored already counts as a duplicate
         when its accuracy, example count and role are equal, and is refused otherwise.
 
@@ -355,10 +355,10 @@ class MetricsStore:
     ) -> tuple[int, int]:
         """Store ImageNet-CoG results atomically; returns (stored, duplicates).
 
-        What ``ReportMetrics`` calls for protocol "cog", with the same ``run_config_json``,
-        ``owner`` and ``admin`` as ``add``. A result whose key (run, level, shots, seed)
-        is stored already counts as a duplicate when its accuracy, example count and
-        extras are all equal, and is refused otherwise.
+        What ``ReportMetrics`` stores for protocol "cog" (through ``add_batch``), with the
+        same ``run_config_json``, ``owner`` and ``admin`` as ``add``. A result whose key
+        (run, level, shots, seed) is stored already counts as a duplicate when its
+        accuracy, example count and extras are all equal, and is refused otherwise.
 
         Raises:
             InvalidArgument: a field outside what ``CogResult.validate`` allows (nothing

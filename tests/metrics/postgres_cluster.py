@@ -49,10 +49,11 @@ class Cluster:
     def __init__(self, binaries: Path) -> None:
         self.binaries = binaries
         self.port = _free_port()
-        self.folder = Path(tempfile.mkdtemp(prefix="sampler-pg-"))  # under /tmp: the postgres user reaches it
+        root = os.geteuid() == 0
+        self.folder = Path(tempfile.mkdtemp(prefix="sampler-pg-", dir="/tmp" if root else None))  # postgres reaches it
         self.data = self.folder / "data"
         self._user: dict[str, Any] = {}
-        if os.geteuid() == 0:
+        if root:
             import pwd
 
             try:
