@@ -1,0 +1,165 @@
+"""Shape buckets in the PyTorch trainer are exact: a padded step's loss, gradients and
+batch-norm statistics equal the unpadded step's (float32 tightly, bf16 autocast within
+its precision) for conv4 and ResNet-18; evaluation predicts the same; a bucketed run
+and an unbucketed run of the same seed follow the same training curve on the same
+episodes; and the run configuration records the setting."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.nn import functional as F  # noqa: E402
+
+from clients.buckets import Ladder, pack_episode  # noqa: E402
+from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
+from clients.torch.models import ProtoNet, build_backbone, to_input  # noqa: E402
+from clients.torch.staging import Stager  # noqa: E402
+from clients.torch.trainer import TorchFramework, main  # noqa: E402
+from clients.trainer_args import parse_args  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _episode(seed: int, support: int, query: int, ways: int, size: int = 32) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (support + query, size, size, 3), dtype=torch.uint8, generator=generator)
+    labels = torch.cat([torch.arange(support) % ways, torch.randint(0, ways, (query,), generator=generator)])
+    return images[:support], labels[:support], images[support:], labels[support:]
+
+
+def _step(model: ProtoNet, episode: tuple[torch.Tensor, ...], ways: int, padded_rows: int | None, autocast: bool,
+          count_valid_rows: bool = True) -> torch.Tensor:
+    """One training forward + backward: unpadded (``padded_rows`` None, the plain
+    ``ProtoNet.forward``) or in the bucketed layout of ``padded_rows`` rows."""
+    support, support_labels, query, query_labels = episode
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        if padded_rows is None:
+            logits = model(to_input(support, CPU), support_labels, to_input(query, CPU), ways)
+            labels = query_labels
+        else:
+            ns, nq = len(support), len(query)
+            images = torch.zeros((padded_rows, *support.shape[1:]), dtype=torch.uint8)
+            images[:ns], images[ns:ns + nq] = support, query
+            all_labels = torch.zeros(padded_rows, dtype=torch.int64)
+            all_labels[:ns], all_labels[ns:ns + nq] = support_labels, query_labels
+            if count_valid_rows:
+                logits, labels = model.packed(to_input(images, CPU), all_labels, ns, nq, ways)
+            else:  # the control: plain batch norm over the padded batch
+                embedded = model.backbone(to_input(images, CPU)).float()
+                logits = ProtoNet._logits(embedded, support_labels, ns, nq, ways)
+                labels = query_labels
+    loss = F.cross_entropy(logits.float(), labels)
+    loss.backward()
+    return loss.detach()
+
+
+def _relative_gradient_error(a: ProtoNet, b: ProtoNet) -> float:
+    return max(float((p.grad - q.grad).norm() / p.grad.norm().clamp_min(1e-12))
+               for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
+@pytest.mark.parametrize(("autocast", "tolerance"), [(False, 2e-5), (True, 2e-3)])
+def test_padded_step_equals_unpadded_step(backbone: str, autocast: bool, tolerance: float):
+    torch.manual_seed(0)
+    reference = ProtoNet(build_backbone(backbone, 32))
+    padded = copy.deepcopy(reference)
+    control = copy.deepcopy(reference)
+    ways, episode = 5, _episode(1, 13, 15, 5)
+    rows = Ladder(cap=1000).size(28) + 8  # 40 rows: 12 of them padding
+
+    loss = _step(reference, episode, ways, None, autocast)
+    padded_loss = _step(padded, episode, ways, rows, autocast)
+    control_loss = _step(control, episode, ways, rows, autocast, count_valid_rows=False)
+
+    assert float(padded_loss) == pytest.approx(float(loss), rel=tolerance)
+    assert _relative_gradient_error(reference, padded) < tolerance
+    for (name, buffer), (_, other) in zip(reference.named_buffers(), padded.named_buffers(), strict=True):
+        assert torch.allclose(buffer.float(), other.float(), rtol=1e-5, atol=1e-6), name  # running statistics
+    # without counting only the valid rows, padding changes what is learned: the test can tell
+    assert abs(float(control_loss) - float(loss)) > 100 * tolerance * abs(float(loss)) or \
+        _relative_gradient_error(reference, control) > 10 * tolerance
+    assert any(not torch.allclose(b.float(), c.float(), rtol=1e-3)
+               for b, c in zip(reference.buffers(), control.buffers(), strict=True))
+
+
+def _framework(served, buckets: str, backbone: str = "conv4", seed: int = 0) -> TorchFramework:
+    framework = TorchFramework(parse_args("torch", ["--server", served.address, "--run", "r", "--sources", "folder",
+                                                    "--image-size", "32", "--backbone", backbone, "--seed", str(seed),
+                                                    "--shape-buckets", buckets]))
+    framework.build(0)
+    return framework
+
+
+@pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
+def test_evaluation_predicts_the_same_with_buckets(served, backbone: str):
+    on, off = _framework(served, "on", backbone), _framework(served, "off", backbone)
+    with SamplerClient(served.address) as client:
+        train = list(client.episodes(EpisodeSpec(sources=("folder",), split="train", image_size=32), 0, 1))
+        test = list(client.episodes(EpisodeSpec(sources=("folder",), split="test", image_size=32), 0, 4))
+    for episode in train:  # batch-norm statistics that are not the initial ones
+        on.train_step(episode)
+        off.train_step(episode)
+    padded = 0
+    for episode in test:
+        predicted_on, loss_on = on.evaluate(episode)
+        predicted_off, loss_off = off.evaluate(episode)
+        assert np.array_equal(predicted_on, predicted_off)
+        assert loss_on == pytest.approx(loss_off, rel=1e-4)
+        padded += on._inline_stager.stage(episode).padded
+    assert padded > 0 and on.shapes and all(shape[0] % 8 == 0 for shape in on.shapes)
+
+
+def test_stager_layout_on_cpu(served):
+    with SamplerClient(served.address) as client:
+        episode = client.episode(EpisodeSpec(sources=("folder",), split="train", image_size=32), 3)
+    staged = Stager(CPU, buckets=True).stage(episode).ready()
+    expected = pack_episode(episode, Ladder(cap=1000))
+    assert staged.images.dtype == torch.uint8 and staged.labels.dtype == torch.int64
+    assert np.array_equal(staged.images.numpy(), expected.images)
+    assert np.array_equal(staged.labels.numpy(), expected.labels)
+    assert (staged.support, staged.query, staged.ways, staged.index) == (len(episode.support_images),
+                                                                       len(episode.query_images), episode.ways, 3)
+    plain = Stager(CPU, buckets=False).stage(episode)
+    assert not plain.padded and plain.images.shape[0] == staged.rows
+
+
+def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
+    summary = tmp_path / f"{run_id}.json"
+    assert main(["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "32",
+                 "--train-episodes", "6", "--eval-episodes", "2", "--log-every", "1", "--seed", "5",
+                 "--json-summary", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+@pytest.mark.slow
+def test_bucketed_run_follows_the_unbucketed_curve(served, tmp_path):
+    """Same seed, same episodes (MD variable shapes): the per-episode losses agree within
+    float tolerance, the evaluation is the same, and fewer shapes were met."""
+    on = _run(served, tmp_path, "torch-buckets-on", "--shape-buckets", "on")
+    off = _run(served, tmp_path, "torch-buckets-off")  # auto on CPU: off
+    curve_on, curve_off = np.array(on["train"]["curve"]), np.array(off["train"]["curve"])
+    assert curve_on.shape == curve_off.shape == (6, 3)
+    assert np.array_equal(curve_on[:, 0], np.arange(1, 7))
+    assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
+    assert np.abs(curve_on[:, 2] - curve_off[:, 2]).max() <= 1 / 30 + 1e-6  # at most one query of an episode
+    assert on["eval"]["folder"]["mean_accuracy"] == pytest.approx(off["eval"]["folder"]["mean_accuracy"])
+    assert on["train"]["distinct_shapes"] < off["train"]["distinct_shapes"]
+    assert (on["config"]["shape_buckets"], on["config"]["requested_shape_buckets"]) == ("on", "on")
+    assert (off["config"]["shape_buckets"], off["config"]["requested_shape_buckets"]) == ("off", "auto")
