@@ -1,0 +1,240 @@
+"""Episodic training on one GPU: what the model allows against what the trainer gets.
+
+For ProtoNet conv4 at 84 px and ResNet-18 at 126 px (MD variable-way variable-shot
+training episodes; bf16 autocast on CUDA), with ``--shape-buckets`` on and off, it
+prints per configuration:
+- model-only episodes/s: the trainer's step over a fixed set of episodes already on
+  the device, first pass (shapes new to the process) and second pass (shapes seen);
+- end-to-end episodes/s: ``python -m clients.torch`` training on the same episodes
+  through a real ``sampler-server serve`` (overall, and over the last window of
+  ``--window`` episodes);
+- the ratio end-to-end (last window) / model-only second pass (target: at least 0.8);
+- the data-wait share of step time after the first episode (target: under 5%), the
+  first episode's wait (target: under 1 s) and the distinct input shapes met.
+The stores are generated and packed here: ``--classes`` x ``--per-class`` JPEGs packed
+raw at each model's side (``--raw-size``: decoded pixels, the server only copies
+them; the same source images, so the same episodes at 84 and 126 px). Each
+measurement runs in a fresh process, so no run profits from another's cuDNN plans.
+
+Run on a GPU: ``.venv/bin/python bench/gpu_train.py`` (defaults as issue 13: 600
+episodes, 200 classes x 40 images, raw 126 px). A CPU smoke run:
+``.venv/bin/python bench/gpu_train.py --device cpu --episodes 4 --classes 20 --per-class 10 --models conv4:32``.
+Dependencies: torch, numpy, grpcio, lmdb, Pillow and this repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+STORE = "bench_raw{size}"
+_RATE = re.compile(r"episode (\d+)/\d+: .*?; ([0-9.]+) episodes/s")
+
+
+def make_stores(work: Path, classes: int, per_class: int, sizes: set[int]) -> Path:
+    """JPEGs in the image_folder layout (150-190 px, class-coloured), packed raw at each size."""
+    from sampler_server.fixtures.base import class_image, rng_for
+    from sampler_server.pack import sources
+    from sampler_server.pack.pipeline import PackOptions, run_pack
+    from sampler_server.pack.plan import ConverterOptions
+
+    original = work / "original"
+    for c in range(classes):
+        directory = original / f"class_{c:03d}"
+        directory.mkdir(parents=True)
+        rng = rng_for("gpu-train-bench", 0, c)
+        for i in range(per_class):
+            size = (int(rng.randint(150, 190)), int(rng.randint(150, 190)))
+            class_image(c, rng, size).save(directory / f"{i:04d}.jpg", quality=90)
+    data = work / "data"
+    plan = sources.get_converter("image_folder").plan(original, ConverterOptions())
+    for size in sorted(sizes):
+        run_pack(plan, data, PackOptions(name=STORE.format(size=size), raw_size=size, progress=False))
+    shutil.rmtree(original)
+    return data
+
+
+def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0", "--workers", str(workers)],
+        stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        raise RuntimeError(f"server did not start: {line!r}")
+    return process, line.split()[2]
+
+
+def trainer_argv(address: str, backbone: str, size: int, buckets: str, episodes: int, device: str,
+                 log_every: int) -> list[str]:
+    return ["--server", address, "--run", f"gpu-bench-{backbone}-{size}-{buckets}", "--sources", STORE.format(size=size),
+            "--image-size", str(size), "--backbone", backbone, "--train-episodes", str(episodes),
+            "--eval-episodes", "0", "--shape-buckets", buckets, "--device", device, "--log-every", str(log_every)]
+
+
+# ---- children: one measurement each, in a fresh process -----------------------------------
+
+
+def child_model(args: argparse.Namespace) -> dict:
+    """The trainer's step on episodes 0..N-1 held on the device: two timed passes."""
+    import torch
+
+    from clients.core import EpisodeSpec, SamplerClient
+    from clients.torch.trainer import TorchFramework
+    from clients.trainer_args import parse_args
+
+    framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.bucket,
+                                                                args.episodes, args.device, args.episodes)))
+    spec = EpisodeSpec(sources=(STORE.format(size=args.size),), split="train", seed=0, image_size=args.size)
+    with SamplerClient(args.address, prefetch=4) as client:
+        staged = [framework.stage(episode) for episode in client.episodes(spec, 0, args.episodes)]
+    cuda = framework.torch_device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    framework.build(0)
+    sync()
+    rates, losses = [], []
+    for _ in range(2):
+        started = time.perf_counter()
+        for item in staged:
+            losses.append(framework.train_step(item)[0])
+        sync()
+        rates.append(len(staged) / (time.perf_counter() - started))
+    framework.to_floats(losses)
+    images = sum(item.rows for item in staged) / len(staged)
+    padded = sum(item.images.shape[0] for item in staged) / len(staged)
+    return {"model_first": rates[0], "model_second": rates[1], "shapes": len(framework.shapes),
+            "mean_images": images, "mean_rows": padded,
+            "device": torch.cuda.get_device_name() if cuda else "cpu"}
+
+
+def child_e2e(args: argparse.Namespace) -> dict:
+    """``python -m clients.torch`` as a user runs it; its summary and its last window's rate."""
+    with tempfile.TemporaryDirectory() as scratch:
+        summary_path = Path(scratch) / "summary.json"
+        argv = [sys.executable, "-m", "clients.torch",
+                *trainer_argv(args.address, args.backbone, args.size, args.bucket, args.episodes, args.device,
+                              args.window), "--json-summary", str(summary_path)]
+        done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"trainer exited {done.returncode}: {done.stderr[-2000:]}")
+        train = json.loads(summary_path.read_text())["train"]
+    windows = [(int(m.group(1)), float(m.group(2))) for m in _RATE.finditer(done.stderr)]
+    after_first = max(train["seconds"] - train["first_wait_seconds"], 1e-9)
+    return {"e2e": train["steps_per_s"], "e2e_last": windows[-1][1] if windows else train["steps_per_s"],
+            "wait_after_first": (train["data_wait_seconds"] - train["first_wait_seconds"]) / after_first,
+            "first_wait": train["first_wait_seconds"], "e2e_shapes": train["distinct_shapes"]}
+
+
+# ---- the parent: store, server, children, table ---------------------------------------------
+
+
+def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, size: int, buckets: str) -> dict:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
+            backbone, "--size", str(size), "--bucket", buckets, "--episodes", str(args.episodes), "--device",
+            args.device, "--window", str(args.window)]
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} {backbone} {size}px buckets {buckets} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=600, help="training episodes per measurement")
+    parser.add_argument("--window", type=int, default=100, help="episodes in the end-to-end rate's last window")
+    parser.add_argument("--models", nargs="+", default=["conv4:84", "resnet18:126"], metavar="BACKBONE:PX")
+    parser.add_argument("--buckets", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--classes", type=int, default=200)
+    parser.add_argument("--per-class", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="serve --workers")
+    parser.add_argument("--child", choices=["model", "e2e"], help=argparse.SUPPRESS)
+    parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--backbone", help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--bucket", choices=["on", "off"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.episodes < 1 or args.window < 1:
+        parser.error(f"--episodes/--window: got {args.episodes}/{args.window}, expected at least 1")
+    for model in args.models:
+        backbone, _, size = model.partition(":")
+        if backbone not in ("conv4", "resnet18") or not size.isdigit():
+            parser.error(f"--models: got {model!r}, expected conv4:PX or resnet18:PX")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.child:
+        result = child_model(args) if args.child == "model" else child_e2e(args)
+        print(json.dumps(result))
+        return 0
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_train: --device cuda, but torch finds no CUDA device (use --device cpu)", file=sys.stderr)
+            return 2
+    work = Path(tempfile.mkdtemp(prefix="gpu-train-bench-"))
+    rows = []
+    try:
+        started = time.perf_counter()
+        sizes = {int(model.partition(":")[2]) for model in args.models}
+        data = make_stores(work, args.classes, args.per_class, sizes)
+        print(f"stores: {args.classes} classes x {args.per_class} images, raw at "
+              f"{', '.join(map(str, sorted(sizes)))} px, packed in "
+              f"{time.perf_counter() - started:.1f} s; serve --workers {args.workers} on {os.cpu_count()} cores; "
+              f"{args.episodes} MD variable training episodes per measurement", flush=True)
+        process, address = start_server(data, args.workers)
+        try:
+            for model in args.models:
+                backbone, _, size = model.partition(":")
+                for buckets in args.buckets:
+                    result = {**run_child("model", args, address, backbone, int(size), buckets),
+                              **run_child("e2e", args, address, backbone, int(size), buckets)}
+                    rows.append((backbone, int(size), buckets, result))
+                    print(f"{backbone} {size}px buckets {buckets} on {result['device']}: model-only "
+                          f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s (first / second pass), "
+                          f"end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
+                          f"{result['e2e_last'] / result['model_second']:.2f}; data wait after the first episode "
+                          f"{result['wait_after_first']:.1%}; first episode waited {result['first_wait']:.2f} s; "
+                          f"{result['shapes']} distinct shapes ({result['mean_images']:.0f} images per episode, "
+                          f"{result['mean_rows']:.0f} rows fed)", flush=True)
+        finally:
+            process.terminate()
+            process.wait()
+            log = (data / "server.log").read_text()
+            if "Traceback" in log:
+                print(log[log.index("Traceback"):][:3000], file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print()
+    print(f"{'backbone':9} {'px':>4} {'buckets':7} {'model 1st':>9} {'model 2nd':>9} {'e2e':>7} {'e2e last':>8} "
+          f"{'ratio':>6} {'wait':>6} {'1st wait':>8} {'shapes':>6}")
+    for backbone, size, buckets, r in rows:
+        print(f"{backbone:9} {size:>4} {buckets:7} {r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} "
+              f"{r['e2e_last']:8.1f} {r['e2e_last'] / r['model_second']:6.2f} {r['wait_after_first']:6.1%} "
+              f"{r['first_wait']:7.2f}s {r['shapes']:6d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
