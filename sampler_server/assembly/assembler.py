@@ -349,16 +349,25 @@ class Assembler:
     def warm_up(self, wait: bool = True) -> None:
         """Start every worker now, so the first request does not pay for it. With
         ``wait=False`` the workers start while the caller goes on (a server opens its
-        port meanwhile); requests that arrive first queue behind the start-up."""
+        port meanwhile): even the submits run on a thread of their own, since each
+        waits for the forkserver, which may still be importing the workers' modules;
+        requests that arrive first queue behind the start-up."""
+        if not wait:
+            threading.Thread(target=self._start_workers, name="decode-warm-up", daemon=True).start()
+            return
+        futures.wait(self._start_workers())
+
+    def _start_workers(self) -> list[futures.Future]:
         pool = self._pool
-        if pool is not None:
-            try:
-                started = [pool.submit(_sleep_and_pid, worker) for worker in range(self.workers)]
-            except BrokenProcessPool:
-                self._replace_pool(pool)
-                return
-            if wait:
-                futures.wait(started)
+        if pool is None:
+            return []
+        try:
+            return [pool.submit(_sleep_and_pid, worker) for worker in range(self.workers)]
+        except BrokenProcessPool:
+            self._replace_pool(pool)
+        except RuntimeError:  # closed meanwhile (a server stopped at once): nothing to start
+            pass
+        return []
 
     def close(self) -> None:
         with self._pool_lock:
