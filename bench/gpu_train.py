@@ -67,7 +67,8 @@ def make_stores(work: Path, classes: int, per_class: int, sizes: set[int]) -> Pa
 
 def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0", "--workers", str(workers)],
+        [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0",
+         "--workers", str(workers)],
         stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
@@ -79,7 +80,8 @@ def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str]:
 
 def trainer_argv(address: str, backbone: str, size: int, buckets: str, episodes: int, device: str,
                  log_every: int) -> list[str]:
-    return ["--server", address, "--run", f"gpu-bench-{backbone}-{size}-{buckets}", "--sources", STORE.format(size=size),
+    return ["--server", address, "--run", f"gpu-bench-{backbone}-{size}-{buckets}",
+            "--sources", STORE.format(size=size),
             "--image-size", str(size), "--backbone", backbone, "--train-episodes", str(episodes),
             "--eval-episodes", "0", "--shape-buckets", buckets, "--device", device, "--log-every", str(log_every)]
 
@@ -212,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                               **run_child("e2e", args, address, backbone, int(size), buckets)}
                     rows.append((backbone, int(size), buckets, result))
                     print(f"{backbone} {size}px buckets {buckets} on {result['device']}: model-only "
-                          f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s (first / second pass), "
+                          f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
+                          "(first / second pass), "
                           f"end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
                           f"{result['e2e_last'] / result['model_second']:.2f}; data wait after the first episode "
                           f"{result['wait_after_first']:.1%}; first episode waited {result['first_wait']:.2f} s; "

@@ -204,7 +204,8 @@ def pack_episode(episode: Any, ladder: Ladder | None) -> PackedEpisode:
     images = np.empty((size, *support.shape[1:]), dtype=np.uint8)
     labels = np.empty((size,), dtype=np.int64)
     pack_into(images, labels, support, episode.support_labels, query, episode.query_labels)
-    return PackedEpisode(images, labels, len(support), len(query), int(episode.ways), int(getattr(episode, "index", -1)))
+    return PackedEpisode(images, labels, len(support), len(query), int(episode.ways),
+                         int(getattr(episode, "index", -1)))
 
 
 def distinct_sizes(ladder: Ladder, totals: Sequence[int]) -> int:

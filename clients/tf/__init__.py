@@ -15,9 +15,10 @@ from clients.tf.dataset import (  # noqa: E402
     batch_signature,
     episode_dataset,
     episode_signature,
+    packed_episode_signature,
     task_batch_dataset,
     task_episode_to_tf,
 )
 
 __all__ = ["BatchSource", "EpisodeSource", "batch_dataset", "batch_signature", "episode_dataset",
-           "episode_signature", "task_batch_dataset", "task_episode_to_tf"]
+           "episode_signature", "packed_episode_signature", "task_batch_dataset", "task_episode_to_tf"]

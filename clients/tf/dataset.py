@@ -8,6 +8,12 @@ Elements (dicts of tensors):
   ``fingerprint`` / ``source`` tf.string, ``ways`` tf.int32 and ``request``
   tf.string (the serialised request: an element can be passed to
   ``SamplerClient.report_episode`` as it is).
+- episodes with ``shape_buckets=True`` (``packed_episode_signature``): the episode in
+  the bucketed layout (``clients.buckets``): ``images`` tf.uint8 [B, S, S, 3] (support
+  rows, query rows, zero padding up to one of a few sizes), ``labels`` tf.int64 [B],
+  ``support`` / ``query`` tf.int32 (the valid rows), ``query_labels`` (for reports) and
+  the scalars above; a step that slices the valid rows (and counts only them in batch
+  norm: ``clients.tf.models.valid_rows``) learns exactly what the unpadded one would.
 - batches: ``images`` tf.uint8 [B, S, S, 3], ``labels`` tf.int64 [B] with values
   0 .. num_classes - 1, ``index`` tf.int64, ``num_classes`` tf.int32.
 
@@ -29,6 +35,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.core import EpisodeSpec, SamplerClient, batch_request, shard_window
 from clients.state import StreamCursor
 
@@ -46,6 +53,19 @@ def episode_signature(image_size: int) -> dict[str, tf.TensorSpec]:
         "source": tf.TensorSpec(shape=(), dtype=tf.string),
         "ways": tf.TensorSpec(shape=(), dtype=tf.int32),
         "request": tf.TensorSpec(shape=(), dtype=tf.string),
+    }
+
+
+def packed_episode_signature(image_size: int) -> dict[str, tf.TensorSpec]:
+    """Elements of ``EpisodeSource(..., shape_buckets=True)``."""
+    scalars = {key: spec for key, spec in episode_signature(image_size).items() if not spec.shape.rank}
+    return {
+        "images": tf.TensorSpec(shape=(None, image_size, image_size, 3), dtype=tf.uint8),
+        "labels": tf.TensorSpec(shape=(None,), dtype=tf.int64),
+        "support": tf.TensorSpec(shape=(), dtype=tf.int32),
+        "query": tf.TensorSpec(shape=(), dtype=tf.int32),
+        "query_labels": tf.TensorSpec(shape=(None,), dtype=tf.int64),
+        **scalars,
     }
 
 
@@ -87,39 +107,47 @@ class _Source:
 
 class EpisodeSource(_Source):
     """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request;
-    ``dataset()`` makes the ``tf.data.Dataset`` of this shard from the next index."""
+    ``dataset()`` makes the ``tf.data.Dataset`` of this shard from the next index;
+    ``shape_buckets``: elements in the bucketed layout (see the module docstring)."""
 
     kind = "episodes"
 
     def __init__(self, address: str, spec: EpisodeSpec, *, start: int = 0, count: int = 0, shard: int = 0,
-                 num_shards: int = 1, prefetch: int = 2, client_options: Mapping[str, Any] | None = None) -> None:
+                 num_shards: int = 1, prefetch: int = 2, client_options: Mapping[str, Any] | None = None,
+                 shape_buckets: bool = False) -> None:
         self.spec = spec
         self.prefetch = prefetch
+        self.ladder = Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request())) if shape_buckets else None
         super().__init__(address, spec.to_request(), start, count, shard, num_shards, client_options)
 
     def dataset(self) -> tf.data.Dataset:
         first, mine, step = self._window()
         address, spec, prefetch, options = self.address, self.spec, self.prefetch, self.client_options
         request = spec.to_request().SerializeToString()
+        ladder = self.ladder
 
         def generate() -> Iterator[dict[str, Any]]:
             if mine < 0:
                 return
             with SamplerClient(address, prefetch=prefetch, **options) as client:
                 for episode in client.episodes(spec, first, mine, step):
+                    scalars = {"index": np.int64(episode.index), "fingerprint": episode.fingerprint.encode(),
+                               "source": episode.source.encode(), "ways": np.int32(episode.ways), "request": request}
+                    if ladder is not None:
+                        packed = pack_episode(episode, ladder)
+                        yield {"images": packed.images, "labels": packed.labels, "support": np.int32(packed.support),
+                               "query": np.int32(packed.query), "query_labels": episode.query_labels, **scalars}
+                        continue
                     yield {
                         "support_images": episode.support_images,
                         "support_labels": episode.support_labels,
                         "query_images": episode.query_images,
                         "query_labels": episode.query_labels,
-                        "index": np.int64(episode.index),
-                        "fingerprint": episode.fingerprint.encode(),
-                        "source": episode.source.encode(),
-                        "ways": np.int32(episode.ways),
-                        "request": request,
+                        **scalars,
                     }
 
-        return tf.data.Dataset.from_generator(generate, output_signature=episode_signature(spec.image_size))
+        signature = (episode_signature if ladder is None else packed_episode_signature)(spec.image_size)
+        return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
 
 class BatchSource(_Source):
@@ -156,12 +184,12 @@ class BatchSource(_Source):
 
 
 def episode_dataset(address: str, spec: EpisodeSpec, *, start: int = 0, count: int = 0, shard: int = 0,
-                    num_shards: int = 1, prefetch: int = 2,
-                    client_options: Mapping[str, Any] | None = None) -> tf.data.Dataset:
+                    num_shards: int = 1, prefetch: int = 2, client_options: Mapping[str, Any] | None = None,
+                    shape_buckets: bool = False) -> tf.data.Dataset:
     """Episodes start .. start + count - 1 (count 0 = unbounded) of this shard
     (``EpisodeSource(...).dataset()``; use ``EpisodeSource`` to resume)."""
     return EpisodeSource(address, spec, start=start, count=count, shard=shard, num_shards=num_shards,
-                         prefetch=prefetch, client_options=client_options).dataset()
+                         prefetch=prefetch, client_options=client_options, shape_buckets=shape_buckets).dataset()
 
 
 def batch_dataset(address: str, source: str, split: str, batch_size: int, *, seed: int = 0, start: int = 0,

@@ -7,9 +7,10 @@ from clients.torch.dataset import (
     TaskBatchDataset,
     batch_to_torch,
     episode_to_torch,
+    packed_episode_to_torch,
     task_batch_to_torch,
     task_episode_to_torch,
 )
 
 __all__ = ["BatchDataset", "EpisodeDataset", "TaskBatchDataset", "batch_to_torch", "episode_to_torch",
-           "task_batch_to_torch", "task_episode_to_torch"]
+           "packed_episode_to_torch", "task_batch_to_torch", "task_episode_to_torch"]

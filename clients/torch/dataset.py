@@ -9,6 +9,12 @@ Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or 
   (int) and ``request`` (bytes: the serialised request it came from, plain bytes so
   items cross DataLoader worker processes): the item itself can be passed to
   ``SamplerClient.report_episode``.
+- ``EpisodeDataset(..., shape_buckets=True)``: the same keys, plus the episode in the
+  bucketed layout (``clients.buckets``): ``images`` uint8 [B, S, S, 3] (support rows,
+  query rows, zero padding up to one of a few sizes), ``labels`` int64 [B], and the
+  counts ``support`` and ``query``; the four support/query tensors are views of them.
+  Feed it to ``clients.torch.models.ProtoNet.packed``: the padding changes nothing
+  learned, and a GPU meets a few dozen shapes instead of one per episode.
 - ``BatchDataset``: ``images`` torch.uint8 [B, S, S, 3], ``labels`` torch.int64 [B]
   with values 0 .. num_classes - 1, ``index``, ``fingerprint``, ``num_classes``.
 
@@ -35,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.core import (
     BatchArrays,
     EpisodeArrays,
@@ -63,6 +70,21 @@ def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
         "fingerprint": episode.fingerprint,
         "source": episode.source,
         "ways": episode.ways,
+        "request": episode.request.SerializeToString() if episode.request is not None else b"",
+    }
+
+
+def packed_episode_to_torch(episode: EpisodeArrays, ladder: Ladder | None) -> dict[str, Any]:
+    """An episode as ``EpisodeDataset(..., shape_buckets=True)`` yields it (padded to
+    ``ladder``'s bucket; None: no padding rows)."""
+    packed = pack_episode(episode, ladder)
+    images, labels = torch.from_numpy(packed.images), torch.from_numpy(packed.labels)
+    support, rows = packed.support, packed.rows
+    return {
+        "images": images, "labels": labels, "support": support, "query": packed.query,
+        "support_images": images[:support], "support_labels": labels[:support],
+        "query_images": images[support:rows], "query_labels": labels[support:rows],
+        "index": episode.index, "fingerprint": episode.fingerprint, "source": episode.source, "ways": episode.ways,
         "request": episode.request.SerializeToString() if episode.request is not None else b"",
     }
 
@@ -138,7 +160,8 @@ class _Resumable(IterableDataset):
 
 
 class EpisodeDataset(_Resumable):
-    """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request."""
+    """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request;
+    ``shape_buckets``: also in the bucketed layout (see the module docstring)."""
 
     kind = "episodes"
 
@@ -153,9 +176,11 @@ class EpisodeDataset(_Resumable):
         world_size: int | None = None,
         prefetch: int = 2,
         client_options: dict[str, Any] | None = None,
+        shape_buckets: bool = False,
     ) -> None:
         self.spec = spec
         self.prefetch = prefetch
+        self.ladder = Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request())) if shape_buckets else None
         super().__init__(address, spec.to_request(), start, count, rank, world_size, client_options)
 
     def _client(self) -> SamplerClient:
@@ -163,7 +188,7 @@ class EpisodeDataset(_Resumable):
 
     def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[dict[str, Any]]:
         for episode in client.episodes(self.spec, start, count, step):
-            yield episode_to_torch(episode)
+            yield episode_to_torch(episode) if self.ladder is None else packed_episode_to_torch(episode, self.ladder)
 
 
 class BatchDataset(_Resumable):

@@ -91,7 +91,8 @@ class Stager:
         request = getattr(episode, "request", None)
         key = request.SerializeToString() if request is not None else b""
         if key not in self._ladders:
-            self._ladders[key] = Ladder.for_bounds(EpisodeBounds.of_request(request)) if request is not None else Ladder()
+            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(request)) if request is not None
+                                  else Ladder())
         return self._ladders[key]
 
     def stage(self, episode: Any) -> StagedEpisode:
@@ -140,7 +141,8 @@ class Stager:
             event = torch.cuda.Event()
             event.record(self._stream)
         slot.event = event
-        return StagedEpisode(images, device_labels, ns, nq, int(episode.ways), int(getattr(episode, "index", -1)), event)
+        return StagedEpisode(images, device_labels, ns, nq, int(episode.ways), int(getattr(episode, "index", -1)),
+                             event)
 
 
 def stage_arrays(images: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -113,3 +113,24 @@ def test_bucketed_run_follows_the_unbucketed_curve(served, tmp_path):
     assert on["eval"]["folder"]["mean_accuracy"] == pytest.approx(off["eval"]["folder"]["mean_accuracy"])
     assert on["train"]["distinct_shapes"] < off["train"]["distinct_shapes"]
     assert (on["config"]["shape_buckets"], off["config"]["shape_buckets"]) == ("on", "off")
+
+
+def test_adapter_yields_the_bucketed_layout(served):
+    from clients.buckets import Ladder
+    from clients.reporting import episode_report
+    from clients.tf import EpisodeSource
+
+    spec = EpisodeSpec(sources=("folder",), split="train", image_size=32)
+    plain = list(EpisodeSource(served.address, spec, count=3).dataset().as_numpy_iterator())
+    packed = list(EpisodeSource(served.address, spec, count=3, shape_buckets=True).dataset().as_numpy_iterator())
+    ladder = Ladder(cap=1000)
+    for item, bucketed in zip(plain, packed, strict=True):
+        ns, nq = int(bucketed["support"]), int(bucketed["query"])
+        assert (ns, nq) == (len(item["support_images"]), len(item["query_images"]))
+        assert bucketed["images"].shape == (ladder.size(ns + nq), 32, 32, 3)
+        assert np.array_equal(bucketed["images"][:ns], item["support_images"])
+        assert np.array_equal(bucketed["images"][ns:ns + nq], item["query_images"])
+        assert np.array_equal(bucketed["labels"][ns:ns + nq], item["query_labels"])
+        assert not bucketed["images"][ns + nq:].any()
+        report = episode_report("r", bucketed, bucketed["query_labels"])
+        assert report.metrics["accuracy"] == 1.0 and report.index == item["index"]

@@ -163,3 +163,24 @@ def test_bucketed_run_follows_the_unbucketed_curve(served, tmp_path):
     assert on["train"]["distinct_shapes"] < off["train"]["distinct_shapes"]
     assert (on["config"]["shape_buckets"], on["config"]["requested_shape_buckets"]) == ("on", "on")
     assert (off["config"]["shape_buckets"], off["config"]["requested_shape_buckets"]) == ("off", "auto")
+
+
+def test_adapter_yields_the_bucketed_layout(served):
+    from clients.reporting import episode_report
+    from clients.torch import EpisodeDataset
+
+    spec = EpisodeSpec(sources=("folder",), split="train", image_size=32)
+    plain = list(EpisodeDataset(served.address, spec, count=3))
+    packed = list(EpisodeDataset(served.address, spec, count=3, shape_buckets=True))
+    ladder = Ladder(cap=1000)
+    for item, bucketed in zip(plain, packed, strict=True):
+        rows = len(item["support_images"]) + len(item["query_images"])
+        assert (bucketed["support"], bucketed["query"]) == (len(item["support_images"]), len(item["query_images"]))
+        assert bucketed["images"].shape == (ladder.size(rows), 32, 32, 3)
+        assert bucketed["labels"].shape == (ladder.size(rows),)
+        for key in ("support_images", "support_labels", "query_images", "query_labels"):
+            assert torch.equal(item[key], bucketed[key]), key
+        assert not bucketed["images"][rows:].any() and not bucketed["labels"][rows:].any()
+        assert bucketed["query_images"].data_ptr() == bucketed["images"][bucketed["support"]:].data_ptr()  # a view
+        report = episode_report("r", bucketed, bucketed["query_labels"].numpy())
+        assert report.metrics["accuracy"] == 1.0 and report.fingerprint == item["fingerprint"]
