@@ -107,8 +107,8 @@ class PostgresDatabase:
         return self._connection
 
     def _unavailable(self, error: BaseException) -> Unavailable:
-        return Unavailable(f"metrics database {self.name} unreachable ({_one_line(error)}); reports are not "
-                           "stored meanwhile: retry later")
+        return Unavailable(f"metrics database {self.name} unreachable ({_one_line(error)}); nothing was stored "
+                           "or read: retry later")
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         assert "%" not in sql, sql  # the rules' SQL has ? placeholders and no literal %
