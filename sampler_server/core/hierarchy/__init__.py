@@ -8,6 +8,8 @@ Modules:
 - ``wordnet``: the noun is-a graph (parser, shipped derived file, loader).
 - ``build_wordnet``: regenerates the shipped file from Debian's ``wordnet-base``.
 - ``imagenet``: the Meta-Dataset ImageNet split and its eligible internal nodes.
+- ``precomputed``: that split computed at pack time, as verified bytes a server reads
+  without WordNet.
 - ``omniglot``: alphabet -> character hierarchy and its Meta-Dataset split.
 """
 
