@@ -52,7 +52,7 @@ class Cluster:
         root = os.geteuid() == 0
         self.folder = Path(tempfile.mkdtemp(prefix="sampler-pg-", dir="/tmp" if root else None))  # postgres reaches it
         self.data = self.folder / "data"
-        self._user: dict[str, Any] = {}
+        self._as_postgres: list[str] = []
         if root:
             import pwd
 
@@ -62,15 +62,16 @@ class Cluster:
                 pytest.fail("PostgreSQL refuses to run as root and there is no postgres user; "
                             "install Debian's postgresql package (make test does)")
             os.chown(self.folder, entry.pw_uid, entry.pw_gid)
-            self._user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+            # runuser, not subprocess's user=: that makes Python fork() instead of vfork(), and a
+            # fork runs gRPC's fork handlers, which abort while a server in this process runs
+            self._as_postgres = ["runuser", "-u", "postgres", "--"]
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale",
-                  "--locale-provider=icu", "--icu-locale=en-US",
-                  "--no-sync")
+                  "--locale-provider=icu", "--icu-locale=en-US", "--no-sync")
         self.start()
 
     def _run(self, program: str, *arguments: str) -> None:
-        done = subprocess.run([str(self.binaries / program), *arguments], capture_output=True, text=True,
-                              cwd=self.folder, timeout=120, **self._user)
+        done = subprocess.run([*self._as_postgres, str(self.binaries / program), *arguments], capture_output=True,
+                              text=True, cwd=self.folder, timeout=120)
         if done.returncode != 0:
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stdout}{done.stderr}")
 
