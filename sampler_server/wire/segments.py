@@ -7,6 +7,10 @@ release (the server sees the name gone and frees the room it charged), while the
 mapping keeps the pages alive for as long as the client's arrays use them. So a
 segment is written once by the server and never copied again.
 
+A mapping holds no file descriptor (Python's ``mmap`` keeps one per mapping, so a
+client holding a thousand episodes would run out of them): it is made with the C
+library's ``mmap`` and unmapped when the last view of it is gone.
+
 Names are checked before any file is touched: a reply can only make a client open
 and unlink a file called ``sampler-<hex>-<tag>`` in that directory, never another
 path, so a broken or hostile server cannot make a client read or delete anything
@@ -15,9 +19,11 @@ else. The same-host probe (``SameHostOffer.probe_segment``) is such a segment to
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,9 +121,38 @@ def segment_exists(name: str, directory: Path = SEGMENT_DIR) -> bool:
     return os.path.exists(segment_path(name, directory))
 
 
-def map_segment(name: str, directory: Path = SEGMENT_DIR) -> mmap.mmap | bytes:
+_LIBC: ctypes.CDLL | None = None
+
+
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.restype = ctypes.c_int
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _LIBC = libc
+    return _LIBC
+
+
+def _map_readonly(fd: int, size: int) -> memoryview:
+    """A read-only view of ``size`` bytes of ``fd``, unmapped when the last view is gone."""
+    libc = _libc()
+    address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == ctypes.c_void_p(-1).value:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mmap of a {size}-byte segment failed: {os.strerror(error)}")
+    buffer = (ctypes.c_ubyte * size).from_address(address)
+    unmap = weakref.finalize(buffer, libc.munmap, address, size)
+    unmap.atexit = False  # at exit, arrays may still point here: leave the mapping to the OS
+    return memoryview(buffer).cast("B").toreadonly()
+
+
+def map_segment(name: str, directory: Path = SEGMENT_DIR) -> memoryview:
     """Map segment ``name`` read-only and release it (unlink its name). The mapping
-    stays valid until the last array over it is gone.
+    stays valid until the last view of it (an array over it) is gone.
 
     Raises:
         SegmentLost: no such segment on this host (reclaimed, or another host's).
@@ -135,8 +170,8 @@ def map_segment(name: str, directory: Path = SEGMENT_DIR) -> mmap.mmap | bytes:
             pass  # the server reclaimed it just now: our descriptor still reads it
         size = os.fstat(fd).st_size
         if size == 0:
-            return b""
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            return memoryview(b"")
+        return _map_readonly(fd, size)
     finally:
         os.close(fd)
 
@@ -169,7 +204,7 @@ class SegmentMaps:
 
     def __init__(self, directory: Path = SEGMENT_DIR) -> None:
         self.directory = directory
-        self._maps: dict[str, mmap.mmap | bytes] = {}
+        self._maps: dict[str, memoryview] = {}
 
     def view(self, ref: SegmentRef) -> memoryview:
         """The bytes ``ref`` names, as a read-only view of the mapping.
@@ -184,4 +219,4 @@ class SegmentMaps:
         if ref.offset + ref.size > len(mapping):
             raise ValueError(f"segment {ref.name}: bytes {ref.offset} to {ref.offset + ref.size} asked of "
                              f"{len(mapping)}")
-        return memoryview(mapping)[ref.offset : ref.offset + ref.size]
+        return mapping[ref.offset : ref.offset + ref.size]
