@@ -358,9 +358,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                     sending = True
                 end.slot.sending()
                 yield reply
+                if segments is not None:  # a same-host reply is taken when its client maps it
+                    segments.sent(reply)
+                    segments.wait(gone)
                 del reply
-                if segments is not None:
-                    segments.wait(gone)  # a same-host reply is taken when its client maps it
                 end.sent += 1
                 end.slot.progress()
                 with state:

@@ -14,9 +14,10 @@ into one fresh segment each, and the reply names it. The client maps the segment
 unlinks it: that is its release. Memory stays bounded:
 - a server-wide budget (``budget_bytes``) of segments not yet released; a reply that
   does not fit goes in the message as usual (never a wait on other streams);
-- per stream, after each reply is handed to gRPC the stream waits while more than
-  ``ahead`` of its segments are unreleased (its client reads slowly, or not at all:
-  the servicer's idle watchdog and send budget then treat it as any unread stream);
+- per stream, after each reply is handed to gRPC the stream waits while ``ahead`` of
+  the replies it sent are unreleased (its client reads slowly, or not at all: the
+  servicer's idle watchdog and send budget then treat it as any unread stream), so a
+  stream holds at most ``ahead`` sent segments plus the one it packs next;
 - a stream that ends cancelled or failed unlinks its unreleased segments at once (a
   killed client's connection closes, which cancels its streams); one that ends well
   leaves its last replies to be read, and the timeout takes any left;
@@ -186,6 +187,7 @@ class SameHostTransport:
         self.used -= segment.nbytes
         if segment.stream is not None:
             segment.stream.unreleased.pop(segment.name, None)
+            segment.stream.handed.discard(segment.name)
 
     def refresh(self, names: Sequence[str] | None = None) -> int:
         """Note the segments (all, or ``names``) whose clients released them; how many."""
@@ -277,6 +279,7 @@ class StreamSegments:
     def __init__(self, transport: SameHostTransport) -> None:
         self.transport = transport
         self.unreleased: dict[str, int] = {}  # name -> bytes; changed under the transport's lock
+        self.handed: set[str] = set()  # of those, the ones sent (handed to gRPC)
         self.closed = False
 
     def reply(self, header: Any, tensors: Sequence[TensorField]) -> bytes | None:
@@ -295,12 +298,17 @@ class StreamSegments:
             offset += size
         return encode_with_tensors(header, placed)
 
+    def sent(self, reply: bytes) -> None:
+        """``reply`` (built here, or in the message) was handed to gRPC."""
+        with self.transport._lock:
+            self.handed.update(name for name in self.unreleased if name.encode() in reply)
+
     def wait(self, gone: Callable[[], bool]) -> None:
-        """Until at most ``ahead`` of this stream's segments are unreleased (its client
-        mapped the others), or ``gone()``."""
+        """Until fewer than ``ahead`` of the replies this stream sent are unreleased (its
+        client mapped the others), or ``gone()``."""
         delay = POLL_SECONDS[0]
-        while len(self.unreleased) > self.transport.ahead and not gone():
-            if self.transport.refresh(list(self.unreleased)):
+        while len(self.handed) >= self.transport.ahead and not gone():
+            if self.transport.refresh(list(self.handed)):
                 continue
             time.sleep(delay)
             delay = min(POLL_SECONDS[1], delay * 2)
