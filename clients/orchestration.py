@@ -30,6 +30,35 @@ Guarantees:
 - No step waits on the host for another: a framework's step may return its loss
   and accuracy as device values; they are read (``Framework.to_floats``) only when a
   progress line or the summary needs them.
+
+Distributed (N processes train one model: ``torchrun`` ranks, or the workers of a
+TensorFlow ``TF_CONFIG`` cluster; the framework says which: ``Framework.rank`` and
+``world_size``):
+
+- A step is N items, one per rank, and the model takes the mean of their gradients.
+  Global step k from index s takes the N consecutive indices s + kN .. s + kN + N - 1,
+  rank r the index s + kN + r (the canonical index space of ``clients.state``, sharded
+  by residue). The ranks together train each index of the window exactly once, and
+  after every step the trained indices are a prefix of it, so the next index
+  s + (k + 1)N is the same on every rank. Each rank streams only its own indices.
+  The window's length must be a multiple of N (exit 2 otherwise): a step of fewer
+  items than ranks would weigh its items differently.
+- Checkpoints are written by rank 0 only (every rank holds the same model), with that
+  next index; every rank reads the same checkpoint to resume. The checkpoint records
+  N, and a resume under another N is refused (exit 2): the model a run ends with
+  depends on N, so a run that changed it would match no unbroken run. A resumed run
+  takes the same shards (rank r again takes the indices of residue r).
+- Evaluation is sharded: rank r evaluates the test episodes r, r + N, ... and reports
+  those itself, so each episode is reported once, by one rank, as the same report a
+  single process would send (the same model evaluates it, and every rank sends rank
+  0's run configuration). The per-episode results are gathered to rank 0 for the
+  summary. Reporting from each rank spreads the reports' round trips over the ranks;
+  the server's idempotent keys would make a resent report harmless either way.
+- Progress lines, the summary and ``--json-summary`` come from rank 0; the summary's
+  ``ranks`` lists what each rank trained (its indices, as the server sent them) and a
+  digest of its model's parameters and buffers, gathered at the end, and each rank
+  logs its own line, so a run shows that the ranks' models stayed identical. Loss and
+  accuracy on progress lines are the mean over every rank's episodes of the window.
 """
 
 from __future__ import annotations
@@ -37,6 +66,7 @@ from __future__ import annotations
 import abc
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +88,7 @@ EXIT_SERVER = 3
 RESUME_KEYS = ("framework", "model", "backbone", "image_size", "sources", "preset", "seed", "ways", "shots", "query",
                "batch_size")
 EVAL_KEYS = ("framework", "model", "backbone", "image_size")  # what --eval-only must match
+RANKS_KEY = "ranks"  # in a checkpoint's resume config: the processes that trained it (absent: 1)
 _PLURAL = {"episode": "episodes", "batch": "batches"}
 
 
@@ -102,6 +133,17 @@ class EvalSummary:
 
 
 @dataclass
+class RankSummary:
+    rank: int
+    device: str
+    steps: int                   # items this rank trained on in this run
+    images: int
+    indices: list[list[int]]     # the indices it trained, as [first, step, count] runs (``index_runs``)
+    data_wait_seconds: float
+    parameter_digest: str        # sha256 of its model's parameters and buffers at the end
+
+
+@dataclass
 class RunSummary:
     run: str
     framework: str
@@ -116,6 +158,8 @@ class RunSummary:
     train: TrainSummary
     eval: dict[str, EvalSummary] = field(default_factory=dict)  # by the name given in --eval-sources
     config: dict[str, Any] = field(default_factory=dict)  # the run configuration stored with its reports
+    world_size: int = 1          # processes that trained together (torchrun ranks, TF workers)
+    ranks: list[RankSummary] = field(default_factory=list)  # by rank
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -144,6 +188,8 @@ class Framework(abc.ABC):
     device = ""
     precision = "float32"
     receive_streams = 1  # training streams received in parallel (merged in index order)
+    rank = 0             # this process among those training one model (see the module docstring)
+    world_size = 1
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -198,6 +244,19 @@ class Framework(abc.ABC):
         """(exit status, one line) for a framework error a run can end with, else None."""
         return None
 
+    def all_gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), by rank. Every rank calls it at the same
+        point of the run: the run's collectives come in one order on every rank."""
+        return [value]
+
+    @abc.abstractmethod
+    def parameter_digest(self) -> str:
+        """sha256 (hex) of the model's parameters and buffers: equal on every rank."""
+        ...
+
+    def close(self) -> None:
+        """Release what the framework set up for the run (a process group)."""
+
 
 # ---- the run -----------------------------------------------------------------------------------
 
@@ -234,13 +293,11 @@ class _Timer:
         self.losses[first:], self.accuracies[first:] = values[:last - first], values[last - first:]
         self.resolved = last
 
-    def log_point(self, done: int, log_every: int) -> tuple[float, float]:
-        """Mean loss and accuracy of the last window, also kept as a point of the curve."""
-        loss, accuracy = float(np.mean(self.losses[-log_every:])), float(np.mean(self.accuracies[-log_every:]))
+    def log_point(self, done: int, loss: float, accuracy: float) -> None:
+        """A point of the curve: the window's mean loss and accuracy after ``done`` items."""
         self.summary.curve.append([done, loss, accuracy])
-        return loss, accuracy
 
-    def finish(self, log_every: int) -> TrainSummary:
+    def finish(self, final_loss: float | None) -> TrainSummary:
         s = self.summary
         if s.seconds > 0:
             s.steps_per_s = s.steps / s.seconds
@@ -248,17 +305,20 @@ class _Timer:
             s.data_wait_fraction = s.data_wait_seconds / s.seconds
         s.seconds, s.data_wait_seconds, s.first_wait_seconds = (round(s.seconds, 3), round(s.data_wait_seconds, 3),
                                                                 round(s.first_wait_seconds, 3))
-        s.final_loss = float(np.mean(self.losses[-log_every:])) if self.losses else None
+        s.final_loss = final_loss
         return s
 
 
 class Run:
-    """One trainer run over one ``Framework``; ``execute`` returns the summary."""
+    """One trainer run over one ``Framework``; ``execute`` returns the summary (complete
+    on rank 0; other ranks return theirs, which no one prints)."""
 
     def __init__(self, framework: Framework, log: Callable[[str], None]) -> None:
         self.framework = framework
         self.args = args = framework.args
-        self.log = log
+        self.rank, self.ranks = framework.rank, framework.world_size
+        self.log_rank = log                                          # this rank's own lines
+        self.log = log if self.rank == 0 else (lambda message: None)  # the run's lines: rank 0's
         self.options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
                         **client_security(args)}
         self.protonet = args.model == "protonet"
@@ -267,6 +327,8 @@ class Run:
         self.train_names: tuple[str, ...] = tuple(args.sources or ())
         self.eval_names: tuple[str, ...] = eval_sources(args)
         self.next_index = 0
+        self.train_ranks = self.ranks  # the ranks the model was trained by (--eval-only: its checkpoint's)
+        self.trained: list[int] = []   # the indices this rank trained on, as received
 
     def client(self, prefetch: int = 2) -> SamplerClient:
         return SamplerClient(self.args.server, prefetch=prefetch, **self.options)
@@ -296,7 +358,10 @@ class Run:
                     client.describe_source(name, args.preset or "")
 
     def resume_config(self) -> dict[str, Any]:
-        return {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
+        config = {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
+        if self.ranks > 1:  # absent means 1: checkpoints of single-process runs stay as they were
+            config[RANKS_KEY] = self.ranks
+        return config
 
     def find_checkpoint(self) -> tuple[str, int] | None:
         """(path, next index) of the checkpoint to resume from, checked against these
@@ -315,29 +380,44 @@ class Run:
         if differences:
             raise UsageError(f"checkpoint {path} was made with other settings ({'; '.join(differences)}); "
                              "use another --checkpoint-dir")
+        trained_by = stored.get(RANKS_KEY, 1)
+        if args.eval_only:
+            self.train_ranks = trained_by
+        elif trained_by != self.ranks:
+            raise UsageError(f"checkpoint {path} was trained by {trained_by} process(es) (ranks), this run has "
+                             f"{self.ranks}: resume with {trained_by} (torchrun --nproc_per_node, or TF_CONFIG "
+                             "workers) or use another --checkpoint-dir")
         return path, next_index
 
     def config(self) -> dict[str, Any]:
-        return run_config(self.args, {**self.framework.describe(), "framework": self.framework.name,
-                                      "train_sources": list(self.train_names), "eval_sources": list(self.eval_names),
-                                      "baseline_classes": self.class_counts, "trained_to_index": self.next_index})
+        extra = {**self.framework.describe(), "framework": self.framework.name,
+                 "train_sources": list(self.train_names), "eval_sources": list(self.eval_names),
+                 "baseline_classes": self.class_counts, "trained_to_index": self.next_index}
+        if self.train_ranks > 1:  # what the model is depends on it; absent means 1
+            extra["train_ranks"] = self.train_ranks
+        return run_config(self.args, extra)
+
+    def mine(self, start: int, end: int) -> range:
+        """This rank's indices of the window [start, end): start + rank, every ``ranks``."""
+        return range(start + self.rank, end, self.ranks)
 
     # ---- training ---------------------------------------------------------------------------
 
     def _episodes(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
-        """Episodes start..total-1 in order, over ``receive_streams`` streams (stream j
-        takes the indices start + j, start + j + k, ...; k streams)."""
+        """This rank's episodes of start..total-1 in order, over ``receive_streams``
+        streams (stream j takes this rank's j-th, (j + k)-th, ... index; k streams)."""
         args = self.args
         spec = EpisodeSpec(sources=tuple(args.sources or ()), preset=args.preset or "", split="train",
                            seed=args.seed, image_size=args.image_size, ways=args.ways, shots=args.shots,
                            query=args.query)
-        period = max(1, min(self.framework.receive_streams, total - start))
+        mine = self.mine(start, total)
+        period = max(1, min(self.framework.receive_streams, len(mine)))
         clients = [self.client(prefetch=4) for _ in range(period)]
-        streams = [client.episodes(spec, start + j, steps_before(total - start, j, period), period)
+        streams = [client.episodes(spec, mine[j], steps_before(len(mine), j, period), period * self.ranks)
                    for j, client in enumerate(clients)]
         try:
-            for position in range(start, total):
-                episode = next(streams[(position - start) % period])
+            for position in range(len(mine)):
+                episode = next(streams[position % period])
                 yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
         finally:
             for stream in streams:
@@ -347,20 +427,25 @@ class Run:
 
     def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
         """Step t takes batch t // S of source t % S (S sources), its labels offset by the
-        classes of the sources before it, so one head spans the union of the train classes."""
+        classes of the sources before it, so one head spans the union of the train classes.
+        This rank's steps of one source are every (N / gcd(N, S))-th batch of it (N ranks)."""
         args, names, classes = self.args, list(self.train_names), self.class_counts
         period = len(names)
         offsets = np.cumsum([0, *classes[:-1]])
+        mine = self.mine(start, total)
+        cycle = period // math.gcd(period, self.ranks)  # this rank's positions repeat their source every cycle
         clients = [self.client() for _ in names]
         streams: list[Iterator[Any] | None] = []
         for residue, (client, name) in enumerate(zip(clients, names, strict=True)):
-            first = steps_before(start, residue, period)
-            count = steps_before(total, residue, period) - first
-            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed, start=first, count=count,
+            first = next((q for q in range(min(cycle, len(mine))) if mine[q] % period == residue), None)
+            count = steps_before(len(mine), first, cycle) if first is not None else 0
+            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed,
+                                          start=mine[first] // period, count=count,
+                                          step=self.ranks // math.gcd(period, self.ranks),
                                           image_size=args.image_size, preset=args.preset or "")
-                           if count > 0 else None)
+                           if first is not None and count > 0 else None)
         try:
-            for position in range(start, total):
+            for position in mine:
                 residue = position % period
                 stream = streams[residue]
                 assert stream is not None
@@ -379,48 +464,69 @@ class Run:
     def total(self) -> int:
         return self.args.train_episodes if self.protonet else self.args.train_steps
 
+    def check_window(self, start: int) -> None:
+        """A step takes one item per rank: the window must hold whole steps."""
+        total = self.total()
+        if self.ranks > 1 and not self.args.eval_only and start < total and (total - start) % self.ranks:
+            flag = "--train-episodes" if self.protonet else "--train-steps"
+            raise UsageError(f"argument {flag}: got {total}, expected a multiple of the {self.ranks} ranks "
+                             f"(each step trains one {self.unit} per rank; {_PLURAL[self.unit]} {start}..{total - 1} "
+                             "are left)")
+
     def feed(self, start: int) -> Feed | None:
-        """The training items from ``start`` on, received and staged from now on (None:
-        nothing to train)."""
+        """This rank's training items from ``start`` on, received and staged from now on
+        (None: nothing to train)."""
         total = self.total()
         if self.args.eval_only or start >= total:
             return None
         items = self._episodes(start, total) if self.protonet else self._batches(start, total)
         return Feed(items, self.framework.stage)
 
+    def _window_means(self, timer: _Timer, size: int) -> tuple[float, float]:
+        """Mean loss and accuracy of each rank's last ``size`` steps, over all ranks."""
+        losses, accuracies = timer.losses[-size:], timer.accuracies[-size:]
+        if self.ranks == 1:
+            return float(np.mean(losses)), float(np.mean(accuracies))
+        sums = np.array(self.framework.all_gather([float(np.sum(losses)), float(np.sum(accuracies)), len(losses)]))
+        return float(sums[:, 0].sum() / sums[:, 2].sum()), float(sums[:, 1].sum() / sums[:, 2].sum())
+
     def train(self, feed: Feed | None) -> TrainSummary:
         args, framework = self.args, self.framework
         total = self.total()
         start = self.next_index
         timer = _Timer(TrainSummary(self.unit, start, start))
+        window = -(-args.log_every // self.ranks)  # steps per rank in a window of --log-every items
         if feed is None:
             self.log(f"nothing to train: the checkpoint is at {self.unit} {start}, the run ends at {total}")
-            return timer.finish(args.log_every)
+            return timer.finish(None)
         self.log(f"training {args.model} {args.backbone} on {framework.device}, {_PLURAL[self.unit]} "
-                 f"{start}..{total - 1}")
+                 f"{start}..{total - 1}" + (f", {self.ranks} ranks ({self.ranks} per step)" if self.ranks > 1 else ""))
         saved = start
         try:
-            for position in range(start, total):
+            for position in self.mine(start, total):
                 began = time.perf_counter()
                 index, item, images = next(feed)
                 fetched = time.perf_counter()
                 if index != position:
                     raise SamplerClientError(f"training stream sent {self.unit} {index}, expected {position}")
                 loss, accuracy = framework.train_step(item)
+                self.trained.append(index)
                 timer.add(fetched - began, images, loss, accuracy)
-                self.next_index = timer.summary.next_index = done = position + 1
-                logged = done % args.log_every == 0 or done == total
+                # every rank has taken its item of this step: the window's next index
+                self.next_index = timer.summary.next_index = done = position - self.rank + self.ranks
+                logged = _crossed(done, self.ranks, args.log_every) or done == total
                 if logged:  # the one wait for the device: the window's losses are read
                     timer.resolve(framework.to_floats)
                 timer.took(time.perf_counter() - began)
-                if done % args.checkpoint_every == 0 or done == total:
+                if _crossed(done, self.ranks, args.checkpoint_every) or done == total:
                     framework.save(done, self.resume_config())
                     saved = done
                 if logged:
-                    recent = timer.window[-args.log_every:]
-                    mean_loss, mean_accuracy = timer.log_point(done, args.log_every)
+                    recent = timer.window[-window:]
+                    mean_loss, mean_accuracy = self._window_means(timer, window)
+                    timer.log_point(done, mean_loss, mean_accuracy)
                     self.log(f"{self.unit} {done}/{total}: loss {mean_loss:.4f}, accuracy {mean_accuracy:.3f}; "
-                             f"{len(recent) / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
+                             f"{len(recent) * self.ranks / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
                              f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
         finally:
             if self.next_index != saved:  # a fault mid-run keeps the progress made
@@ -428,52 +534,73 @@ class Run:
             feed.close()
         timer.resolve(framework.to_floats)
         timer.summary.distinct_shapes = len(framework.shapes)
-        return timer.finish(args.log_every)
+        return timer.finish(self._window_means(timer, window)[0] if timer.losses else None)
 
     # ---- evaluation and reports ---------------------------------------------------------------
 
     def evaluate(self) -> dict[str, EvalSummary]:
-        """Every eval source, one at a time: --eval-episodes episodes each, all reported."""
+        """Every eval source, one at a time: --eval-episodes episodes each, all reported;
+        sharded over the ranks (rank r takes the episodes r, r + N, ...)."""
         args = self.args
-        config = self.config()
+        config = self.config() if self.ranks == 1 else self.framework.all_gather(self.config())[0]
         results: dict[str, EvalSummary] = {}
         with self.client(prefetch=4) as client, self.client() as report_client:
             for name in self.eval_names:
                 spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split=args.eval_split,
                                    seed=args.eval_seed, image_size=args.image_size)
-                accuracies: list[float] = []
-                losses: list[float] = []
-                chances: list[float] = []
+                rows: list[tuple[int, float, float, float]] = []  # index, accuracy, loss, chance
                 kind = name
                 began = time.perf_counter()
+                mine = self.mine(0, args.eval_episodes)
                 with Reporter(report_client, args.run, run_config=config, batch=args.report_batch) as reporter:
-                    for episode in client.episodes(spec, 0, args.eval_episodes):
+                    episodes = client.episodes(spec, mine.start, len(mine), self.ranks) if len(mine) else iter(())
+                    for episode in episodes:
                         predictions, loss = self.framework.evaluate(episode)
-                        accuracies.append(reporter.add(episode, predictions, {"loss": loss}))
-                        losses.append(loss)
-                        chances.append(1.0 / episode.ways)
+                        rows.append((episode.index, reporter.add(episode, predictions, {"loss": loss}), loss,
+                                     1.0 / episode.ways))
                         kind = episode.source
-                if len(accuracies) != args.eval_episodes:
-                    raise SamplerClientError(f"evaluation stream of {name!r} ended after {len(accuracies)} episodes")
+                shard = (rows, kind, reporter.stored, reporter.duplicates)
+                shards = [shard] if self.ranks == 1 else self.framework.all_gather(shard)
+                rows = sorted(row for part in shards for row in part[0])
+                if [row[0] for row in rows] != list(range(args.eval_episodes)):
+                    raise SamplerClientError(f"evaluation stream of {name!r} ended after {len(rows)} episodes")
+                kind = next((part[1] for part in shards if part[0]), kind)
+                stored, duplicates = sum(part[2] for part in shards), sum(part[3] for part in shards)
+                accuracies = [row[1] for row in rows]
                 seconds = time.perf_counter() - began
                 mean, ci95 = mean_ci95(accuracies)
                 results[name] = EvalSummary(
                     source=kind, split=args.eval_split, episodes=len(accuracies), mean_accuracy=mean, ci95=ci95,
-                    mean_loss=float(np.mean(losses)), mean_chance=float(np.mean(chances)), stored=reporter.stored,
-                    duplicates=reporter.duplicates, seconds=round(seconds, 3),
-                    episodes_per_s=len(accuracies) / seconds if seconds > 0 else 0.0)
+                    mean_loss=float(np.mean([row[2] for row in rows])),
+                    mean_chance=float(np.mean([row[3] for row in rows])), stored=stored, duplicates=duplicates,
+                    seconds=round(seconds, 3), episodes_per_s=len(accuracies) / seconds if seconds > 0 else 0.0)
                 self.log(f"eval {name} ({kind}) {args.eval_split}: accuracy {mean:.4f} ± {_ci(ci95)} over "
                          f"{len(accuracies)} episodes (chance {results[name].mean_chance:.3f}); reported "
-                         f"{reporter.stored} new, {reporter.duplicates} again as run {args.run!r}")
+                         f"{stored} new, {duplicates} again as run {args.run!r}"
+                         + (f" (by {self.ranks} ranks)" if self.ranks > 1 else ""))
         return results
 
     # ---- all of it ------------------------------------------------------------------------------
+
+    def rank_summaries(self, train: TrainSummary) -> list[RankSummary]:
+        """What each rank trained and its model's digest, gathered (all ranks call it)."""
+        framework = self.framework
+        mine = RankSummary(rank=self.rank, device=framework.device, steps=len(self.trained), images=train.images,
+                           indices=index_runs(self.trained), data_wait_seconds=train.data_wait_seconds,
+                           parameter_digest=framework.parameter_digest())
+        ranks = [mine] if self.ranks == 1 else framework.all_gather(mine)
+        runs = ", ".join(f"{first}..{first + step * (count - 1)} every {step}" if count > 1 else str(first)
+                         for first, step, count in mine.indices) or "none"
+        self.log_rank(f"trained {_PLURAL[self.unit]} {runs} ({mine.steps}); "
+                      f"parameters sha256 {mine.parameter_digest[:16]}")
+        return ranks
 
     def execute(self) -> RunSummary:
         args, framework = self.args, self.framework
         self.check_names()
         found = self.find_checkpoint()
         resumed_from, start = found if found is not None else (None, 0)
+        self.check_window(start)
         feed = self.feed(start)  # receiving starts now, while the model is built
         try:
             framework.build(sum(self.class_counts))
@@ -485,16 +612,47 @@ class Run:
             self.log(f"run {args.run}: {args.model} on {args.backbone} ({framework.parameter_count()} parameters), "
                      f"{framework.device}, server {args.server}"
                      + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
-                        if resumed_from else ""))
+                        if resumed_from else "")
+                     + (f", rank 0 of {self.ranks}" if self.ranks > 1 else ""))
             train = TrainSummary(self.unit, start, start) if args.eval_only else self.train(feed)
         finally:
             if feed is not None:
                 feed.close()
+        ranks = self.rank_summaries(train)
+        if self.ranks > 1:  # every rank's items; the longest data wait (a waiting rank holds up the step)
+            train.steps, train.images = sum(r.steps for r in ranks), sum(r.images for r in ranks)
+            train.data_wait_seconds = max(r.data_wait_seconds for r in ranks)
+            if train.seconds > 0:
+                train.steps_per_s, train.images_per_s = train.steps / train.seconds, train.images / train.seconds
+                train.data_wait_fraction = train.data_wait_seconds / train.seconds
         results = self.evaluate() if args.eval_episodes else {}
         return RunSummary(
             run=args.run, framework=framework.name, model=args.model, backbone=args.backbone, device=framework.device,
             precision=framework.precision, parameter_count=framework.parameter_count(), resumed_from=resumed_from,
-            start_index=start, next_index=self.next_index, train=train, eval=results, config=self.config())
+            start_index=start, next_index=self.next_index, train=train, eval=results, config=self.config(),
+            world_size=self.ranks, ranks=ranks)
+
+
+def _crossed(done: int, step: int, every: int) -> bool:
+    """Whether a step of ``step`` items that ended at ``done`` passed a multiple of ``every``."""
+    return done // every > (done - step) // every
+
+
+def index_runs(indices: Sequence[int]) -> list[list[int]]:
+    """``indices`` (in order) as runs [first, step, count] of arithmetic progressions:
+    a rank's training indices are one run (first = start + rank, step = ranks)."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs:
+            first, step, count = runs[-1]
+            if count == 1 and index > first:
+                runs[-1] = [first, index - first, 2]
+                continue
+            if count > 1 and index == first + step * count:
+                runs[-1][2] += 1
+                continue
+        runs.append([index, 1, 1])
+    return runs
 
 
 def steps_before(limit: int, residue: int, period: int) -> int:
@@ -510,7 +668,8 @@ def format_summary(summary: RunSummary) -> str:
     """The run summary as the few lines printed on stdout."""
     train = summary.train
     lines = [f"run {summary.run}: {summary.framework} {summary.model} {summary.backbone} on {summary.device}, "
-             f"{summary.parameter_count} parameters, {train.unit}s {summary.start_index}..{summary.next_index}"]
+             f"{summary.parameter_count} parameters, {train.unit}s {summary.start_index}..{summary.next_index}"
+             + (f", {summary.world_size} ranks" if summary.world_size > 1 else "")]
     if train.steps:
         plural = _PLURAL[train.unit]
         lines.append(f"  train: {train.steps} {plural} in {train.seconds:.1f} s = {train.steps_per_s:.2f} {plural}/s "
@@ -531,13 +690,18 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
     except SystemExit as stop:  # --help (0) or a one-line argument error (2), already printed
         return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
 
+    framework: Framework | None = None
+
+    def label() -> str:  # each rank's lines say whose they are
+        ranks = framework.world_size if framework is not None else 1
+        return f"{prog} [rank {framework.rank}/{ranks}]" if framework is not None and ranks > 1 else prog
+
     def log(message: str) -> None:
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{label()}: {message}", file=sys.stderr, flush=True)
 
     def fail(message: str) -> None:
-        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        print(f"{label()}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
-    framework: Framework | None = None
     try:
         framework = make(args)
         summary = Run(framework, log).execute()
@@ -548,7 +712,8 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
         fail(f"server {args.server}: {error}")
         return EXIT_SERVER
     except KeyboardInterrupt:
-        fail("interrupted" + (f"; progress saved in {args.checkpoint_dir}" if args.checkpoint_dir else ""))
+        saved = args.checkpoint_dir and (framework is None or framework.rank == 0)
+        fail("interrupted" + (f"; progress saved in {args.checkpoint_dir}" if saved else ""))
         return 130
     except Exception as error:
         mapped = framework.classify(error) if framework is not None else None
@@ -556,6 +721,11 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
             raise
         fail(mapped[1])
         return mapped[0]
+    finally:
+        if framework is not None:
+            framework.close()
+    if framework.rank != 0:  # rank 0 speaks for the run
+        return 0
     print(format_summary(summary), flush=True)
     if args.json_summary:
         path = Path(args.json_summary)

@@ -127,7 +127,9 @@ def _add_server_group(parser: argparse.ArgumentParser) -> None:
     """The server, run id and connection flags: the same in every trainer's command line."""
     where = parser.add_argument_group("server and run")
     where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
-    where.add_argument("--run", required=True, type=_run_id, metavar="RUN_ID", help="run id the reports are stored under")
+    # --run-id: the same, for torchrun command lines (torchrun's parser takes --run for its own --run-path)
+    where.add_argument("--run", "--run-id", dest="run", required=True, type=_run_id, metavar="RUN_ID",
+                       help="run id the reports are stored under")
     where.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
                        help="give up connecting to the server after this long (per attempt)")
     where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",

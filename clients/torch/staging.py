@@ -118,6 +118,12 @@ class Stager:
         return slot
 
     def _stage_cuda(self, episode: Any, ladder: Ladder | None) -> StagedEpisode:
+        # the caller's thread (the feed's) may have another current device than the trainer's:
+        # pinned buffers and events belong to this stager's device (cuda:LOCAL_RANK under torchrun)
+        with torch.cuda.device(self.device):
+            return self._stage_on_device(episode, ladder)
+
+    def _stage_on_device(self, episode: Any, ladder: Ladder | None) -> StagedEpisode:
         support, query = episode.support_images, episode.query_images
         ns, nq = len(support), len(query)
         rows = ns + nq

@@ -17,12 +17,27 @@ processes to spawn) into pinned memory and onto the GPU on a side stream
 loss stays on the device until a progress line reads it, and at most two steps are
 in flight (the host waits on the older one's event, which keeps timing honest
 without idling the GPU).
+
+Distributed (``torchrun --nproc_per_node N python -m clients.torch ...``; the
+orchestration says what a step, a checkpoint, the reports and the evaluation are):
+the process group is set up from torchrun's environment (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``), NCCL on CUDA with rank r on
+``cuda:LOCAL_RANK``, gloo on CPU. The backbone and head are wrapped in
+``DistributedDataParallel`` as one module, so each step's gradients are averaged over
+the ranks' items while the backward pass runs. Batch norms keep per-episode statistics
+(each rank normalises its own episode, as a single process would; shape buckets pad
+and mask per rank, so the ranks' input shapes may differ while the parameters are the
+same); their running statistics are averaged over the ranks after each backward pass
+(before the optimizer step), so every rank holds the same buffers and they have seen
+every rank's episodes. Weights start identical on every rank (the same seed, and DDP
+broadcasts rank 0's at the start).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +45,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from clients.buckets import resolve_buckets
 from clients.core import EpisodeArrays
@@ -44,12 +61,61 @@ CHECKPOINT_FORMAT = 2
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
 
 
-def _device(choice: str) -> torch.device:
+def _device(choice: str, local_rank: int | None = None) -> torch.device:
+    """The training device; under torchrun a CUDA device is ``cuda:LOCAL_RANK``."""
     if choice == "cuda" and not torch.cuda.is_available():
         raise UsageError("argument --device: got cuda, but torch finds no CUDA device")
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice)
+    cuda = choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+    if not cuda:
+        return torch.device("cpu")
+    if local_rank is None:
+        return torch.device("cuda")
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise UsageError(f"environment LOCAL_RANK: got {local_rank}, but torch sees {count} CUDA device(s); start at "
+                         f"most {count} processes per node (torchrun --nproc_per_node) or use --device cpu")
+    return torch.device("cuda", local_rank)
+
+
+def _environment_int(name: str, default: int, minimum: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise UsageError(f"environment {name}: got {text!r}, expected an integer >= {minimum} (torchrun sets it)")
+    return value
+
+
+def torchrun_ranks() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) from torchrun's environment; None for one process."""
+    world = _environment_int("WORLD_SIZE", 1, 1)
+    if world == 1:
+        return None
+    rank = _environment_int("RANK", -1, 0)
+    if not 0 <= rank < world:
+        raise UsageError(f"environment RANK: got {os.environ.get('RANK')!r}, expected 0 to {world - 1} "
+                         f"(WORLD_SIZE is {world}; torchrun sets both)")
+    return rank, world, _environment_int("LOCAL_RANK", 0, 0)
+
+
+class _Trainee(nn.Module):
+    """The backbone and (baseline) head as one module: what DDP wraps, so one reducer
+    averages every gradient of a step. ``forward`` returns (logits, their labels)."""
+
+    def __init__(self, protonet: ProtoNet, head: LinearHead | None) -> None:
+        super().__init__()
+        self.protonet = protonet
+        self.head = head
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor, support: int = 0, query: int = 0,
+                ways: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.head is not None:
+            return self.head(self.protonet.backbone(images)).float(), labels
+        return self.protonet.packed(images, labels, support, query, ways)
 
 
 class TorchFramework(Framework):
@@ -57,8 +123,19 @@ class TorchFramework(Framework):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.torch_device = _device(args.device)
+        ranks = torchrun_ranks() if not (dist.is_available() and dist.is_initialized()) else (
+            dist.get_rank(), dist.get_world_size(), _environment_int("LOCAL_RANK", 0, 0))
+        self._owns_group = False
+        if ranks is not None:
+            self.rank, self.world_size, local_rank = ranks
+        self.torch_device = _device(args.device, local_rank if ranks is not None else None)
         self.device = str(self.torch_device)
+        if ranks is not None and not dist.is_initialized():
+            cuda = self.torch_device.type == "cuda"
+            if cuda:
+                torch.cuda.set_device(self.torch_device)
+            dist.init_process_group("nccl" if cuda else "gloo", device_id=self.torch_device if cuda else None)
+            self._owns_group = True
         cuda = self.torch_device.type == "cuda"
         self.precision = "bf16-autocast" if cuda else "float32"
         self.buckets = resolve_buckets(args.shape_buckets, cuda)
@@ -84,6 +161,12 @@ class TorchFramework(Framework):
             self.head.to(device)
         if device.type == "cuda":
             self.backbone.to(memory_format=torch.channels_last)
+        self.trainee = _Trainee(self.protonet, self.head)
+        self._step_module: nn.Module = self.trainee
+        if self.world_size > 1:
+            self._step_module = DistributedDataParallel(
+                self.trainee, device_ids=[device] if device.type == "cuda" else None,
+                forward_sync_buffers=False)  # buffers: averaged after each backward pass (``_average_buffers``)
         self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
 
     def parameters(self) -> list[nn.Parameter]:
@@ -124,7 +207,7 @@ class TorchFramework(Framework):
         return int(state["next_index"])
 
     def save(self, next_index: int, resume: dict[str, Any]) -> None:
-        if self.path is None:
+        if self.path is None or self.rank != 0:  # every rank holds the same model: rank 0 writes it
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {"format": CHECKPOINT_FORMAT, "next_index": next_index, "resume": resume,
@@ -162,16 +245,18 @@ class TorchFramework(Framework):
                 assert self.head is not None
                 if not isinstance(item.images, torch.Tensor):  # not staged by the feed
                     item = self.stage(item)
-                images, labels = item.images, item.labels
-                logits = self.head(self.backbone(to_input(images, self.torch_device))).float()
+                images = item.images
+                logits, labels = self._step_module(to_input(images, self.torch_device), item.labels)
             else:
                 staged = self._staged(item)
                 images = staged.images
-                logits, labels = self._logits(staged)
+                logits, labels = self._step_module(to_input(images, self.torch_device), staged.labels,
+                                                   staged.support, staged.query, staged.ways)
         self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # under DDP: the gradients are averaged over the ranks here
+        self._average_buffers()
         self.optimizer.step()
         accuracy = (logits.detach().argmax(1) == labels).float().mean()
         self._bound_in_flight()
@@ -187,6 +272,46 @@ class TorchFramework(Framework):
         self._in_flight.append(event)
         if len(self._in_flight) > IN_FLIGHT:
             self._in_flight.popleft().synchronize()
+
+    def _average_buffers(self) -> None:
+        """Batch norms' running statistics: the mean over the ranks (one collective),
+        before the optimizer step, so a rank that fails in it has changed no weight."""
+        if self.world_size == 1:
+            return
+        buffers = [b for b in self.trainee.buffers() if b.is_floating_point()]
+        with torch.no_grad():
+            flat = torch.cat([b.reshape(-1).float() for b in buffers])
+            dist.all_reduce(flat)
+            flat.div_(self.world_size)
+            offset = 0
+            for buffer in buffers:
+                buffer.copy_(flat[offset:offset + buffer.numel()].view_as(buffer))
+                offset += buffer.numel()
+
+    def all_gather(self, value: Any) -> list[Any]:
+        if self.world_size == 1:
+            return [value]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, value)
+        return gathered
+
+    def parameter_digest(self) -> str:
+        digest = hashlib.sha256()
+        for name, tensor in self.trainee.state_dict().items():  # registration order: the same on every rank
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        if self.world_size > 1 and isinstance(error, dist.DistError):
+            return 1, (f"rank {self.rank}: lost the other ranks ({' '.join(str(error).split())[:300]}); the last "
+                       "checkpoint holds the run's progress")
+        return None
+
+    def close(self) -> None:
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_group = False
 
     def to_floats(self, values: list[Any]) -> list[float]:
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
