@@ -24,12 +24,18 @@ whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
 (``RowBatchNormalization``) in training normalises the first n rows exactly as the
 unpadded batch, updates its moving statistics from them alone, and gives zeros for
 the padding rows; every other layer treats rows independently.
+
+Under a multi-worker strategy (``clients.tf.trainer``, TF_CONFIG) each worker
+normalises its own episode with that episode's statistics, and the moving
+statistics are averaged over the workers at every update (the variables' aggregation
+is MEAN), so every worker holds the same ones and they see every worker's episodes.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import tensorflow as tf
 
@@ -53,6 +59,11 @@ class RowBatchNormalization(keras.layers.BatchNormalization):
     checkpoints and saved weights load unchanged."""
 
     valid_rows: tf.Tensor | None = None
+
+    def add_weight(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("trainable") is False:  # the moving statistics: the mean over replicas (workers)
+            kwargs.setdefault("aggregation", "mean")
+        return super().add_weight(*args, **kwargs)
 
     def call(self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None) -> tf.Tensor:
         rows = self.valid_rows

@@ -16,12 +16,28 @@ serves every shape, but cuDNN autotuning (and oneDNN's primitives on CPU) are pe
 shape, so episodes are padded to a few sizes (``clients.buckets``: exact, batch
 norms count the valid rows only); evaluation pads each embedding chunk the same way.
 The run's background feed packs each episode into that layout ahead of the step.
+
+Distributed (a ``TF_CONFIG`` naming two or more workers; the orchestration says what
+a step, a checkpoint, the reports and the evaluation are): the trainer runs under
+``tf.distribute.MultiWorkerMirroredStrategy``, one replica per worker (each worker
+sees one GPU, or trains on CPU; ``--device cpu`` hides the GPUs), its rank the task's
+place in the cluster (the chief, if any, is rank 0, then the workers by index). Each
+worker's step runs on its own episode inside ``strategy.run``; the optimizer sums the
+replicas' gradients, and each replica's loss is divided by the worker count, so the
+update takes their mean. Batch norms' moving statistics are averaged over the workers
+(``clients.tf.models.RowBatchNormalization``). Only rank 0 writes checkpoints (every
+worker holds the same variables; writing reads no other worker's); every worker
+restores the same one. Evaluation runs outside the strategy, on each worker's shard.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
+import os
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,6 +71,36 @@ def select_device(requested: str) -> str:
     return "/GPU:0" if gpus else "/CPU:0"
 
 
+def tf_config_ranks() -> tuple[int, int] | None:
+    """(rank, workers) of this task in ``TF_CONFIG``'s cluster: the chief (if named) is
+    rank 0, then the workers by index. None without TF_CONFIG or with one task."""
+    text = os.environ.get("TF_CONFIG", "").strip()
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"environment TF_CONFIG: got text that is not JSON ({error})") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise UsageError("environment TF_CONFIG: expected a JSON object with 'cluster' and 'task'")
+    others = sorted(set(cluster) - {"chief", "worker"})
+    if others:
+        raise UsageError(f"environment TF_CONFIG: cluster has {', '.join(others)} tasks, expected only 'chief' and "
+                         "'worker' (MultiWorkerMirroredStrategy)")
+    sizes = {kind: len(cluster.get(kind) or []) for kind in ("chief", "worker")}
+    if sizes["chief"] > 1:
+        raise UsageError(f"environment TF_CONFIG: got {sizes['chief']} chief tasks, expected at most one")
+    kind, index = task.get("type"), task.get("index", 0)
+    if kind not in ("chief", "worker") or not isinstance(index, int) or not 0 <= index < sizes.get(kind, 0):
+        raise UsageError(f"environment TF_CONFIG: task {task!r}, expected a 'chief' or 'worker' task of the cluster")
+    workers = sizes["chief"] + sizes["worker"]
+    if workers < 2:
+        return None
+    return (0 if kind == "chief" else sizes["chief"] + index), workers
+
+
 def _accuracy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, axis=1), labels), tf.float32))
 
@@ -65,23 +111,41 @@ class TFFramework(Framework):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         tf.config.experimental.enable_op_determinism()
+        ranks = tf_config_ranks()
+        if ranks is not None and args.device == "cpu":
+            tf.config.set_visible_devices([], "GPU")  # the strategy would take the GPUs otherwise
         self.device = select_device(args.device)
         self.buckets = resolve_buckets(args.shape_buckets, self.device.startswith("/GPU"))
         self.manager: tf.train.CheckpointManager | None = None
         self._ladders: dict[bytes, Ladder] = {}
+        self.strategy: tf.distribute.Strategy | None = None
+        self._gather: Any = None
+        if ranks is not None:
+            self.rank, self.world_size = ranks
+            self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            replicas = self.strategy.num_replicas_in_sync
+            if replicas != self.world_size:
+                raise UsageError(f"environment TF_CONFIG: {self.world_size} workers train {replicas} replicas; "
+                                 "expected one per worker (give each worker one GPU with CUDA_VISIBLE_DEVICES, or "
+                                 "use --device cpu)")
+
+    def _placement(self) -> Any:
+        """Where a step runs: the strategy places its replica; one process: ``self.device``."""
+        return contextlib.nullcontext() if self.strategy is not None else tf.device(self.device)
 
     # ---- model ----------------------------------------------------------------------------
 
     def build(self, num_classes: int) -> None:
         args = self.args
-        with tf.device(self.device):
-            tf.keras.utils.set_random_seed(args.seed)
-            self.backbone = models.build_backbone(args.backbone, args.image_size)
-            training = not args.eval_only  # evaluation restores the embedding only (no head, no optimizer)
-            self.head = models.build_head(num_classes, self.backbone.output_shape[-1]) if num_classes else None
-            self.optimizer = keras.optimizers.Adam(learning_rate=args.lr)
+        training = not args.eval_only  # evaluation restores the embedding only (no head, no optimizer)
+        with tf.device(self.device):  # bookkeeping, not replicated state
             self.next_index = tf.Variable(0, dtype=tf.int64, trainable=False, name="next_index")
             self.config = tf.Variable("", dtype=tf.string, trainable=False, name="config")
+        with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
+            tf.keras.utils.set_random_seed(args.seed)
+            self.backbone = models.build_backbone(args.backbone, args.image_size)
+            self.head = models.build_head(num_classes, self.backbone.output_shape[-1]) if num_classes else None
+            self.optimizer = keras.optimizers.Adam(learning_rate=args.lr)
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:
                 parts["optimizer"] = self.optimizer
@@ -90,7 +154,7 @@ class TFFramework(Framework):
             self.checkpointer = tf.train.Checkpoint(**parts)
             if training:
                 self.optimizer.build(self.trainable)  # slots exist before a restore fills them
-        if args.checkpoint_dir is not None:
+        if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
         self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
         self._evaluator = Evaluator(self.backbone, args.image_size, self.buckets)
@@ -143,7 +207,6 @@ class TFFramework(Framework):
         images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
         count = tf.TensorSpec((), tf.int32)
 
-        @tf.function(input_signature=[images, tf.TensorSpec((None,), tf.int64), count, count, count])
         def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             rows = support + query
@@ -152,28 +215,44 @@ class TFFramework(Framework):
                     embedded = self.backbone(models.to_unit_range(images), training=True)
                 logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
                 loss = models.episode_loss(logits, labels[support:rows])
+                replica_loss = self._replica_loss(loss)
             variables = self.trainable
-            self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+            self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
             return loss, _accuracy(logits, labels[support:rows])
 
-        return step
+        return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+
+    def _replica_loss(self, loss: tf.Tensor) -> tf.Tensor:
+        """What one replica differentiates: the optimizer sums the replicas' gradients."""
+        return loss / self.world_size if self.world_size > 1 else loss
+
+    def _compile(self, step: Callable[..., Any], signature: list[tf.TensorSpec]) -> Callable[..., Any]:
+        """``step`` as a tf.function; under the strategy, run by it on each worker's input."""
+        if self.strategy is None:
+            return tf.function(step, input_signature=signature)
+        strategy = self.strategy
+
+        def distributed(*inputs: tf.Tensor) -> Any:
+            return strategy.run(step, args=inputs)
+
+        return tf.function(distributed, input_signature=signature)
 
     def _baseline_step(self) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
         assert self.head is not None
         head = self.head
         classes = int(head.output_shape[-1])
 
-        @tf.function(input_signature=[tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8),
-                                      tf.TensorSpec((None,), tf.int64)])
         def step(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             with tf.GradientTape() as tape:
                 logits = head(self.backbone(models.to_unit_range(images), training=True), training=True)
                 loss = models.episode_loss(logits, labels, classes)
+                replica_loss = self._replica_loss(loss)
             variables = self.trainable
-            self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+            self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
             return loss, _accuracy(logits, labels)
 
-        return step
+        return self._compile(step, [tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8),
+                                    tf.TensorSpec((None,), tf.int64)])
 
     def ladder(self, episode: EpisodeArrays) -> Ladder | None:
         """The shape buckets of the episode's request (None with buckets off)."""
@@ -190,7 +269,7 @@ class TFFramework(Framework):
         return pack_episode(item, self.ladder(item)) if isinstance(item, EpisodeArrays) else item
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
-        with tf.device(self.device):
+        with self._placement():
             if isinstance(item, Batch):
                 self.shapes.add(tuple(item.images.shape))
                 loss, accuracy = self._step(item.images, np.asarray(item.labels, dtype=np.int64))
@@ -206,7 +285,38 @@ class TFFramework(Framework):
             loss, predicted = self._evaluator(episode)
         return predicted, loss
 
+    def all_gather(self, value: Any) -> list[Any]:
+        """Pickled, padded to the longest, gathered over the workers by the strategy (two
+        collectives: the lengths, then the bytes as int32 words)."""
+        if self.strategy is None:
+            return [value]
+        if self._gather is None:
+            strategy = self.strategy
+
+            def gather(words: tf.Tensor) -> tf.Tensor:
+                return tf.distribute.get_replica_context().all_gather(words[tf.newaxis], axis=0)
+
+            self._gather = tf.function(lambda words: strategy.run(gather, args=(words,)),
+                                       input_signature=[tf.TensorSpec((None,), tf.int32)])
+        data = pickle.dumps(value)
+        lengths = [int(row[0]) for row in self._gather(np.array([len(data)], dtype=np.int32)).numpy()]
+        words = np.zeros(-(-max(lengths) // 4), dtype=np.int32)
+        words.view(np.uint8)[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+        rows = self._gather(words).numpy()
+        return [pickle.loads(row.view(np.uint8)[:length].tobytes()) for row, length in zip(rows, lengths, strict=True)]
+
+    def parameter_digest(self) -> str:
+        digest = hashlib.sha256()
+        for variable in self.backbone.variables + (self.head.variables if self.head is not None else []):
+            digest.update(variable.path.encode())
+            digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+        return digest.hexdigest()
+
     def classify(self, error: BaseException) -> tuple[int, str] | None:
+        if self.strategy is not None and isinstance(error, (tf.errors.UnavailableError, tf.errors.CancelledError,
+                                                            tf.errors.DeadlineExceededError, tf.errors.AbortedError)):
+            return 1, (f"worker {self.rank}: lost the other workers ({' '.join(error.message.split())[:300]}); the "
+                       "last checkpoint holds the run's progress")
         if isinstance(error, tf.errors.ResourceExhaustedError):
             return 1, (f"out of memory on {self.device}: {' '.join(error.message.split())[:300]} "
                        "(try a smaller --image-size, fixed --ways/--shots/--query, or --batch-size)")
