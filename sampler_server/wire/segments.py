@@ -2,10 +2,19 @@
 
 A segment is a file in the host's POSIX shared-memory directory (``/dev/shm`` on
 Linux) that the server writes for one reply and names in its ``Tensor.segment``
-fields. The client maps it read-only and unlinks the name at once: unlinking is the
-release (the server sees the name gone and frees the room it charged), while the
-mapping keeps the pages alive for as long as the client's arrays use them. So a
-segment is written once by the server and never copied again.
+fields. Its name says where it is in its life, and the client moves it along by
+renaming it (only the server creates, reuses or unlinks segments):
+
+- ``<name>``: written for a reply, not yet taken;
+- ``<name>h`` (held): the client mapped it, read-only; its arrays are views of it;
+- ``<name>r`` (released): the last of those arrays is gone and the mapping with it:
+  the server may write the next reply into the same pages (no page is allocated or
+  freed per reply, on either side) under a new name.
+
+The pixels are written once, by the server, and never copied again. A client that
+dies holding segments leaves them held: the server unlinks those when their stream
+is cancelled or after a timeout (unlinking a held segment is always safe: a mapping
+outlives its name, and the server never writes into a segment it unlinked).
 
 A mapping holds no file descriptor (Python's ``mmap`` keeps one per mapping, so a
 client holding a thousand episodes would run out of them): it is made with the C
@@ -33,6 +42,8 @@ NAME_PREFIX = "sampler-"
 _NAME = re.compile(r"sampler-[0-9a-f]{8,32}-[0-9a-z]{1,20}")
 _IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
 MAX_PROBE_BYTES = 256
+HELD = "h"  # name suffixes: the client holds it mapped ...
+RELEASED = "r"  # ... or let go of it (tags themselves are "s" + hex digits)
 
 
 class SegmentLost(Exception):
@@ -68,6 +79,27 @@ def available(directory: Path = SEGMENT_DIR) -> str:
     return ""
 
 
+def _write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+    """Write ``buffers`` in order from offset 0; the bytes written."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    total = sum(v.nbytes for v in views)
+    written = start = 0
+    while start < len(views):
+        batch = views[start : start + _IOV_MAX]
+        wanted = sum(v.nbytes for v in batch)
+        done = os.pwritev(fd, batch, written)
+        written += done
+        if done == wanted:
+            start += len(batch)
+            continue
+        skip = done  # a short write (rare on tmpfs): drop what went out and go on from there
+        while skip >= views[start].nbytes:
+            skip -= views[start].nbytes
+            start += 1
+        views[start] = views[start][skip:]
+    return total
+
+
 def write_segment(name: str, buffers: Sequence[bytes | memoryview], directory: Path = SEGMENT_DIR) -> int:
     """Create segment ``name`` (readable by this user only) holding ``buffers`` in order;
     its size. The kernel copies each buffer straight into the segment's pages (no
@@ -75,37 +107,35 @@ def write_segment(name: str, buffers: Sequence[bytes | memoryview], directory: P
     path = segment_path(name, directory)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
     try:
-        views = [memoryview(b).cast("B") for b in buffers]
-        total = sum(v.nbytes for v in views)
-        written = 0
-        start = 0
-        while start < len(views):
-            batch = views[start : start + _IOV_MAX]
-            wanted = sum(v.nbytes for v in batch)
-            done = os.writev(fd, batch)
-            written += done
-            if done == wanted:
-                start += len(batch)
-                continue
-            # a short write (rare on tmpfs): drop what went out and go on from there
-            skip = done
-            while skip >= views[start].nbytes:
-                skip -= views[start].nbytes
-                start += 1
-            views[start] = views[start][skip:]
-        assert written == total
-        return total
+        return _write_all(fd, buffers)
     except BaseException:
         os.close(fd)
         fd = -1
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        unlink_segment(name, directory)
         raise
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def rewrite_segment(released: str, name: str, buffers: Sequence[bytes | memoryview],
+                    directory: Path = SEGMENT_DIR) -> bool:
+    """Write ``buffers`` into the pages of a released segment, which becomes segment
+    ``name`` (its size unchanged, at least what is written). False when ``released``
+    is not there (nothing is written then)."""
+    try:
+        os.rename(segment_path(released, directory), segment_path(name, directory))
+    except FileNotFoundError:
+        return False
+    fd = os.open(segment_path(name, directory), os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        _write_all(fd, buffers)
+        return True
+    except BaseException:
+        unlink_segment(name, directory)
+        raise
+    finally:
+        os.close(fd)
 
 
 def unlink_segment(name: str, directory: Path = SEGMENT_DIR) -> bool:
@@ -137,22 +167,32 @@ def _libc() -> ctypes.CDLL:
     return _LIBC
 
 
-def _map_readonly(fd: int, size: int) -> memoryview:
-    """A read-only view of ``size`` bytes of ``fd``, unmapped when the last view is gone."""
+def _unmap_and_release(address: int, size: int, held: Path | None, released: Path | None) -> None:
+    _libc().munmap(address, size)
+    if held is not None and released is not None:
+        try:
+            os.rename(held, released)  # unmapped first: the server may rewrite these pages now
+        except OSError:
+            pass  # the server unlinked it meanwhile (its timeout, or the stream's cancel)
+
+
+def _map_readonly(fd: int, size: int, held: Path | None, released: Path | None) -> memoryview:
+    """A read-only view of ``size`` bytes of ``fd``, unmapped (then ``held`` renamed to
+    ``released``) when the last view of it is gone."""
     libc = _libc()
     address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if address is None or address == ctypes.c_void_p(-1).value:
         error = ctypes.get_errno()
         raise OSError(error, f"mmap of a {size}-byte segment failed: {os.strerror(error)}")
     buffer = (ctypes.c_ubyte * size).from_address(address)
-    unmap = weakref.finalize(buffer, libc.munmap, address, size)
-    unmap.atexit = False  # at exit, arrays may still point here: leave the mapping to the OS
+    done = weakref.finalize(buffer, _unmap_and_release, address, size, held, released)
+    done.atexit = False  # at exit arrays may still point here: the OS unmaps, the server reclaims
     return memoryview(buffer).cast("B").toreadonly()
 
 
 def map_segment(name: str, directory: Path = SEGMENT_DIR) -> memoryview:
-    """Map segment ``name`` read-only and release it (unlink its name). The mapping
-    stays valid until the last view of it (an array over it) is gone.
+    """Map segment ``name`` read-only and take it (rename it held); it is released
+    when the last view of the mapping (an array over it) is gone.
 
     Raises:
         SegmentLost: no such segment on this host (reclaimed, or another host's).
@@ -164,14 +204,15 @@ def map_segment(name: str, directory: Path = SEGMENT_DIR) -> memoryview:
     except FileNotFoundError:
         raise SegmentLost(f"shared-memory segment {name} is gone (reclaimed by the server, or another host's)") from None
     try:
+        held: Path | None = directory / (name + HELD)
         try:
-            os.unlink(path)
+            os.rename(path, held)  # taken: the server sees the name gone
         except FileNotFoundError:
-            pass  # the server reclaimed it just now: our descriptor still reads it
+            held = None  # the server reclaimed it just now: our descriptor still reads it, and it is ours
         size = os.fstat(fd).st_size
         if size == 0:
             return memoryview(b"")
-        return _map_readonly(fd, size)
+        return _map_readonly(fd, size, held, directory / (name + RELEASED) if held is not None else None)
     finally:
         os.close(fd)
 

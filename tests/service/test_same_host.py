@@ -5,6 +5,7 @@ server memory, and nothing left in /dev/shm by a killed client or a stopped serv
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import signal
 import subprocess
@@ -87,14 +88,16 @@ def test_every_pixel_stream_is_bit_identical_through_shared_memory(mixed):
             assert len(through_memory) == len(in_messages) > 0
             for a, b in zip(through_memory, in_messages):
                 _same(a, b)
-        assert [e.request.images.same_host_token for e in call(shm)[:1] if hasattr(e, "request")] in ([], [""])
         episode = shm.episode(ENCODED, 5)
         assert episode.request.images.same_host_token == ""  # reports never carry it
         assert shm.report_episode("same-host-run", episode, episode.query_labels.tolist()).stored == 1
+    assert transport.reused > 0  # released pages carried later replies
+    del through_memory, in_messages, a, b, episode
+    gc.collect()  # the arrays are gone: every segment is released, none held or waiting
     deadline = time.monotonic() + 5
-    while transport.used and time.monotonic() < deadline:
+    while any(not name.endswith(segments.RELEASED) for name in transport.owned()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert transport.used == 0 and transport.owned() == []  # every segment released by its client
+    assert transport.owned() and all(name.endswith(segments.RELEASED) for name in transport.owned())
 
 
 def _offer(stub) -> tuple[str, str]:
@@ -231,6 +234,29 @@ def test_the_budget_bounds_segments_and_what_does_not_fit_comes_in_messages(serv
         server.stop(grace=0.5)
     assert 0 < transport.written < 24  # some replies in segments, the rest in messages
     assert 0 < peak[0] <= budget
+
+
+def test_arrays_a_client_keeps_never_change_while_pages_are_reused(served, tmp_path):
+    """Released pages carry later replies, held ones never; a budget that runs short
+    unlinks held segments (their mappings stay the client's) rather than touch them."""
+    server = _server(served, tmp_path, shm_bytes=4 * 32 * 32 * 3 * 40)
+    transport = server.servicer.same_host
+    try:
+        with SamplerClient(server.address) as client, SamplerClient(served.address, same_host=False) as plain:
+            kept, copies = [], []
+            for n, episode in enumerate(client.episodes(RAW, count=40)):
+                if n % 4 == 0:  # keep every fourth episode (held), drop the others (released, reused)
+                    kept.append(episode)
+                    copies.append(episode.support_images.copy())
+            assert transport.reused > 0
+            assert any(name.endswith(segments.HELD) for name in transport.owned())
+            assert len(kept) * 32 * 32 * 3 * 20 > transport.budget_bytes  # more than the budget stays held
+            for episode, copy, reference in zip(kept, copies, plain.episodes(RAW, count=10, step=4), strict=True):
+                assert np.array_equal(episode.support_images, copy)
+                _same(episode, reference)
+    finally:
+        server.stop(grace=0.5)
+    assert transport.owned() == []
 
 
 def test_a_reply_reclaimed_before_its_client_read_it_is_sent_again(served, tmp_path):

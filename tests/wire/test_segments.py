@@ -44,9 +44,11 @@ def test_a_segment_holds_what_was_written_and_mapping_releases_it(tmp_path):
     size = segments.write_segment(NAME, views, tmp_path)
     assert size == sum(map(len, buffers)) == (tmp_path / NAME).stat().st_size
     assert (tmp_path / NAME).stat().st_mode & 0o777 == 0o600  # this user only
+    with pytest.raises(FileExistsError):  # never overwrites
+        segments.write_segment(NAME, [b"y"], tmp_path)
     maps = SegmentMaps(tmp_path)
     whole = maps.view(SegmentRef(NAME, 0, size))
-    assert not (tmp_path / NAME).exists()  # mapped = released
+    assert not (tmp_path / NAME).exists() and (tmp_path / (NAME + segments.HELD)).exists()  # taken: held
     tail = maps.view(SegmentRef(NAME, size - len(buffers[-1]), len(buffers[-1])))  # the same mapping again
     assert bytes(whole) == b"".join(buffers) and bytes(tail) == buffers[-1]
     assert whole.readonly
@@ -54,10 +56,13 @@ def test_a_segment_holds_what_was_written_and_mapping_releases_it(tmp_path):
         maps.view(SegmentRef(NAME, size - 1, 2))
     with pytest.raises(SegmentLost, match="is gone"):
         SegmentMaps(tmp_path).view(SegmentRef(NAME, 0, 1))
-    segments.write_segment(NAME, [b"x"], tmp_path)
-    with pytest.raises(FileExistsError):  # never overwrites
-        segments.write_segment(NAME, [b"y"], tmp_path)
-    assert (tmp_path / NAME).read_bytes() == b"x"
+    del maps, whole, tail  # the last views: unmapped, then released for the server to reuse
+    assert sorted(p.name for p in tmp_path.iterdir()) == [NAME + segments.RELEASED]
+    reused = "sampler-0123456789abcdef-s20"
+    assert segments.rewrite_segment(NAME + segments.RELEASED, reused, [b"new pixels"], tmp_path)
+    assert bytes(SegmentMaps(tmp_path).view(SegmentRef(reused, 0, 10))) == b"new pixels"
+    assert (tmp_path / (reused + segments.RELEASED)).stat().st_size == size  # the same pages, its size kept
+    assert not segments.rewrite_segment(NAME + segments.RELEASED, reused, [b"x"], tmp_path)  # gone: nothing written
 
 
 def test_real_shared_memory_round_trip():
@@ -69,6 +74,8 @@ def test_real_shared_memory_round_trip():
     view = SegmentMaps().view(SegmentRef(name, 0, payload.nbytes))
     assert not segments.segment_exists(name)
     assert np.array_equal(np.frombuffer(view, np.uint8).reshape(payload.shape), payload)
+    del view
+    assert segments.unlink_segment(name + segments.RELEASED)
 
 
 @pytest.mark.parametrize("name", ["../../etc/passwd", "sampler-0123456789abcdef/../x", "psm_1234", "sampler-xyz-1",
