@@ -11,6 +11,10 @@ renaming it (only the server creates, reuses or unlinks segments):
   the server may write the next reply into the same pages (no page is allocated or
   freed per reply, on either side) under a new name.
 
+A process that forks while it holds mappings shares their pages with its child, whose
+arrays the server must never overwrite: from the fork on, those segments are unlinked
+rather than released (the pages then live as long as either process maps them).
+
 The pixels are written once, by the server, and never copied again. A client that
 dies holding segments leaves them held: the server unlinks those when their stream
 is cancelled or after a timeout (unlinking a held segment is always safe: a mapping
@@ -167,25 +171,53 @@ def _libc() -> ctypes.CDLL:
     return _LIBC
 
 
-def _unmap_and_release(address: int, size: int, held: Path | None, released: Path | None) -> None:
+class _Mapping:
+    """One mapping of a held segment: how to let go of it, and by which process."""
+
+    def __init__(self, held: Path, released: Path) -> None:
+        self.held = held
+        self.released = released
+        self.pid = os.getpid()
+        self.shared = False  # a child forked while it was mapped may still read its pages
+
+
+_LIVE: "weakref.WeakSet[_Mapping]" = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for mapping in list(_LIVE):
+        mapping.shared = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork)
+
+
+def _unmap_and_release(address: int, size: int, mapping: _Mapping | None) -> None:
     _libc().munmap(address, size)
-    if held is not None and released is not None:
-        try:
-            os.rename(held, released)  # unmapped first: the server may rewrite these pages now
-        except OSError:
-            pass  # the server unlinked it meanwhile (its timeout, or the stream's cancel)
+    if mapping is None or os.getpid() != mapping.pid:
+        return  # not ours to let go of (a forked child's copy): the process that mapped it does
+    try:
+        if mapping.shared:
+            os.unlink(mapping.held)  # never to be rewritten: the pages go with the child's mapping
+        else:
+            os.rename(mapping.held, mapping.released)  # unmapped first: the server may rewrite these pages
+    except OSError:
+        pass  # the server unlinked it meanwhile (its timeout, or the stream's cancel)
 
 
-def _map_readonly(fd: int, size: int, held: Path | None, released: Path | None) -> memoryview:
-    """A read-only view of ``size`` bytes of ``fd``, unmapped (then ``held`` renamed to
-    ``released``) when the last view of it is gone."""
+def _map_readonly(fd: int, size: int, mapping: _Mapping | None) -> memoryview:
+    """A read-only view of ``size`` bytes of ``fd``, unmapped (then let go of, as
+    ``mapping`` says) when the last view of it is gone."""
     libc = _libc()
     address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if address is None or address == ctypes.c_void_p(-1).value:
         error = ctypes.get_errno()
         raise OSError(error, f"mmap of a {size}-byte segment failed: {os.strerror(error)}")
     buffer = (ctypes.c_ubyte * size).from_address(address)
-    done = weakref.finalize(buffer, _unmap_and_release, address, size, held, released)
+    if mapping is not None:
+        _LIVE.add(mapping)
+    done = weakref.finalize(buffer, _unmap_and_release, address, size, mapping)
     done.atexit = False  # at exit arrays may still point here: the OS unmaps, the server reclaims
     return memoryview(buffer).cast("B").toreadonly()
 
@@ -212,7 +244,7 @@ def map_segment(name: str, directory: Path = SEGMENT_DIR) -> memoryview:
         size = os.fstat(fd).st_size
         if size == 0:
             return memoryview(b"")
-        return _map_readonly(fd, size, held, directory / (name + RELEASED) if held is not None else None)
+        return _map_readonly(fd, size, _Mapping(held, directory / (name + RELEASED)) if held is not None else None)
     finally:
         os.close(fd)
 

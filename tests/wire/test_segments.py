@@ -114,3 +114,31 @@ def test_a_mapping_holds_no_descriptor_and_goes_with_its_last_view(tmp_path):
     assert len(maps) == 50
     del arrays
     assert [line for line in open("/proc/self/maps") if str(tmp_path) in line] == []  # unmapped with the views
+
+
+def _drop_in_child(views: list, done) -> None:
+    views.clear()  # the child's copies of the parent's arrays die here
+    import gc
+
+    gc.collect()
+    done.set()
+
+
+def test_a_fork_while_mapped_keeps_the_pages_from_ever_being_rewritten(tmp_path):
+    import multiprocessing
+
+    names = [f"sampler-0123456789abcdef-f{k}" for k in range(2)]
+    for name in names:
+        segments.write_segment(name, [b"pixels" * 100], tmp_path)
+    before = [SegmentMaps(tmp_path).view(SegmentRef(names[0], 0, 600))]
+    context = multiprocessing.get_context("fork")
+    done = context.Event()
+    child = context.Process(target=_drop_in_child, args=(before, done))
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0 and done.is_set()
+    assert (tmp_path / (names[0] + segments.HELD)).exists()  # a child's copy dying lets go of nothing
+    after = SegmentMaps(tmp_path).view(SegmentRef(names[1], 0, 600))  # mapped after the fork: as usual
+    before.clear()
+    del after
+    assert sorted(p.name for p in tmp_path.iterdir()) == [names[1] + segments.RELEASED]  # the shared one unlinked
