@@ -28,8 +28,9 @@ Same host: when the client runs on the server's host (and shares its /dev/shm), 
 need not cross a socket. By default the client asks the server for a probe segment
 (OfferSameHost), reads its token and unlinks it; then its requests carry the token and
 the server writes each reply's pixels into a shared-memory segment the reply names
-(``sampler_server.wire.segments``). The client maps it (its arrays are views of that
-mapping, read-only as always) and unlinks it, which releases it to the server's budget.
+(``sampler_server.wire.segments``). The client maps it: its arrays are views of that
+mapping (read-only, as always), and when the last of them is gone the segment goes back
+to the server, which writes a later reply into the same pages.
 Across hosts, for another user, or against an older server, the probe cannot be read
 and replies come in the message as before; the arrays are bit-identical either way.
 A reply whose segment is gone (reclaimed by the server) is asked for again at its
