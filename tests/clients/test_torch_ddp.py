@@ -1,0 +1,167 @@
+"""The PyTorch trainer under a real torchrun (2 processes, gloo on CPU) against a real
+server: the ranks train disjoint shards that together are the window, their models
+stay identical (and rank 0's checkpoint is that model), the sharded evaluation
+reports each episode once exactly as one process would, shape buckets pad and mask
+per rank without changing what is learned, and a resumed run continues from the
+checkpoint with the same shards (under the same rank count only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+
+torch = pytest.importorskip("torch")
+
+from clients.torch.trainer import CHECKPOINT, TorchFramework, main  # noqa: E402
+from clients.trainer_args import parse_args  # noqa: E402
+
+RANKS = 2
+# MD variable episodes (no fixed ways/shots): ranks meet different shapes in the same step
+COMMON = ["--sources", "folder", "--image-size", "16", "--device", "cpu", "--seed", "3", "--log-every", "2"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The ranks run with OMP_NUM_THREADS=1 (torchrun's default); an in-process evaluation
+    compared with theirs does too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def torchrun(served, directory: Path, run_id: str, *extra: str) -> tuple[int, str, dict]:
+    """``torchrun --standalone --nproc_per_node 2 -m clients.torch ...``: (exit status,
+    stderr, rank 0's summary or {})."""
+    summary = directory / f"{run_id}.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
+               "-m", "clients.torch", "--server", served.address, "--run-id", run_id, *COMMON,
+               "--json-summary", str(summary), *extra]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    return done.returncode, done.stderr, (json.loads(summary.read_text()) if summary.exists() else {})
+
+
+def trained(summary: dict) -> dict[int, list[int]]:
+    """Each rank's trained indices, expanded from the summary's [first, step, count] runs."""
+    return {rank["rank"]: [first + step * k for first, step, count in rank["indices"] for k in range(count)]
+            for rank in summary["ranks"]}
+
+
+@pytest.fixture(scope="module")
+def first_run(served, tmp_path_factory) -> dict:
+    """Episodes 0..7 on 2 ranks with shape buckets, checkpoints every 4, 5 test episodes."""
+    directory = tmp_path_factory.mktemp("ddp")
+    argv = ["--shape-buckets", "on", "--train-episodes", "8", "--checkpoint-every", "4", "--eval-episodes", "5",
+            "--checkpoint-dir", str(directory / "ckpt")]
+    code, stderr, summary = torchrun(served, directory, "ddp-torch", *argv)
+    assert code == 0, stderr[-3000:]
+    return {"summary": summary, "stderr": stderr, "directory": directory, "argv": argv}
+
+
+@pytest.mark.slow
+def test_ranks_train_disjoint_shards_of_the_window_and_stay_identical(first_run):
+    summary, stderr = first_run["summary"], first_run["stderr"]
+    assert (summary["world_size"], summary["start_index"], summary["next_index"]) == (RANKS, 0, 8)
+    shards = trained(summary)
+    assert shards == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}  # global step k: indices 2k (rank 0), 2k + 1 (rank 1)
+    everything = shards[0] + shards[1]
+    assert sorted(everything) == list(range(8)) and len(set(everything)) == len(everything)
+    digests = {rank["parameter_digest"] for rank in summary["ranks"]}
+    assert len(digests) == 1 and len(next(iter(digests))) == 64
+    assert summary["train"]["steps"] == 8 and summary["train"]["unit"] == "episode"
+    assert summary["config"]["train_ranks"] == RANKS
+    # each rank says what it trained, in its own line
+    for rank, indices in shards.items():
+        line = f"[rank {rank}/{RANKS}]: trained episodes {indices[0]}..{indices[-1]} every {RANKS} (4)"
+        assert line in stderr, stderr[-3000:]
+    assert "]: error:" not in stderr
+    # progress lines come from rank 0 only, one per step (--log-every 2 = one step of 2 ranks)
+    assert [line.split(": ")[1].split()[1] for line in stderr.splitlines() if "]: episode " in line] == \
+        ["2/8", "4/8", "6/8", "8/8"]
+    assert len(summary["train"]["curve"]) == 4
+
+
+@pytest.mark.slow
+def test_rank_0_checkpoint_holds_the_ranks_model(first_run):
+    """Loaded by one process, the checkpoint rank 0 wrote has the digest every rank logged."""
+    directory = first_run["directory"]
+    state = torch.load(directory / "ckpt" / CHECKPOINT, map_location="cpu")
+    assert state["next_index"] == 8 and state["resume"]["ranks"] == RANKS
+    framework = TorchFramework(parse_args("torch", ["--server", "127.0.0.1:1", "--run", "r", *COMMON,
+                                                    "--checkpoint-dir", str(directory / "ckpt")]))
+    framework.build(0)
+    fresh = framework.parameter_digest()
+    path, _, next_index = framework.checkpoint()
+    assert framework.restore(path) == next_index == 8
+    assert framework.parameter_digest() == first_run["summary"]["ranks"][0]["parameter_digest"] != fresh
+
+
+@pytest.mark.slow
+def test_sharded_evaluation_reports_each_episode_once_as_one_process_would(first_run, served, tmp_path):
+    summary = first_run["summary"]
+    result = summary["eval"]["folder"]
+    assert (result["episodes"], result["stored"], result["duplicates"]) == (5, 5, 0)
+    stored = list(served.server.metrics.reports("ddp-torch"))
+    assert sorted(report.index for report in stored) == list(range(5))
+    mean = sum(report.metrics["accuracy"] for report in stored) / len(stored)
+    assert mean == pytest.approx(result["mean_accuracy"])
+    # one process evaluating the same checkpoint sends the same reports and configuration: all duplicates
+    path = tmp_path / "again.json"
+    argv = ["--server", served.address, "--run", "ddp-torch", *COMMON, *first_run["argv"], "--eval-only",
+            "--json-summary", str(path)]
+    assert main(argv) == 0
+    again = json.loads(path.read_text())
+    assert (again["world_size"], again["eval"]["folder"]["stored"], again["eval"]["folder"]["duplicates"]) == (1, 0, 5)
+    assert again["eval"]["folder"]["mean_accuracy"] == result["mean_accuracy"]
+
+
+@pytest.mark.slow
+def test_shape_buckets_under_ddp_learn_what_the_unpadded_run_learns(first_run, served, tmp_path):
+    code, stderr, off = torchrun(served, tmp_path, "ddp-torch-unpadded", "--shape-buckets", "off",
+                                 "--train-episodes", "8", "--eval-episodes", "5")
+    assert code == 0, stderr[-3000:]
+    on = first_run["summary"]
+    assert trained(off) == trained(on) and len({rank["parameter_digest"] for rank in off["ranks"]}) == 1
+    curve_on, curve_off = np.array(on["train"]["curve"]), np.array(off["train"]["curve"])
+    assert curve_on.shape == curve_off.shape == (4, 3)
+    assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
+    assert on["eval"]["folder"]["mean_accuracy"] == pytest.approx(off["eval"]["folder"]["mean_accuracy"], abs=0.02)
+    assert on["config"]["shape_buckets"] == "on" and off["config"]["shape_buckets"] == "off"
+
+
+@pytest.mark.slow
+def test_resumed_run_continues_from_the_checkpoint_with_the_same_shards(first_run, served, tmp_path, capfd):
+    checkpoints = tmp_path / "ckpt"
+    shutil.copytree(first_run["directory"] / "ckpt", checkpoints)
+    argv = ["--shape-buckets", "on", "--checkpoint-every", "4", "--eval-episodes", "0",
+            "--checkpoint-dir", str(checkpoints)]
+    code, stderr, summary = torchrun(served, tmp_path, "ddp-torch-resumed", *argv, "--train-episodes", "12")
+    assert code == 0, stderr[-3000:]
+    assert summary["resumed_from"] == str(checkpoints / CHECKPOINT) and "resumed from" in stderr
+    assert (summary["start_index"], summary["next_index"], summary["train"]["steps"]) == (8, 12, 4)
+    assert trained(summary) == {0: [8, 10], 1: [9, 11]}  # rank r again takes the indices of residue r
+    assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
+    assert summary["ranks"][0]["parameter_digest"] != first_run["summary"]["ranks"][0]["parameter_digest"]
+    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == 12
+
+    # one process may not continue a checkpoint of two: one line, exit 2
+    capfd.readouterr()
+    assert main(["--server", served.address, "--run", "r", *COMMON, *argv, "--train-episodes", "16"]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trained by 2 process(es)" in err and "this run has 1" in err, err
+
+    # a window that is not whole steps is refused by every rank before anything trains
+    code, stderr, _ = torchrun(served, tmp_path, "ddp-torch-odd", *argv, "--train-episodes", "15")
+    assert code != 0
+    refusals = [line for line in stderr.splitlines() if "error: argument --train-episodes" in line]
+    assert len(refusals) == RANKS and all("expected a multiple of the 2 ranks" in line for line in refusals)
+    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == 12
