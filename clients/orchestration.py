@@ -47,7 +47,10 @@ TensorFlow ``TF_CONFIG`` cluster; the framework says which: ``Framework.rank`` a
   next index; every rank reads the same checkpoint to resume. The checkpoint records
   N, and a resume under another N is refused (exit 2): the model a run ends with
   depends on N, so a run that changed it would match no unbroken run. A resumed run
-  takes the same shards (rank r again takes the indices of residue r).
+  takes the same shards (rank r again takes the indices of residue r). A rank that
+  fails stops the run (torchrun stops the others); rank 0 saves the progress made
+  since the last checkpoint only when its fault came while waiting for data, not
+  inside a step, where its model may hold part of a step the others never finished.
 - Evaluation is sharded: rank r evaluates the test episodes r, r + N, ... and reports
   those itself, so each episode is reported once, by one rank, as the same report a
   single process would send (the same model evaluates it, and every rank sends rank
@@ -104,13 +107,13 @@ class TrainSummary:
     unit: str                    # "episode" (protonet) or "batch" (baseline)
     start_index: int             # the index training (re)started at
     next_index: int              # the index a resumed run would start at
-    steps: int = 0               # items trained on in this run
-    seconds: float = 0.0         # whole steps: waiting for data + compute
+    steps: int = 0               # items trained on in this run (by all ranks)
+    seconds: float = 0.0         # whole steps: waiting for data + compute (rank 0's)
     steps_per_s: float = 0.0
     images: int = 0
     images_per_s: float = 0.0
-    data_wait_seconds: float = 0.0
-    first_wait_seconds: float = 0.0  # the first item's wait holds the stream's start-up
+    data_wait_seconds: float = 0.0   # the longest of the ranks' (a rank that waits holds up every rank)
+    first_wait_seconds: float = 0.0  # the first item's wait holds the stream's start-up (rank 0's)
     data_wait_fraction: float = 0.0
     final_loss: float | None = None  # mean training loss over the last --log-every steps
     distinct_shapes: int = 0     # input shapes the training step met (shape buckets keep it small)
@@ -502,6 +505,7 @@ class Run:
         self.log(f"training {args.model} {args.backbone} on {framework.device}, {_PLURAL[self.unit]} "
                  f"{start}..{total - 1}" + (f", {self.ranks} ranks ({self.ranks} per step)" if self.ranks > 1 else ""))
         saved = start
+        in_step = False
         try:
             for position in self.mine(start, total):
                 began = time.perf_counter()
@@ -509,7 +513,9 @@ class Run:
                 fetched = time.perf_counter()
                 if index != position:
                     raise SamplerClientError(f"training stream sent {self.unit} {index}, expected {position}")
+                in_step = True
                 loss, accuracy = framework.train_step(item)
+                in_step = False
                 self.trained.append(index)
                 timer.add(fetched - began, images, loss, accuracy)
                 # every rank has taken its item of this step: the window's next index
@@ -529,7 +535,9 @@ class Run:
                              f"{len(recent) * self.ranks / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
                              f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
         finally:
-            if self.next_index != saved:  # a fault mid-run keeps the progress made
+            # a fault mid-run keeps the progress made; but a rank that failed inside a step (the
+            # others lost) may hold part of it (its own batch-norm update): the last checkpoint stays
+            if self.next_index != saved and not (in_step and self.ranks > 1):
                 framework.save(self.next_index, self.resume_config())
             feed.close()
         timer.resolve(framework.to_floats)
@@ -712,8 +720,12 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
         fail(f"server {args.server}: {error}")
         return EXIT_SERVER
     except KeyboardInterrupt:
-        saved = args.checkpoint_dir and (framework is None or framework.rank == 0)
-        fail("interrupted" + (f"; progress saved in {args.checkpoint_dir}" if saved else ""))
+        if not args.checkpoint_dir:
+            fail("interrupted")
+        elif framework is not None and framework.world_size > 1:
+            fail(f"interrupted; the last checkpoint in {args.checkpoint_dir} holds the run's progress")
+        else:
+            fail(f"interrupted; progress saved in {args.checkpoint_dir}")
         return 130
     except Exception as error:
         mapped = framework.classify(error) if framework is not None else None

@@ -303,7 +303,9 @@ class TorchFramework(Framework):
         return digest.hexdigest()
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
-        if self.world_size > 1 and isinstance(error, dist.DistError):
+        # a collective that lost a peer: NCCL raises DistBackendError, gloo a RuntimeError naming its transport
+        lost = isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo" in str(error))
+        if self.world_size > 1 and lost:
             return 1, (f"rank {self.rank}: lost the other ranks ({' '.join(str(error).split())[:300]}); the last "
                        "checkpoint holds the run's progress")
         return None

@@ -3,18 +3,22 @@ server: the ranks train disjoint shards that together are the window, their mode
 stay identical (and rank 0's checkpoint is that model), the sharded evaluation
 reports each episode once exactly as one process would, shape buckets pad and mask
 per rank without changing what is learned, and a resumed run continues from the
-checkpoint with the same shards (under the same rank count only)."""
+checkpoint with the same shards (under the same rank count only), also after a rank
+was killed mid-run."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import process_tree
 import pytest
 from conftest import REPO_ROOT
 
@@ -38,15 +42,21 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
+def torchrun_command(served, summary: Path, run_id: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
+            "-m", "clients.torch", "--server", served.address, "--run-id", run_id, *COMMON,
+            "--json-summary", str(summary), *extra]
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+
 def torchrun(served, directory: Path, run_id: str, *extra: str) -> tuple[int, str, dict]:
     """``torchrun --standalone --nproc_per_node 2 -m clients.torch ...``: (exit status,
     stderr, rank 0's summary or {})."""
     summary = directory / f"{run_id}.json"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
-               "-m", "clients.torch", "--server", served.address, "--run-id", run_id, *COMMON,
-               "--json-summary", str(summary), *extra]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    done = subprocess.run(torchrun_command(served, summary, run_id, *extra), capture_output=True, text=True,
+                          timeout=300, check=False, env=ENV)
     return done.returncode, done.stderr, (json.loads(summary.read_text()) if summary.exists() else {})
 
 
@@ -165,3 +175,46 @@ def test_resumed_run_continues_from_the_checkpoint_with_the_same_shards(first_ru
     refusals = [line for line in stderr.splitlines() if "error: argument --train-episodes" in line]
     assert len(refusals) == RANKS and all("expected a multiple of the 2 ranks" in line for line in refusals)
     assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == 12
+
+
+def _rank_process(launcher: int, rank: int) -> int | None:
+    """The pid of torchrun's worker with RANK=rank (from its environment)."""
+    for pid in process_tree.children(launcher):
+        try:
+            if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_and_the_rerun_continues_from_its_checkpoint(served, tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    argv = ["--shape-buckets", "on", "--checkpoint-every", "4", "--eval-episodes", "0",
+            "--checkpoint-dir", str(checkpoints)]
+    launcher = subprocess.Popen(torchrun_command(served, tmp_path / "killed.json", "ddp-torch-killed", *argv,
+                                                 "--train-episodes", "4000"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoints / CHECKPOINT).exists() and time.monotonic() < deadline and launcher.poll() is None:
+            time.sleep(0.05)
+        victim = _rank_process(launcher.pid, 1)
+        assert victim is not None and (checkpoints / CHECKPOINT).exists(), launcher.stderr.read()[-3000:]
+        os.kill(victim, signal.SIGKILL)  # mid-run, after a checkpoint
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode != 0
+    # a rank that saw the other fail ends with one line (or is stopped by torchrun), not a traceback
+    # (torchrun prefixes a rank's uncaught exception with "[rank0]:")
+    assert "[rank0]:" not in stderr, stderr[-3000:]
+    saved = torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"]
+    assert 4 <= saved < 4000 and saved % 4 == 0  # a whole checkpoint, at a multiple of --checkpoint-every
+
+    code, stderr, summary = torchrun(served, tmp_path, "ddp-torch-rerun", *argv, "--train-episodes", str(saved + 4))
+    assert code == 0, stderr[-3000:]
+    assert (summary["start_index"], summary["next_index"]) == (saved, saved + 4)
+    assert trained(summary) == {0: [saved, saved + 2], 1: [saved + 1, saved + 3]}
+    assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
