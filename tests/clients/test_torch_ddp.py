@@ -24,7 +24,8 @@ from conftest import REPO_ROOT
 
 torch = pytest.importorskip("torch")
 
-from clients.torch.trainer import CHECKPOINT, TorchFramework, main  # noqa: E402
+from clients.orchestration import UsageError  # noqa: E402
+from clients.torch.trainer import CHECKPOINT, TorchFramework, _device, main, torchrun_ranks  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 
 RANKS = 2
@@ -64,6 +65,37 @@ def trained(summary: dict) -> dict[int, list[int]]:
     """Each rank's trained indices, expanded from the summary's [first, step, count] runs."""
     return {rank["rank"]: [first + step * k for first, step, count in rank["indices"] for k in range(count)]
             for rank in summary["ranks"]}
+
+
+def test_torchrun_environment_gives_rank_and_device(monkeypatch):
+    """WORLD_SIZE > 1 means torchrun started this process: its rank and local rank; a CUDA
+    device is cuda:LOCAL_RANK (each rank its own GPU), and NCCL then carries the gradients."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert torchrun_ranks() is None
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert torchrun_ranks() is None  # torchrun --nproc_per_node 1: a plain run
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert torchrun_ranks() == (3, 4, 1)
+    for name, value, said in (("RANK", "4", "expected 0 to 3"), ("LOCAL_RANK", "-1", "expected an integer >= 0"),
+                              ("WORLD_SIZE", "two", "expected an integer >= 1")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(UsageError, match=f"environment {name}: got '{value}', {said}"):
+            torchrun_ranks()
+        monkeypatch.setenv(name, {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}[name])
+
+    assert _device("cpu", 1) == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="--device: got cuda, but torch finds no CUDA device"):
+            _device("cuda", 1)
+    # the choice itself, on a host of two GPUs (no CUDA call is made)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _device("cuda", 1) == torch.device("cuda", 1) and _device("auto", 0) == torch.device("cuda", 0)
+    assert _device("cuda", None) == torch.device("cuda")  # one process: as before
+    with pytest.raises(UsageError, match=r"LOCAL_RANK: got 2, but torch sees 2 CUDA device\(s\)"):
+        _device("cuda", 2)
 
 
 @pytest.fixture(scope="module")
