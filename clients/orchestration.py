@@ -596,7 +596,7 @@ class Run:
         mine = RankSummary(rank=self.rank, device=framework.device, steps=len(self.trained), images=train.images,
                            indices=index_runs(self.trained), data_wait_seconds=train.data_wait_seconds,
                            parameter_digest=framework.parameter_digest())
-        ranks = [mine] if self.ranks == 1 else framework.all_gather(mine)
+        ranks = [mine] if self.ranks == 1 else sorted(framework.all_gather(mine), key=lambda rank: rank.rank)
         runs = ", ".join(f"{first}..{first + step * (count - 1)} every {step}" if count > 1 else str(first)
                          for first, step, count in mine.indices) or "none"
         self.log_rank(f"trained {_PLURAL[self.unit]} {runs} ({mine.steps}); "
