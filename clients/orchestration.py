@@ -54,9 +54,12 @@ TensorFlow ``TF_CONFIG`` cluster; the framework says which: ``Framework.rank`` a
 - Evaluation is sharded: rank r evaluates the test episodes r, r + N, ... and reports
   those itself, so each episode is reported once, by one rank, as the same report a
   single process would send (the same model evaluates it, and every rank sends rank
-  0's run configuration). The per-episode results are gathered to rank 0 for the
-  summary. Reporting from each rank spreads the reports' round trips over the ranks;
-  the server's idempotent keys would make a resent report harmless either way.
+  0's run configuration). Why each rank reports its own: the predictions (a label per
+  query image) never cross between ranks, the reports' round trips are spread over
+  the ranks, and no episode is reported twice since the shards are disjoint (a
+  resent report would be a harmless duplicate anyway: the server's keys are
+  idempotent). Only the per-episode accuracy, loss and chance are gathered to rank 0,
+  for the summary's mean and interval over all the episodes.
 - Progress lines, the summary and ``--json-summary`` come from rank 0; the summary's
   ``ranks`` lists what each rank trained (its indices, as the server sent them) and a
   digest of its model's parameters and buffers, gathered at the end, and each rank
