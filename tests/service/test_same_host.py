@@ -110,7 +110,8 @@ def _offer(stub) -> tuple[str, str]:
 def _first(stub, token: str) -> pb.Episode:
     request = pb.StreamEpisodesRequest(request=RAW.to_request(), count=1)
     request.request.images.same_host_token = token
-    return next(iter(stub.StreamEpisodes(request)))
+    (only,) = stub.StreamEpisodes(request)  # read to its end: a call dropped early is a cancel, which reclaims
+    return only
 
 
 def test_only_a_client_that_opened_and_released_the_probe_gets_segments(mixed):
