@@ -36,6 +36,13 @@ and replies come in the message as before; the arrays are bit-identical either w
 A reply whose segment is gone (reclaimed by the server) is asked for again at its
 index; twice in a row, and the client goes back to the plain transport. Opt out with
 ``SamplerClient(..., same_host=False)`` or ``SAMPLER_SAME_HOST=0``.
+
+Many replicas: an address such as ``dns:///sampler.ns.svc:50051`` or
+``ipv4:10.0.0.1:50051,10.0.0.2:50051`` spreads calls and streams over every replica with
+gRPC's round_robin (``clients.balancing``); a stream broken by a lost replica resumes at
+its next index on another. Keepalive pings and a bounded wait for each message
+(``Liveness``) notice a replica that went silent without a reset. Same-host tokens stay
+safe: a replica ignores a token it did not issue (its replies come in the message).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_server.wire.segments import SegmentLost, SegmentMaps, SegmentRef, read_probe
 from sampler_server.wire.tensors import RawTensor, split_tensors
 
+from clients.balancing import Liveness, channel_options, parse_target, watch_stream
 from clients.reporting import PROTOCOL, Reporter, episode_report, run_config_json  # noqa: F401 (public)
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
@@ -642,6 +650,7 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
         tls_key: str | Path | None = None,
         token: str | None = None,
         same_host: bool | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         """Args (beyond the connection's tuning):
             tls_ca: PEM file of the CA that signed the server's certificate; given, the
@@ -653,12 +662,21 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
                 host (True, the default: where the server's probe shows it works, else
                 plainly; False: always in the messages). Default: ``SAMPLER_SAME_HOST``
                 (``0`` / ``off`` turns it off).
+            liveness: keepalive and the wait for each stream message, which notice a
+                silent server (``clients.balancing.Liveness``; default 10 + 5 s, 60 s).
 
         Raises:
-            ValueError: a TLS file that cannot be read, a certificate without its key,
-                either without a CA, or a ``SAMPLER_SAME_HOST`` that is not on or off.
+            ValueError: an address that is not HOST:PORT or a replicas target
+                (``clients.balancing.parse_target``), a TLS file that cannot be read, a
+                certificate without its key, either without a CA, or a
+                ``SAMPLER_SAME_HOST`` that is not on or off.
         """
+        try:
+            self._target = parse_target(address)
+        except ValueError as error:
+            raise ValueError(f"address: {error}") from None
         self.address = address
+        self.liveness = liveness if liveness is not None else Liveness()
         self._tls = _tls_material(
             tls_ca or os.environ.get("SAMPLER_TLS_CA") or None,
             tls_cert or os.environ.get("SAMPLER_TLS_CERT") or None,
@@ -673,6 +691,7 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
         self._options = [
             ("grpc.max_receive_message_length", max_message_mb << 20),
             ("grpc.max_send_message_length", 64 << 20),
+            *channel_options(self._target, self.liveness),
         ]
         self._channel: grpc.Channel | None = None
         self._stub: pb_grpc.SamplerStub | None = None
@@ -916,7 +935,9 @@ class SamplerClient(VtabClientMixin, CogClientMixin):
             try:
                 while not stop.is_set() and (not count or delivered < count):
                     try:
-                        stream = open_stream(next_index, count - delivered if count else 0)
+                        call = open_stream(next_index, count - delivered if count else 0)
+                        stream = watch_stream(call, self.liveness, what=what, address=self.address,
+                                              start=next_index, step=step)
                         lost = False
                         for message in stream:
                             if isinstance(message, _LostReply):  # reclaimed before we mapped it: ask again

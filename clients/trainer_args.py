@@ -21,12 +21,12 @@ in it (as given, and as resolved under ``shape_buckets``) though padding is exac
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from clients.balancing import parse_target
 from clients.buckets import SHAPE_BUCKETS
 
 FRAMEWORKS = ("torch", "tf")
@@ -35,7 +35,6 @@ BACKBONES = ("conv4", "resnet18")
 SPLITS = ("train", "valid", "test")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_RUN_ID = 200  # the metrics store's limit
-_ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 
 
 class TrainerArgumentParser(argparse.ArgumentParser):
@@ -75,9 +74,11 @@ def _positive_float(text: str) -> float:
 
 
 def _address(text: str) -> str:
-    match = _ADDRESS.match(text)
-    if match is None or not 0 < int(match.group(2)) < 65536:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected HOST:PORT with a port in 1..65535")
+    """One server (HOST:PORT) or many replicas (dns:///NAME:PORT, ipv4:A:P,B:P,...)."""
+    try:
+        parse_target(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return text
 
 
@@ -126,7 +127,9 @@ def _source_name(text: str) -> str:
 def _add_server_group(parser: argparse.ArgumentParser) -> None:
     """The server, run id and connection flags: the same in every trainer's command line."""
     where = parser.add_argument_group("server and run")
-    where.add_argument("--server", required=True, type=_address, metavar="HOST:PORT", help="sampler server address")
+    where.add_argument("--server", required=True, type=_address, metavar="TARGET",
+                       help="sampler server: HOST:PORT, or many replicas balanced round-robin: dns:///NAME:PORT "
+                       "(every address NAME resolves to) or ipv4:A.B.C.D:PORT,...")
     # --run-id: the same, for torchrun command lines (torchrun's parser takes --run for its own --run-path)
     where.add_argument("--run", "--run-id", dest="run", required=True, type=_run_id, metavar="RUN_ID",
                        help="run id the reports are stored under")

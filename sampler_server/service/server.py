@@ -105,6 +105,11 @@ class RunningServer:
                 ("grpc.max_send_message_length", message_limit),
                 ("grpc.max_receive_message_length", 64 << 20),
                 ("grpc.so_reuseport", 0),
+                # Clients ping to notice a lost replica (clients.balancing: every 10 s of silence by
+                # default, 1 s at the least), also while no call is open: accept those pings rather
+                # than answer GOAWAY "too_many_pings" (gRPC's default allows one per 5 minutes).
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 1000),
             ],
         )
         self.server.add_generic_rpc_handlers((sampler_handler(self.servicer),))
