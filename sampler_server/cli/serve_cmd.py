@@ -44,12 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(gRPC keeps a copy of each: about twice this in memory). A stream waits for room; streams "
                         "stuck sending to clients that do not read are cancelled to make it (default 16)")
     parser.add_argument("--shm-mb", type=int, default=128, metavar="MB",
-                        help="same-host transport: replies whose pixels are in shared memory (/dev/shm) and not yet "
-                        "mapped by their clients, all streams together, MiB at most; a reply beyond it goes in the "
-                        "message. Clients on this host use it unless they opt out; 0 turns it off (default 128)")
+                        help="same-host transport: shared memory (/dev/shm) holding replies' pixels, all streams "
+                        "together, MiB at most: replies not yet taken, held by their clients, or released for "
+                        "reuse; a reply beyond it goes in the message. Clients on this host use it unless they opt "
+                        "out; 0 turns it off (default 128)")
     parser.add_argument("--shm-release-seconds", type=float, default=60.0, metavar="S",
-                        help="a shared-memory reply its client has not mapped after S seconds is reclaimed (the "
-                        "client asks for it again); a cancelled stream's are reclaimed at once (default 60)")
+                        help="a shared-memory reply not taken, or held, for S seconds is unlinked (a reply not yet "
+                        "taken is then sent again); a cancelled stream's are unlinked at once (default 60)")
     parser.add_argument("--max-queued-calls", type=int, default=256, metavar="N",
                         help="calls waiting for a handler thread at most; more get RESOURCE_EXHAUSTED (default 256)")
     parser.add_argument("--max-message-mb", type=int, default=512, help="largest episode/batch message, MiB")

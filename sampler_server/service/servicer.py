@@ -67,8 +67,8 @@ class ServiceLimits:
     send_bytes: int = 16 << 20  # replies with gRPC, not yet taken by their clients, all streams together
     max_reports_per_request: int = 10_000
     lookahead: int = 3  # episodes of a stream being decoded while one is sent
-    shm_bytes: int = 128 << 20  # same-host replies in shared memory not yet mapped by their clients; 0 = off
-    shm_release_seconds: float = 60.0  # a segment unmapped this long is reclaimed
+    shm_bytes: int = 128 << 20  # same-host segments tracked (not taken, held, or released for reuse); 0 = off
+    shm_release_seconds: float = 60.0  # a segment not taken, or held, this long is unlinked
 
 
 class SamplerServicer(pb_grpc.SamplerServicer):
