@@ -335,3 +335,13 @@ def test_nothing_is_left_in_shared_memory(served, ending):
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--shm-mb", "-1"], "--shm-mb: got -1, expected 0 (off) or more MiB"),
+    (["--shm-release-seconds", "0"], "--shm-release-seconds: got 0, expected more than 0"),
+])
+def test_serve_refuses_bad_same_host_options_in_one_line(served, capsys, flags, message):
+    assert main(["serve", "--data", str(served.data), "--port", "0", *flags]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(message)
