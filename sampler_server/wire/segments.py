@@ -3,7 +3,8 @@
 A segment is a file in the host's POSIX shared-memory directory (``/dev/shm`` on
 Linux) that the server writes for one reply and names in its ``Tensor.segment``
 fields. Its name says where it is in its life, and the client moves it along by
-renaming it (only the server creates, reuses or unlinks segments):
+renaming it (the server creates, reuses and unlinks segments; a client unlinks only a
+probe, and a segment a forked child may still read, below):
 
 - ``<name>``: written for a reply, not yet taken;
 - ``<name>h`` (held): the client mapped it, read-only; its arrays are views of it;
@@ -24,9 +25,9 @@ A mapping holds no file descriptor (Python's ``mmap`` keeps one per mapping, so 
 client holding a thousand episodes would run out of them): it is made with the C
 library's ``mmap`` and unmapped when the last view of it is gone.
 
-Names are checked before any file is touched: a reply can only make a client open
-and unlink a file called ``sampler-<hex>-<tag>`` in that directory, never another
-path, so a broken or hostile server cannot make a client read or delete anything
+Names are checked before any file is touched: a reply can only make a client open,
+rename or unlink a file called ``sampler-<hex>-<tag>`` (or that name with its suffix)
+in that directory, never another path, so a broken or hostile server cannot make a client read or delete anything
 else. The same-host probe (``SameHostOffer.probe_segment``) is such a segment too.
 """
 
