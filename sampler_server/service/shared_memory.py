@@ -15,8 +15,8 @@ maps it (renames it held, ``wire.segments``), HELD while the client's arrays use
 and FREE once the client released it: the next reply of any stream that fits is
 written into those pages under a new name, so a steady stream allocates and frees no
 page. Memory stays bounded:
-- a server-wide budget (``budget_bytes``) of every segment this server tracks (written,
-  held or free). A reply needs room: free segments are unlinked to make it, then the
+- a server-wide budget (``budget_bytes``, in whole pages, and ``MAX_SEGMENTS``) of
+  every segment this server tracks (written, held or free). A reply needs room: free segments are unlinked to make it, then the
   oldest held ones (their clients keep the mappings; the pages become theirs). A reply
   that still does not fit goes in the message as usual (never a wait on other streams);
 - per stream, after each reply is handed to gRPC the stream waits while ``ahead`` of
@@ -65,6 +65,8 @@ MAX_TOKENS = 4096  # accepted tokens remembered
 POLL_SECONDS = (0.0002, 0.001)  # a waiting stream looks for its client's progress this often (first, at most)
 REAP_SECONDS = 0.25
 FREE_SECONDS = 10.0  # a released segment no reply reused for this long is unlinked
+MAX_SEGMENTS = 4096  # segments tracked at most, whatever their sizes (tiny replies of a client that keeps them)
+PAGE = 4096  # a segment takes whole pages of the budget
 
 
 class State(enum.Enum):
@@ -172,9 +174,10 @@ class SameHostTransport:
         """A segment holding ``buffers`` for ``owner``'s next reply (released pages when
         some fit, else new ones), or None when the budget has no room for it."""
         name = self._name("s")
-        free = self._take_free(nbytes)
+        charge = -(-nbytes // PAGE) * PAGE
+        free = self._take_free(charge)
         if free is not None:
-            size, done = max(free.size, nbytes), False
+            size, done = max(free.size, charge), False
             try:
                 done = wire_segments.rewrite_segment(free.path_name, name, buffers, self.directory)
             except OSError:
@@ -186,19 +189,19 @@ class SameHostTransport:
                         self.used -= size  # gone: it no longer takes room
             if done:
                 return self._written(owner, name, size, reused=True)
-        if not self._room(nbytes):
+        if not self._room(charge, new=True):
             return None
         try:
             wire_segments.write_segment(name, buffers, self.directory)
         except BaseException as error:
             with self._lock:
-                self.used -= nbytes
+                self.used -= charge
             if isinstance(error, OSError):  # /dev/shm full, say: this reply goes in the message
                 log.warning("same-host transport: cannot write a %d-byte segment (%s); sending in the message",
                             nbytes, error.strerror or error)
                 return None
             raise
-        return self._written(owner, name, nbytes, reused=False)
+        return self._written(owner, name, charge, reused=False)
 
     def _written(self, owner: "StreamSegments", name: str, size: int, reused: bool) -> str | None:
         """Track a segment just written (its size already counted in ``used``)."""
@@ -240,16 +243,18 @@ class SameHostTransport:
             return None
         return best
 
-    def _room(self, nbytes: int) -> bool:
-        """Count ``nbytes`` in ``used`` if the budget has room, making room by unlinking
-        free segments, then the oldest held ones."""
+    def _room(self, nbytes: int, new: bool = False) -> bool:
+        """Count ``nbytes`` in ``used`` if the budget has room (and, for a ``new``
+        segment, the count), making room by unlinking free segments, then the oldest
+        held ones."""
         if nbytes > self.budget_bytes:
             return False
         while True:
             with self._lock:
                 if self._closed:
                     return False
-                if self.used + nbytes <= self.budget_bytes:
+                over = len(self._segments) + 1 - MAX_SEGMENTS if new else 0
+                if self.used + nbytes <= self.budget_bytes and over <= 0:
                     self.used += nbytes
                     return True
                 spare = [s for s in self._segments.values() if s.state is not State.WRITTEN]
@@ -261,7 +266,8 @@ class SameHostTransport:
                     for segment in spare:
                         victims.append(segment)
                         needed -= segment.size
-                        if needed <= 0:
+                        over -= 1
+                        if needed <= 0 and over <= 0:
                             break
                     for segment in victims:
                         self._forget(segment)

@@ -195,7 +195,8 @@ def test_a_stream_nobody_reads_holds_few_segments_and_its_cancel_frees_them(serv
             time.sleep(1.0)
             held = transport.owned()
             assert 1 <= len(held) <= transport.ahead + 1, held
-            assert transport.used == sum((segments.SEGMENT_DIR / n).stat().st_size for n in held)
+            page = 4096
+            assert transport.used == sum(-(-(segments.SEGMENT_DIR / n).stat().st_size // page) * page for n in held)
             stream.cancel()
             deadline = time.monotonic() + 5
             while transport.owned() and time.monotonic() < deadline:
@@ -345,3 +346,27 @@ def test_serve_refuses_bad_same_host_options_in_one_line(served, capsys, flags, 
     assert main(["serve", "--data", str(served.data), "--port", "0", *flags]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith(message)
+
+
+def test_the_budget_counts_whole_pages_and_segments(tmp_path, monkeypatch):
+    """Tiny replies a client keeps cannot pile up files: each takes at least a page of the
+    budget, and the count of segments is bounded too (held ones go to their client)."""
+    from clients.core import to_array
+    from sampler_server.service import shared_memory
+    from sampler_server.wire.tensors import TensorField
+
+    monkeypatch.setattr(shared_memory, "MAX_SEGMENTS", 5)
+    transport = SameHostTransport(1 << 20, directory=tmp_path)
+    stream = shared_memory.StreamSegments(transport)
+    field = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
+    kept = []
+    for k in range(12):
+        pixels = bytes([k]) * 300
+        reply = stream.reply(pb.Batch(index=k), [TensorField(field, pb.DTYPE_UINT8, (1, 10, 10, 3), [pixels])])
+        kept.append((to_array(pb.Batch.FromString(reply).images, SegmentMaps(tmp_path)), pixels))  # mapped, held
+        transport.refresh()
+        assert len(list(tmp_path.iterdir())) <= 5 and transport.used <= 5 * shared_memory.PAGE
+    assert transport.used == 5 * shared_memory.PAGE  # 300 bytes take a page each
+    assert all(array.tobytes() == pixels for array, pixels in kept)  # unlinked held segments stay readable
+    transport.close()
+    assert list(tmp_path.iterdir()) == []
