@@ -7,7 +7,7 @@ WordNet-split stores (ILSVRC) get their spec on first use, cached per benchmark
 variant: every request that picks or reports classes by split names its variant
 (``preset``: md-v1, the default, or md-v2), because only these stores' class splits
 differ between the two. The split comes from the file the pack computed beside the
-manifest (``store.wordnet_split``: a millisecond, no WordNet graph). A store without
+manifest (``store.wordnet_split``: milliseconds, no WordNet graph). A store without
 it (packed before it existed) is named in one warning at start-up; a file that fails
 its checks (damaged, another format, other classes) is refused with one error line
 when first read. Either way the split is built from WordNet on the first request that

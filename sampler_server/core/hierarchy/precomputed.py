@@ -4,7 +4,7 @@ Building the Meta-Dataset split of an ILSVRC store (``hierarchy.imagenet``) need
 WordNet graph: networkx, the 82,115-synset file and the collapse take most of a second
 for 1000 classes. A server needs only the result: per benchmark variant, each class's
 split and each split's candidate nodes (wnid, sorted class ids). ``encode_split``
-writes that result; ``decode_split`` reads it back (70 KB and a millisecond for
+writes that result; ``decode_split`` reads it back (77 KB and a few milliseconds for
 ILSVRC-2012), without networkx.
 
 Layout (bytes; UTF-8 JSON throughout):
