@@ -65,16 +65,22 @@ def make_stores(work: Path, classes: int, per_class: int, sizes: set[int]) -> Pa
     return data
 
 
+def _env() -> dict[str, str]:
+    """This repository first on the path, whatever the caller's PYTHONPATH already holds (carried wheels)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0",
          "--workers", str(workers)],
         stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=_env(),
     )
     line = process.stdout.readline()
     if "listening on" not in line:
-        raise RuntimeError(f"server did not start: {line!r}")
+        log = (data / "server.log").read_text()[-2000:]
+        raise RuntimeError(f"server did not start: {line!r}; its log ends: {log}")
     return process, line.split()[2]
 
 
@@ -132,7 +138,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
         argv = [sys.executable, "-m", "clients.torch",
                 *trainer_argv(args.address, args.backbone, args.size, args.bucket, args.episodes, args.device,
                               args.window), "--json-summary", str(summary_path)]
-        done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                               check=False)
         if done.returncode != 0:
             raise RuntimeError(f"trainer exited {done.returncode}: {done.stderr[-2000:]}")
@@ -151,7 +157,7 @@ def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, 
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
             backbone, "--size", str(size), "--bucket", buckets, "--episodes", str(args.episodes), "--device",
             args.device, "--window", str(args.window)]
-    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} {backbone} {size}px buckets {buckets} failed:\n{done.stderr[-3000:]}")
