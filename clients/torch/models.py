@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 BACKBONES = ("conv4", "resnet18")
@@ -44,10 +45,11 @@ class RowBatchNorm2d(nn.BatchNorm2d):
     """``nn.BatchNorm2d`` that, in training with ``valid_rows`` set, takes the batch
     statistics and the running-statistics update from the first ``valid_rows`` rows only.
 
-    Why a slice and not a masked mean: the slice IS the unpadded batch, so statistics,
-    unbiased running variance, momentum and ``num_batches_tracked`` follow PyTorch's own
-    kernel with nothing re-derived; padding rows are set to zeros (no gradient flows to
-    them). In evaluation mode batch norm is per row and padding needs nothing. Same
+    Why the first rows and not a masked mean: those rows ARE the unpadded batch, so the
+    statistics, unbiased running variance, momentum (or the cumulative average of
+    ``momentum=None``) and ``num_batches_tracked`` come from PyTorch's own kernel with
+    nothing re-derived (``row_batch_norm``); padding rows come out as zeros and get zero
+    gradient. In evaluation mode batch norm is per row and padding needs nothing. Same
     parameters and buffers as ``nn.BatchNorm2d``, so checkpoints and torchvision state
     dicts load unchanged.
     """
@@ -58,8 +60,81 @@ class RowBatchNorm2d(nn.BatchNorm2d):
         rows = self.valid_rows
         if rows is None or not self.training or rows >= x.shape[0]:
             return super().forward(x)
-        valid = super().forward(x[:rows])
-        return torch.cat([valid, torch.zeros_like(x[rows:], dtype=valid.dtype)], 0)  # keeps channels_last
+        self._check_input_dim(x)
+        # momentum and num_batches_tracked exactly as nn.BatchNorm2d.forward does them
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        track = self.track_running_stats
+        return row_batch_norm(x, rows, self.running_mean if track else None, self.running_var if track else None,
+                              self.weight, self.bias, factor, self.eps)
+
+
+def row_batch_norm(x: torch.Tensor, rows: int, running_mean: torch.Tensor | None,
+                   running_var: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   momentum: float, eps: float) -> torch.Tensor:
+    """Training-mode ``F.batch_norm`` of ``x[:rows]`` (running statistics updated from
+    those rows alone) with rows ``rows:`` set to zero, in one tensor of ``x``'s shape,
+    dtype and memory format; the padding rows' gradient is zero.
+
+    Equal to ``torch.cat([F.batch_norm(x[:rows], ...), zeros])`` and to its gradients
+    (the same native kernels run on the same rows) without that copy: the kernel writes
+    straight into the first rows of the output, and only the padding rows are zeroed.
+    """
+    if not 0 < rows:
+        raise ValueError(f"valid_rows: got {rows}, expected a positive number of rows")
+    if rows * x[0, 0].numel() < 2:
+        raise ValueError(f"valid_rows: got {rows} of {tuple(x.shape)}, batch norm in training needs more than "
+                         "1 value per channel")
+    return _RowBatchNorm.apply(x, weight, bias, running_mean, running_var, rows, momentum, eps)
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself when contiguous or channels_last, else a contiguous copy: the output
+    and the gradient are allocated like ``x``, so their first rows must be laid out as
+    the kernels lay out ``x[:rows]``'s."""
+    if x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last):
+        return x
+    return x.contiguous()
+
+
+class _RowBatchNorm(torch.autograd.Function):
+    """Forward: ``native_batch_norm.out`` into ``out[:rows]``; backward:
+    ``native_batch_norm_backward`` on the first rows, then one copy into a gradient of
+    ``x``'s shape whose padding rows are zero. The native kernel is the one
+    ``F.batch_norm`` itself runs for bf16 on CUDA (cuDNN takes no bf16) and on CPU."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, rows: int, momentum: float,
+                eps: float) -> torch.Tensor:
+        x = _dense(x)
+        out = torch.empty_like(x)  # x's strides, so out[:rows] is laid out as x[:rows]
+        stats = x.new_empty(x.shape[1], dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+        mean, invstd = stats, torch.empty_like(stats)
+        torch.ops.aten.native_batch_norm.out(x[:rows], weight, bias, running_mean, running_var, True, momentum, eps,
+                                             out=out[:rows], save_mean=mean, save_invstd=invstd)
+        out[rows:].zero_()
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.rows, ctx.eps = rows, eps
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, mean, invstd = ctx.saved_tensors
+        rows = ctx.rows
+        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2]]
+        grad_valid, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
+            grad_out[:rows], x[:rows], weight, None, None, mean, invstd, True, ctx.eps, mask)
+        grad_x = None
+        if mask[0]:
+            grad_x = torch.empty_like(x)
+            grad_x[:rows].copy_(grad_valid)
+            grad_x[rows:].zero_()
+        return grad_x, grad_weight, grad_bias, None, None, None, None, None
 
 
 @contextlib.contextmanager
