@@ -82,7 +82,7 @@ def row_batch_norm(x: torch.Tensor, rows: int, running_mean: torch.Tensor | None
     (the same native kernels run on the same rows) without that copy: the kernel writes
     straight into the first rows of the output, and only the padding rows are zeroed.
     """
-    if not 0 < rows:
+    if rows < 1:
         raise ValueError(f"valid_rows: got {rows}, expected a positive number of rows")
     if rows * x[0, 0].numel() < 2:
         raise ValueError(f"valid_rows: got {rows} of {tuple(x.shape)}, batch norm in training needs more than "
@@ -102,8 +102,11 @@ def _dense(x: torch.Tensor) -> torch.Tensor:
 class _RowBatchNorm(torch.autograd.Function):
     """Forward: ``native_batch_norm.out`` into ``out[:rows]``; backward:
     ``native_batch_norm_backward`` on the first rows, then one copy into a gradient of
-    ``x``'s shape whose padding rows are zero. The native kernel is the one
-    ``F.batch_norm`` itself runs for bf16 on CUDA (cuDNN takes no bf16) and on CPU."""
+    ``x``'s shape whose padding rows are zero (no PyTorch kernel writes a batch norm's
+    input gradient into a given tensor, so that copy is the one left). The native
+    kernel is the one ``F.batch_norm`` runs on CPU and for bf16 on CUDA, the trainer's
+    case (PyTorch gives cuDNN no bf16); for float32 on CUDA ``F.batch_norm`` would pick
+    cuDNN, and this op still runs the native kernel. Not twice differentiable."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -125,8 +128,7 @@ class _RowBatchNorm(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, mean, invstd = ctx.saved_tensors
         rows = ctx.rows
-        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1],
-                ctx.needs_input_grad[2]]
+        mask = list(ctx.needs_input_grad[:3])
         grad_valid, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
             grad_out[:rows], x[:rows], weight, None, None, mean, invstd, True, ctx.eps, mask)
         grad_x = None
