@@ -5,25 +5,30 @@ always. A resolver target names many replicas and the channel spreads its calls 
 every one that is connected, with gRPC's ``round_robin`` policy (set by service config):
 ``dns:///NAME:PORT`` (every address NAME resolves to: a Kubernetes headless Service
 answers one per ready pod), ``ipv4:A.B.C.D:PORT,...`` or ``ipv6:[ADDR]:PORT,...`` (a
-fixed list). Calls go to replicas, not connections to the channel: each stream (and
-each unary call) goes to the next connected replica in turn; a replica that is gone is
-skipped until it is back.
+fixed list). Each stream and each unary call goes to the next connected replica in
+turn (a stream stays on its replica until it ends or breaks); a replica that is gone is
+skipped while it is.
 
 Why any replica will do: an episode is a pure function of its request and index, so a
 stream broken by a lost replica is reopened at its next index (``clients.core``) on
 whichever replica answers, and the caller sees exactly the sequence one server would
-have sent.
+have sent. After a break the client opens a fresh channel, as it does with one server:
+the target is resolved again (replicas that came or went are seen) and the client's
+other open streams are reopened at their next index too.
 
 Noticing a loss. A killed process's kernel resets its connections: the client's
 streams fail at once (UNAVAILABLE). A lost node or link sends nothing, no reset, so
 the channel checks (``Liveness``):
 - keepalive: after ``keepalive_seconds`` without receiving anything on a connection,
   the client pings the server, and closes the connection when the ping is not answered
-  within ``keepalive_timeout_seconds``; its streams then fail with UNAVAILABLE. A
-  stream's silence is noticed after at most keepalive + timeout (10 + 5 s by default).
+  within ``keepalive_timeout_seconds``; its streams then fail with UNAVAILABLE. gRPC
+  also sets the socket's TCP_USER_TIMEOUT to the keepalive timeout, so bytes the client
+  sent (flow-control updates while it reads) that go unacknowledged that long close the
+  connection too. A stream's silence is noticed after at most keepalive + timeout
+  (10 + 5 s by default; about 5 s while the client was reading).
   Pings go on while no call is open too, so an idle channel drops a dead replica
   before a call is sent to it. The server accepts pings 1 s apart, calls or not
-  (``sampler_server.service.server``), so it never answers them with GOAWAY.
+  (``sampler_server.service.server``), so they do not earn a GOAWAY "too_many_pings".
 - message wait: a stream that waits ``message_wait_seconds`` for its next message
   while its connection stays alive (a server that answers pings but sends nothing) is
   cancelled and reopened at that index (DEADLINE_EXCEEDED). The time the caller takes
