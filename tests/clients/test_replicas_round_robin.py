@@ -171,3 +171,13 @@ def test_a_same_host_token_is_used_only_by_the_replica_that_issued_it(two_in_pro
             assert x.fingerprint == y.fingerprint and x.support_images.tobytes() == y.support_images.tobytes()
     new = [server.servicer.same_host.written - w for server, w in zip(two_in_process, written)]
     assert min(new) == 0 and max(new) > 0, new  # the issuer's replies in segments, the other's in messages
+
+
+def test_a_dns_target_resolves_and_balances_over_what_answers(served):
+    """``localhost`` may resolve to ::1 as well, where nothing listens: round_robin uses what answers."""
+    port = served.address.rsplit(":", 1)[1]
+    with SamplerClient(f"dns:///localhost:{port}", same_host=False) as balanced, \
+            SamplerClient(served.address, same_host=False) as single:
+        got = [e.fingerprint for e in balanced.episodes(SMALL, count=4)] + [balanced.episode(SMALL, 9).fingerprint]
+        want = [e.fingerprint for e in single.episodes(SMALL, count=4)] + [single.episode(SMALL, 9).fingerprint]
+    assert got == want
