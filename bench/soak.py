@@ -336,8 +336,8 @@ def client_main(role: str, k: int, address: str, seconds: float, idle_seconds: f
                 ready, go, queue) -> None:
     import grpc
 
-    from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-    from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+    from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+    from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
     tally = _Tally(role, k)
     channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 SHAPE_BUCKETS = ("auto", "on", "off")
 """``--shape-buckets``: auto = on where the trainer runs on a GPU, off on CPU."""

@@ -79,7 +79,7 @@ from clients.trainer_args import (
     _positive_float,
 )
 from clients.transfer import derive_seed
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 PROTOCOL = "cog"
 MOMENTUM = 0.9

@@ -28,7 +28,7 @@ Same host: when the client runs on the server's host (and shares its /dev/shm), 
 need not cross a socket. By default the client asks the server for a probe segment
 (OfferSameHost), reads its token and unlinks it; then its requests carry the token and
 the server writes each reply's pixels into a shared-memory segment the reply names
-(``sampler_server.wire.segments``). The client maps it: its arrays are views of that
+(``sampler_common.wire.segments``). The client maps it: its arrays are views of that
 mapping (read-only, as always), and when the last of them is gone the segment goes back
 to the server, which writes a later reply into the same pages.
 Across hosts, for another user, or against an older server, the probe cannot be read
@@ -60,10 +60,10 @@ from typing import Any
 import grpc
 import numpy as np
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
-from sampler_server.wire.segments import SegmentLost, SegmentMaps, SegmentRef, read_probe
-from sampler_server.wire.tensors import RawTensor, split_tensors
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.segments import SegmentLost, SegmentMaps, SegmentRef, read_probe
+from sampler_common.wire.tensors import RawTensor, split_tensors
 
 from clients.balancing import Liveness, channel_options, parse_target, watch_stream
 from clients.reporting import PROTOCOL, Reporter, episode_report, run_config_json  # noqa: F401 (public)

@@ -85,8 +85,8 @@ import numpy as np
 from clients.core import EpisodeArrays, EpisodeSpec, Reporter, RetryPolicy, SamplerClient, SamplerClientError
 from clients.feed import Feed
 from clients.trainer_args import client_security, eval_sources, parse_args, run_config
-from sampler_server.metrics.intervals import mean_ci95
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.intervals import mean_ci95
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 EXIT_BAD_INPUT = 2
 EXIT_SERVER = 3

@@ -50,13 +50,39 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+SERVER_EXTRA_MODULES = ("lmdb", "cv2", "PIL", "simplejpeg", "networkx", "scipy", "tqdm", "matplotlib",
+                        "grpc_health", "grpc_reflection")
+"""Top-level modules of the ``[server]`` extra: a client-only install lacks them."""
+
+
+def _missing_server_extra(error: ModuleNotFoundError) -> str | None:
+    name = (error.name or "").split(".")[0]
+    if name not in SERVER_EXTRA_MODULES:
+        return None
+    return (f"sampler-server: the server's dependencies are not installed (no module {name!r}); install them with "
+            "pip install 'sampler-server[server]' (clients need only the base install)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in arguments if not a.startswith("-")), None)
-    parser = build_parser(command if command in _SUBCOMMAND_MODULES else None)
-    args = parser.parse_args(arguments)
+    try:
+        parser = build_parser(command if command in _SUBCOMMAND_MODULES else None)
+        args = parser.parse_args(arguments)
+    except ModuleNotFoundError as error:
+        message = _missing_server_extra(error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as error:
+        message = _missing_server_extra(error)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     except SamplerError as error:
         print(f"sampler-server {args.command}: error: {error}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sampler_server.metrics.intervals import mean_ci95
+from sampler_common.intervals import mean_ci95
 from sampler_server.metrics.report import ClassPoint, EpisodePoint, Report  # noqa: E402
 
 SHOT_BINS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 31, 51, 101)

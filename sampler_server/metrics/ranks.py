@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sampler_server.metrics.intervals import Z_95, mean_ci95, standard_error
+from sampler_common.intervals import Z_95, mean_ci95, standard_error
 
 
 @dataclass(frozen=True)

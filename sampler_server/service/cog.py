@@ -38,7 +38,7 @@ from sampler_server.core.cog.splits import (
 from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.service import messages
 from sampler_server.service.registry import ServedStore
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 if TYPE_CHECKING:
     from sampler_server.service.servicer import Prepared, SamplerServicer

@@ -15,7 +15,7 @@ from typing import Any
 
 from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.cog_results import COG_EXTRAS, CogResult
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 PROTOCOL_COG = "cog"
 COG_TABLE = "cog"

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 
 def _serialize(reply: Any) -> bytes:

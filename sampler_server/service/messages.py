@@ -27,8 +27,8 @@ from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.record import Encoding
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.tensors import TensorField, encode_with_tensors
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.tensors import TensorField, encode_with_tensors
 
 DEFAULT_IMAGE_SIZE = 84
 MAX_IMAGE_SIZE = 1024

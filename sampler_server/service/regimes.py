@@ -37,7 +37,7 @@ from sampler_server.core.vtab import Task, get_task
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.quoting import quoted
 from sampler_server.store.vtab_records import TfdsRecords, is_tfds_store
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 if TYPE_CHECKING:
     from sampler_server.service.registry import StoreRegistry

@@ -17,7 +17,7 @@ from sampler_server.core.sampling.episode import Episode
 from sampler_server.core.sampling.multisource import MultiSourceSampler
 from sampler_server.service import messages
 from sampler_server.service.registry import StoreRegistry
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 
 class EpisodeReplayer:

@@ -30,7 +30,7 @@ from sampler_server.service.auth import AuthInterceptor, load_tokens
 from sampler_server.service.handlers import sampler_handler
 from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.servicer import SamplerServicer, ServiceLimits
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 log = logging.getLogger("sampler_server.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sampler"].full_name

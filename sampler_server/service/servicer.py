@@ -47,8 +47,8 @@ from sampler_server.service.registry import StoreRegistry, parse_preset
 from sampler_server.service.replay import EpisodeReplayer
 from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
 from sampler_server.service.vtab import PROTOCOL_VTAB_TASK, TABLES, VtabHandlers
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sampler_server.service")
 

@@ -54,9 +54,9 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
-from sampler_server.wire import segments as wire_segments
-from sampler_server.wire.segments import HELD, RELEASED, SEGMENT_DIR, SegmentRef
-from sampler_server.wire.tensors import TensorField, encode_with_tensors
+from sampler_common.wire import segments as wire_segments
+from sampler_common.wire.segments import HELD, RELEASED, SEGMENT_DIR, SegmentRef
+from sampler_common.wire.tensors import TensorField, encode_with_tensors
 
 log = logging.getLogger("sampler_server.service")
 

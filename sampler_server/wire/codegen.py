@@ -1,4 +1,4 @@
-"""Regenerate ``sampler_server/wire/gen`` from ``protos/`` (needs grpcio-tools).
+"""Regenerate ``sampler_common/wire/gen`` from ``protos/`` (needs grpcio-tools).
 
 protoc writes imports relative to the proto root (``from sampler.v1 import ...``);
 the generated tree lives inside this package, so those imports are rewritten to
@@ -16,8 +16,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = REPO_ROOT / "protos"
-GEN_PACKAGE = "sampler_server.wire.gen"
-GEN_DIR = Path(__file__).resolve().parent / "gen"
+GEN_PACKAGE = "sampler_common.wire.gen"
+GEN_DIR = REPO_ROOT / "sampler_common" / "wire" / "gen"
 
 
 def proto_files() -> list[Path]:

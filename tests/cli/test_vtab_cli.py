@@ -13,8 +13,8 @@ from conftest import generate_fixture, pack_fixture, start_serve
 from sampler_server.cli.main import main
 from sampler_server.core.vtab import get_task
 from sampler_server.store.reader import StoreReader
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 
 def _run(capsys, *argv):

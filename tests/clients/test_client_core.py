@@ -16,8 +16,8 @@ import pytest
 from conftest import REPO_ROOT
 
 from clients.core import EpisodeSpec, RetryPolicy, SamplerClient, SamplerClientError, shard_window
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 SPEC = EpisodeSpec(sources=("folder",), split="train", seed=5, image_size=32)
 

@@ -16,7 +16,7 @@ from clients.core import SamplerClient
 from sampler_server.cli.main import main as server_cli
 from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 IN1K_IMAGES = 56  # 50 test + 6 train per IN-1K class
 LEVELS = ("IN-1K", "L3")

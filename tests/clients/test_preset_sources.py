@@ -17,8 +17,8 @@ import pytest
 from conftest import generate_fixture, pack_fixture
 from sampler_server.core.sampling.presets import benchmark_sources
 from sampler_server.service.server import RunningServer, ServerConfig
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 V2_TRAIN = benchmark_sources("md-v2", "train")
 TRAIN_SOURCES = sorted(set(V2_TRAIN) | set(benchmark_sources("md-v1", "train")))  # MD-v1 adds vgg_flower

@@ -20,9 +20,9 @@ from replica_processes import (ACT_AT, COUNT, SPEC, paced_stream, received_bytes
 from clients.balancing import Liveness, parse_target
 from clients.core import EpisodeSpec, RetryPolicy, SamplerClient
 from clients.trainer_args import parse_args
-from sampler_server.wire import segments
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire import segments
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 SMALL = EpisodeSpec(sources=("folder",), split="train", seed=5, image_size=32)
 

@@ -93,8 +93,8 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
     and, from the command line on the same data, the same JSON and both plots."""
     import grpc
 
-    from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-    from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+    from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+    from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
     runs = {role: f"{framework}-{role}" for role in ("model", "scratch", "max")}
     with grpc.insecure_channel(served.address) as channel:

@@ -41,7 +41,7 @@ from sampler_server.imaging import ResizeMethod, center_crop_offsets, resize_squ
 from sampler_server.service import messages
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding, Record, encode_record
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 COG = ResizeMethod.SHORTER_BICUBIC_CENTER_CROP
 PAPER_SIZES = (224, 299, 384, 240, 380)  # 224 is the default; the others appear in the paper's tables

@@ -28,8 +28,8 @@ from sampler_server.fixtures.base import Fixture
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 tf = pytest.importorskip("tensorflow")
 

@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from sampler_server.service.server import RunningServer, ServerConfig
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 TOKENS = {"lab-read": ("read", "tok-read"), "team-a": ("report", "tok-a"), "team-b": ("report", "tok-b"),
           "root": ("admin", "tok-root")}

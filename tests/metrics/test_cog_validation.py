@@ -10,7 +10,7 @@ import pytest
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import QUOTE_LIMIT
 from sampler_server.service.cog_reports import cog_result
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 
 def _report(**fields) -> pb.MetricReport:

@@ -19,8 +19,8 @@ from postgres_cluster import cluster, postgres_url  # noqa: F401 (fixture)
 
 from sampler_server.cli.main import main
 from sampler_server.metrics.store import MetricsStore
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 CONFIG = '{"backbone": "conv4", "lr": 0.01}'
 REQUEST = pb.EpisodeRequest(sources=["folder"], split=pb.SPLIT_TRAIN, seed=5, images=pb.ImageOptions(image_size=8))

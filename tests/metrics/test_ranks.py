@@ -53,7 +53,7 @@ def test_average_over_sources_reported_by_every_model():
 
 
 def test_one_interval_convention_for_reports_ranks_and_trainers():
-    from sampler_server.metrics.intervals import mean_ci95
+    from sampler_common.intervals import mean_ci95
 
     values = [0.2, 0.4, 0.6, 0.8]
     mean, half = mean_ci95(values)

@@ -12,7 +12,7 @@ from PIL import Image
 
 from clients.core import EpisodeSpec, SamplerClient
 from sampler_server.cli.main import main
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 SPEC = EpisodeSpec(sources=("folder",), split="test", seed=3, image_size=16)
 

@@ -24,8 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sampler_server.service.admission import STALL_SECONDS, LookaheadBudget, StreamAdmission, client_of
 from sampler_server.errors import ResourceExhausted
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 MAX_STREAMS = 64  # the server's defaults: 64 stream slots, 16 more threads for unary calls
 STALLED = 200

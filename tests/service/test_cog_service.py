@@ -27,8 +27,8 @@ from sampler_server.core.cog.levels import compute_levels
 from sampler_server.core.cog.splits import batch_fingerprint
 from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 CONFIG = {"level_size": LEVEL_SIZE, "min_images": MIN_IMAGES}
 IN1K_IMAGES = 56  # 50 test + 6 train per IN-1K class

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from sampler_server.quoting import MESSAGE_LIMIT, QUOTE_LIMIT, bounded_message, quoted
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 HUGE = "x" * (1 << 20)
 

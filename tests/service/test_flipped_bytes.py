@@ -16,8 +16,8 @@ from conftest import generate_fixture, pack_fixture
 from sampler_server.cli.main import main
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.store.record import record_key
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 
 def flip_bytes(store_dir: Path, record_ids: list[int]) -> None:

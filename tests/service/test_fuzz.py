@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.service.servicer import ServiceLimits
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 DEFINED = {
     grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,

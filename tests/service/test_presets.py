@@ -21,8 +21,8 @@ from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, run_pack
 from sampler_server.pack.plan import ConverterOptions
 from sampler_server.service.server import RunningServer, ServerConfig
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 IMAGES_PER_CLASS = 2
 

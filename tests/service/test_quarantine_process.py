@@ -12,8 +12,8 @@ import pytest
 from conftest import generate_fixture, pack_fixture, start_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 
 def _episode(store: str, index: int = 0) -> pb.GetEpisodeRequest:

@@ -22,10 +22,10 @@ from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 from clients.core import EpisodeSpec, SamplerClient
 from sampler_server.cli.main import main
 from sampler_server.service.shared_memory import SameHostTransport
-from sampler_server.wire import segments
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
-from sampler_server.wire.segments import SegmentMaps, SegmentRef
+from sampler_common.wire import segments
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.segments import SegmentMaps, SegmentRef
 
 pytestmark = pytest.mark.skipif(bool(segments.available()), reason=f"no shared memory: {segments.available()}")
 
@@ -353,7 +353,7 @@ def test_the_budget_counts_whole_pages_and_segments(tmp_path, monkeypatch):
     budget, and the count of segments is bounded too (held ones go to their client)."""
     from clients.core import to_array
     from sampler_server.service import shared_memory
-    from sampler_server.wire.tensors import TensorField
+    from sampler_common.wire.tensors import TensorField
 
     monkeypatch.setattr(shared_memory, "MAX_SEGMENTS", 5)
     transport = SameHostTransport(1 << 20, directory=tmp_path)

@@ -25,8 +25,8 @@ from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.store.reader import StoreReader, StoreUnreadable
 from sampler_server.store.sharded_reader import ShardedReader
 from sampler_server.store.shards import merged_manifests
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 COUNTS = {"n01440764": 9, "n01443537": 4, "n02084071": 7, "n02085620": 5, "n03000134": 8, "n07739125": 3,
           "n09246464": 6, "n12998815": 5, "n13044778": 7}

@@ -25,7 +25,7 @@ def test_generated_code_is_not_stale(tmp_path):
 
 
 def test_proto_package_is_versioned():
-    from sampler_server.wire.gen.sampler.v1 import sampler_pb2
+    from sampler_common.wire.gen.sampler.v1 import sampler_pb2
 
     assert sampler_pb2.DESCRIPTOR.package == "sampler.v1"
     service = sampler_pb2.DESCRIPTOR.services_by_name["Sampler"]

@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from sampler_server.wire import segments
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.segments import SegmentLost, SegmentMaps, SegmentRef
-from sampler_server.wire.tensors import TensorField, encode_with_tensors, split_tensors
+from sampler_common.wire import segments
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.segments import SegmentLost, SegmentMaps, SegmentRef
+from sampler_common.wire.tensors import TensorField, encode_with_tensors, split_tensors
 
 NAME = "sampler-0123456789abcdef-s1f"
 SUPPORT = pb.Episode.DESCRIPTOR.fields_by_name["support_images"].number

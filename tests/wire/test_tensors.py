@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as pb
-from sampler_server.wire.tensors import TensorField, encode_with_tensors, split_tensors
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+from sampler_common.wire.tensors import TensorField, encode_with_tensors, split_tensors
 
 
 @given(

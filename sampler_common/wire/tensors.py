@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from sampler_server.wire.segments import SegmentRef
+from sampler_common.wire.segments import SegmentRef
 
 _LENGTH_DELIMITED = 2
 _VARINT = 0

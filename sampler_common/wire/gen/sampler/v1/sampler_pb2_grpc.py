@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sampler_server.wire.gen.sampler.v1 import sampler_pb2 as sampler_dot_v1_dot_sampler__pb2
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as sampler_dot_v1_dot_sampler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
