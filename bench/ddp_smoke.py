@@ -33,6 +33,11 @@ sys.path.insert(0, str(REPO))
 STORE = "ddp_smoke"
 
 
+def _env() -> dict[str, str]:
+    """This repository first on the path, whatever the caller's PYTHONPATH already holds (carried wheels)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def make_store(work: Path, classes: int, per_class: int, raw_size: int) -> Path:
     """An image_folder dataset (class-coloured images) packed raw at the training side."""
     from sampler_server import fixtures
@@ -55,7 +60,7 @@ def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0"],
         stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))},
+        env=_env(),
     )
     line = process.stdout.readline()
     if "listening on" not in line:
@@ -75,7 +80,7 @@ def torchrun(args: argparse.Namespace, address: str, work: Path, episodes: int, 
                "--json-summary", str(summary)]
     print("$ " + " ".join(command[1:]), flush=True)
     started = time.perf_counter()
-    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}, capture_output=True, text=True,
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True,
                           check=False)
     lines = [line for line in done.stderr.splitlines() if "clients.torch" in line]
     print("\n".join(f"  {line}" for line in lines), flush=True)
