@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,9 +165,12 @@ class TorchFramework(Framework):
         self.trainee = _Trainee(self.protonet, self.head)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
+            # buffers: averaged after each backward pass (``_average_buffers``), never synced in forward;
+            # PyTorch before 2.13 spells that option broadcast_buffers
+            parameters = inspect.signature(DistributedDataParallel.__init__).parameters
+            no_sync = "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
             self._step_module = DistributedDataParallel(
-                self.trainee, device_ids=[device] if device.type == "cuda" else None,
-                forward_sync_buffers=False)  # buffers: averaged after each backward pass (``_average_buffers``)
+                self.trainee, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
         self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
 
     def parameters(self) -> list[nn.Parameter]:
