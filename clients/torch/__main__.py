@@ -3,8 +3,16 @@
 ``python -m clients.torch cog ...``: the ImageNet-CoG linear evaluation (``clients.torch.cog``).
 
 Exit status: 0 done, 2 bad input, 3 a server fault; errors are one line on stderr.
+
+Under torchrun (WORLD_SIZE > 1) the trainer's process ends with ``os._exit`` once its
+output is flushed: gloo's worker threads release a finished collective's tensors on
+their own time, and one that does so while the interpreter shuts down takes the GIL
+and aborts the process (SIGABRT, "terminate called without an active exception"),
+failing a run that had completed. By then the run has closed its streams, written its
+checkpoint and summary and destroyed its process group: nothing is left to finalize.
 """
 
+import os
 import sys
 
 if __name__ == "__main__":
@@ -18,4 +26,9 @@ if __name__ == "__main__":
         sys.exit(cog_main(sys.argv[2:]))
     from clients.torch.trainer import main
 
-    sys.exit(main())
+    status = main()
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
