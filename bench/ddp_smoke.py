@@ -7,8 +7,9 @@ from that checkpoint. After each it prints, per rank, the indices it trained (as
 server sent them) and the sha256 of its model's parameters and buffers, and checks:
 the ranks' indices together are the run's window, each index once, rank r taking the
 indices of residue r; every rank's digest is the same; the resumed run started at the
-checkpoint's index. The sharded evaluation's reports are counted too (each test
-episode once). Exit status 0 when every check holds, 1 otherwise.
+checkpoint's index; the ranks talk over NCCL with rank r on cuda:r (gloo on CPU). The
+sharded evaluation's reports are counted too (each test episode once). Exit status 0
+when every check holds, 1 otherwise.
 
 On two GPUs (NCCL, rank r on cuda:r):
     .venv/bin/python bench/ddp_smoke.py --device cuda --nproc 2
@@ -68,8 +69,8 @@ def start_server(data: Path) -> tuple[subprocess.Popen, str]:
     return process, line.split()[2]
 
 
-def torchrun(args: argparse.Namespace, address: str, work: Path, episodes: int, tag: str) -> dict:
-    """One torchrun of the trainer; its summary (rank 0 writes it)."""
+def torchrun(args: argparse.Namespace, address: str, work: Path, episodes: int, tag: str) -> tuple[dict, str]:
+    """One torchrun of the trainer: its summary (rank 0 writes it) and its stderr."""
     summary = work / f"summary-{tag}.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc),
                "-m", "clients.torch", "--server", address, "--run-id", f"ddp-smoke-{args.device}-{tag}",
@@ -88,12 +89,20 @@ def torchrun(args: argparse.Namespace, address: str, work: Path, episodes: int, 
         print(done.stderr[-4000:], file=sys.stderr)
         raise SystemExit(f"torchrun exited {done.returncode}")
     print(f"  ({time.perf_counter() - started:.1f} s)", flush=True)
-    return json.loads(summary.read_text())
+    return json.loads(summary.read_text()), done.stderr
 
 
-def check(summary: dict, start: int, end: int, nproc: int) -> list[str]:
-    """The failed checks of one run's summary (empty: all hold)."""
+def check(summary: dict, stderr: str, start: int, end: int, args: argparse.Namespace) -> list[str]:
+    """The failed checks of one run (empty: all hold)."""
+    nproc = args.nproc
     failures = []
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    if f"rank 0 of {nproc} ({backend})" not in stderr:
+        failures.append(f"the run's first line does not name {nproc} ranks over {backend}")
+    for rank in summary["ranks"]:
+        device = f"cuda:{rank['rank']}" if args.device == "cuda" else "cpu"
+        if rank["device"] != device:
+            failures.append(f"rank {rank['rank']} trained on {rank['device']}, expected {device}")
     trained: list[int] = []
     for rank in summary["ranks"]:
         indices = [first + step * k for first, step, count in rank["indices"] for k in range(count)]
@@ -145,10 +154,10 @@ def main() -> int:
         try:
             print(f"server {address}, store {STORE} ({args.classes} classes x {args.per_class} images, raw "
                   f"{args.image_size} px)", flush=True)
-            first = torchrun(args, address, work, args.episodes, "first")
-            failures = check(first, 0, args.episodes, args.nproc)
-            second = torchrun(args, address, work, 2 * args.episodes, "resumed")
-            failures += check(second, args.episodes, 2 * args.episodes, args.nproc)
+            first, stderr = torchrun(args, address, work, args.episodes, "first")
+            failures = check(first, stderr, 0, args.episodes, args)
+            second, stderr = torchrun(args, address, work, 2 * args.episodes, "resumed")
+            failures += check(second, stderr, args.episodes, 2 * args.episodes, args)
             if not (second["resumed_from"] or "").startswith(str(work / "checkpoints")):
                 failures.append(f"the second run did not resume from the checkpoint: {second['resumed_from']!r}")
         finally:

@@ -196,6 +196,7 @@ class Framework(abc.ABC):
     receive_streams = 1  # training streams received in parallel (merged in index order)
     rank = 0             # this process among those training one model (see the module docstring)
     world_size = 1
+    collectives = ""     # what carries the ranks' collectives (e.g. nccl, gloo), for the log
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -624,7 +625,7 @@ class Run:
                      f"{framework.device}, server {args.server}"
                      + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
                         if resumed_from else "")
-                     + (f", rank 0 of {self.ranks}" if self.ranks > 1 else ""))
+                     + (f", rank 0 of {self.ranks} ({framework.collectives})" if self.ranks > 1 else ""))
             train = TrainSummary(self.unit, start, start) if args.eval_only else self.train(feed)
         finally:
             if feed is not None:

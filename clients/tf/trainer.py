@@ -123,6 +123,7 @@ class TFFramework(Framework):
         if ranks is not None:
             self.rank, self.world_size = ranks
             self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            self.collectives = "MultiWorkerMirroredStrategy"
             replicas = self.strategy.num_replicas_in_sync
             if replicas != self.world_size:
                 raise UsageError(f"environment TF_CONFIG: {self.world_size} workers train {replicas} replicas; "

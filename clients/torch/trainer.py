@@ -137,6 +137,8 @@ class TorchFramework(Framework):
                 torch.cuda.set_device(self.torch_device)
             dist.init_process_group("nccl" if cuda else "gloo", device_id=self.torch_device if cuda else None)
             self._owns_group = True
+        if ranks is not None:
+            self.collectives = str(dist.get_backend())
         cuda = self.torch_device.type == "cuda"
         self.precision = "bf16-autocast" if cuda else "float32"
         self.buckets = resolve_buckets(args.shape_buckets, cuda)
