@@ -19,22 +19,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from sampler_server.metrics.calibrated_report import CalibratedReport  # noqa: E402 (after the Agg backend)
-from sampler_server.metrics.plots import file_safe_name  # noqa: E402
+from sampler_server.metrics.plots import file_safe_name, finish_axes  # noqa: E402
 
 FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
 DPI = 100
-
-
-def _finish(axes: plt.Axes, figure: plt.Figure, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-    plt.close(figure)
-    return path
 
 
 def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
@@ -50,7 +38,7 @@ def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
         regimes = calibrated["regimes"]
         axes.plot([r["n"] for r in regimes], [r["cR"] for r in regimes], marker="o", label=run)
     axes.set_xscale("log")
-    return _finish(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
+    return finish_axes(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
                    f"{task}: cR against n", path)
 
 
@@ -67,7 +55,7 @@ def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> 
         cci = calibrated["cci"]
         label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI -)"
         axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
-    return _finish(axes, figure, f"cR_scratch ({report.scratch_run})", "cR_f", f"{task}: cR_f against cR_scratch",
+    return finish_axes(axes, figure, f"cR_scratch ({report.scratch_run})", "cR_f", f"{task}: cR_f against cR_scratch",
                    path)
 
 

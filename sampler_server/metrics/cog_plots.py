@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from sampler_server.metrics.cog_report import SHOTS_ALL, CogReport  # noqa: E402 (after the Agg backend is chosen)
 from sampler_server.metrics.cog_results import shots_name  # noqa: E402
-from sampler_server.metrics.plots import file_safe_name  # noqa: E402
+from sampler_server.metrics.plots import file_safe_name, finish_axes  # noqa: E402
 
 FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
 DPI = 100
@@ -41,18 +41,6 @@ def _point(report: CogReport, run: str, key: tuple[str, int], relative: bool) ->
         return 100 * cell.mean, error
     versus = report.relative(run, key)
     return (math.nan, math.nan) if versus is None else (100 * versus.delta, error)
-
-
-def _finish(axes: plt.Axes, figure: plt.Figure, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-    plt.close(figure)
-    return path
 
 
 def plot_levels(report: CogReport, shots: int, path: Path, relative: bool = False) -> Path:
@@ -72,7 +60,7 @@ def plot_levels(report: CogReport, shots: int, path: Path, relative: bool = Fals
         title = f"CoG accuracy relative to {report.baseline}, N={shots_name(shots)}"
     else:
         ylabel, title = "top-1 accuracy (%)", f"CoG accuracy vs level, N={shots_name(shots)}"
-    return _finish(axes, figure, "level", ylabel, title, path)
+    return finish_axes(axes, figure, "level", ylabel, title, path)
 
 
 def plot_shots(report: CogReport, run: str, path: Path) -> Path:
@@ -89,7 +77,7 @@ def plot_shots(report: CogReport, run: str, path: Path) -> Path:
                       capsize=3, label=level)
     axes.set_xticks(positions)
     axes.set_xticklabels([shots_name(shots) for shots in columns])
-    return _finish(axes, figure, "N (training images per concept)", "top-1 accuracy (%)",
+    return finish_axes(axes, figure, "N (training images per concept)", "top-1 accuracy (%)",
                    f"{run}: CoG accuracy vs N", path)
 
 

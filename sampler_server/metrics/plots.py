@@ -61,6 +61,19 @@ def _plot(series: dict[str, list[tuple[int, float, float]]], xlabel: str, ylabel
     return path
 
 
+def finish_axes(axes: plt.Axes, figure: plt.Figure, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """Labels, grid and legend of one figure, written to ``path`` as PNG and closed (every plot module's ending)."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    return path
+
+
 def file_safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
