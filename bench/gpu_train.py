@@ -10,7 +10,9 @@ prints per configuration:
   ``--window`` episodes);
 - the ratio end-to-end (last window) / model-only second pass (target: at least 0.8);
 - the data-wait share of step time after the first episode (target: under 5%), the
-  first episode's wait (target: under 1 s) and the distinct input shapes met.
+  first episode's wait (target: under 1 s) and the distinct input shapes met;
+- per model, the training accuracy over the last window with buckets on and off, each
+  with its 95% CI (target: the bucketed run's within the unbucketed run's interval).
 The stores are generated and packed here: ``--classes`` x ``--per-class`` JPEGs packed
 raw at each model's side (``--raw-size``: decoded pixels, the server only copies
 them; the same source images, so the same episodes at 84 and 126 px). Each
@@ -70,10 +72,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def start_server(data: Path, workers: int) -> tuple[subprocess.Popen, str]:
+def start_server(data: Path, workers: int, lookahead_mb: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "sampler_server", "serve", "--data", str(data), "--port", "0",
-         "--workers", str(workers)],
+         "--workers", str(workers), "--lookahead-mb", str(lookahead_mb)],
         stdout=subprocess.PIPE, stderr=open(data / "server.log", "a"), text=True,
         env=_env(),
     )
@@ -147,7 +149,8 @@ def child_e2e(args: argparse.Namespace) -> dict:
     after_first = max(train["seconds"] - train["first_wait_seconds"], 1e-9)
     return {"e2e": train["steps_per_s"], "e2e_last": windows[-1][1] if windows else train["steps_per_s"],
             "wait_after_first": (train["data_wait_seconds"] - train["first_wait_seconds"]) / after_first,
-            "first_wait": train["first_wait_seconds"], "e2e_shapes": train["distinct_shapes"]}
+            "first_wait": train["first_wait_seconds"], "e2e_shapes": train["distinct_shapes"],
+            "accuracy": train["final_accuracy"], "accuracy_ci95": train["final_accuracy_ci95"] or 0.0}
 
 
 # ---- the parent: store, server, children, table ---------------------------------------------
@@ -174,6 +177,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--classes", type=int, default=200)
     parser.add_argument("--per-class", type=int, default=40)
     parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="serve --workers")
+    parser.add_argument("--lookahead-mb", type=int, default=128, metavar="MB",
+                        help="serve --lookahead-mb: room for episodes prepared ahead (126-px MD episodes are "
+                             "14-27 MB; the serve default, 16, holds one)")
     parser.add_argument("--child", choices=["model", "e2e"], help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--backbone", help=argparse.SUPPRESS)
@@ -209,9 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         data = make_stores(work, args.classes, args.per_class, sizes)
         print(f"stores: {args.classes} classes x {args.per_class} images, raw at "
               f"{', '.join(map(str, sorted(sizes)))} px, packed in "
-              f"{time.perf_counter() - started:.1f} s; serve --workers {args.workers} on {os.cpu_count()} cores; "
+              f"{time.perf_counter() - started:.1f} s; serve --workers {args.workers} --lookahead-mb "
+              f"{args.lookahead_mb} on {os.cpu_count()} cores; "
               f"{args.episodes} MD variable training episodes per measurement", flush=True)
-        process, address = start_server(data, args.workers)
+        process, address = start_server(data, args.workers, args.lookahead_mb)
         try:
             for model in args.models:
                 backbone, _, size = model.partition(":")
@@ -242,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{backbone:9} {size:>4} {buckets:7} {r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} "
               f"{r['e2e_last']:8.1f} {r['e2e_last'] / r['model_second']:6.2f} {r['wait_after_first']:6.1%} "
               f"{r['first_wait']:7.2f}s {r['shapes']:6d}")
+    results = {(backbone, size, buckets): r for backbone, size, buckets, r in rows}
+    for (backbone, size, buckets), on in results.items():
+        off = results.get((backbone, size, "off"))
+        if buckets != "on" or off is None:
+            continue
+        within = abs(on["accuracy"] - off["accuracy"]) <= off["accuracy_ci95"]
+        print(f"curve {backbone} {size}px: training accuracy over the last {args.window} episodes, buckets on "
+              f"{on['accuracy']:.4f} ± {on['accuracy_ci95']:.4f}, off {off['accuracy']:.4f} ± "
+              f"{off['accuracy_ci95']:.4f}: {'within' if within else 'OUTSIDE'} the unbucketed run's 95% CI")
     return 0
 
 

@@ -119,6 +119,10 @@ class TrainSummary:
     first_wait_seconds: float = 0.0  # the first item's wait holds the stream's start-up (rank 0's)
     data_wait_fraction: float = 0.0
     final_loss: float | None = None  # mean training loss over the last --log-every steps
+    # mean training accuracy over the last --log-every steps (every rank's items), its 95% CI
+    # half-width (``intervals.mean_ci95``; None for one item): two runs' curves compare by these
+    final_accuracy: float | None = None
+    final_accuracy_ci95: float | None = None
     distinct_shapes: int = 0     # input shapes the training step met (shape buckets keep it small)
     curve: list[list[float]] = field(default_factory=list)  # [steps done, mean loss, mean accuracy] per log window
 
@@ -304,8 +308,10 @@ class _Timer:
         """A point of the curve: the window's mean loss and accuracy after ``done`` items."""
         self.summary.curve.append([done, loss, accuracy])
 
-    def finish(self, final_loss: float | None) -> TrainSummary:
+    def finish(self, final_loss: float | None, final_accuracies: list[float] | None = None) -> TrainSummary:
         s = self.summary
+        if final_accuracies:
+            s.final_accuracy, s.final_accuracy_ci95 = mean_ci95(final_accuracies)
         if s.seconds > 0:
             s.steps_per_s = s.steps / s.seconds
             s.images_per_s = s.images / s.seconds
@@ -546,7 +552,11 @@ class Run:
             feed.close()
         timer.resolve(framework.to_floats)
         timer.summary.distinct_shapes = len(framework.shapes)
-        return timer.finish(self._window_means(timer, window)[0] if timer.losses else None)
+        if not timer.losses:
+            return timer.finish(None)
+        recent = [float(a) for a in timer.accuracies[-window:]]
+        gathered = recent if self.ranks == 1 else [a for rank in self.framework.all_gather(recent) for a in rank]
+        return timer.finish(self._window_means(timer, window)[0], gathered)
 
     # ---- evaluation and reports ---------------------------------------------------------------
 

@@ -114,3 +114,45 @@ def test_pieces_are_views_and_buffers_can_be_retired_after_release(stores):
                 bytes(support[0])  # released views are invalid, not dangling
     finally:
         assembler.close()
+
+
+def test_large_raw_requests_are_copied_by_the_workers_with_the_same_bytes(stores, tmp_path):
+    """With enough workers a large raw request is read, checked and copied in the pool
+    (not under the server's GIL); its pixels are the in-process copy's, and a flipped
+    byte is still a DataLoss naming the record."""
+    import shutil
+
+    from sampler_server.assembly.assembler import RAW_POOL_WORKERS, RAW_POOLED
+
+    _, raw = stores
+    ids = [(7 * i) % raw.num_records for i in range(RAW_POOLED + 5)]  # repeats allowed, any order
+    in_process = Assembler({"raw": raw}, workers=1).images("raw", ids, 32)
+    assembler = Assembler({"raw": raw}, workers=RAW_POOL_WORKERS)
+    try:
+        pending = assembler.submit("raw", ids, 32)
+        assert pending._buffer is not None and pending._records is None  # the pool's path
+        support, query = pending.pieces([20, len(ids) - 20])
+        assert b"".join(support) + b"".join(query) == in_process.tobytes()
+        pending.release()
+        small = assembler.submit("raw", ids[:RAW_POOLED - 1], 32)
+        assert small._records is not None  # below the threshold: views of the records, in process
+        assert np.array_equal(small.result(), in_process[:RAW_POOLED - 1])
+    finally:
+        assembler.close()
+
+    copy = tmp_path / "flipped"
+    shutil.copytree(raw.directory, copy)
+    env = lmdb.open(str(copy), subdir=True, lock=False)
+    with env.begin(write=True) as txn:
+        value = bytearray(txn.get(record_key(9)))
+        value[-100] ^= 0x10
+        txn.put(record_key(9), bytes(value))
+    env.close()
+    damaged = Assembler({"raw": StoreReader(copy)}, workers=RAW_POOL_WORKERS)
+    try:
+        with pytest.raises(DataLoss, match="record 9: checksum mismatch"):
+            damaged.images("raw", list(range(raw.num_records)) * 2, 32)
+        assert damaged.images("raw", [i for i in range(raw.num_records) if i != 9] * 2, 32).shape[0] == 2 * (
+            raw.num_records - 1)
+    finally:
+        damaged.close()
