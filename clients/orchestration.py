@@ -686,6 +686,24 @@ def _ci(ci95: float | None) -> str:
     return f"{ci95:.4f}" if ci95 is not None else "n/a (one episode)"
 
 
+WAIT_HINT_SHARE = 0.10  # data wait after the first item beyond which the summary says what to change
+WAIT_HINT_STEPS = 50
+
+
+def data_wait_hint(train: TrainSummary) -> str | None:
+    """One line when training waited for data for a good share of a long enough run
+    (the first item's wait, start-up, left out): the trainer was fed slower than it steps."""
+    after_first = train.seconds - train.first_wait_seconds
+    if train.steps < WAIT_HINT_STEPS or after_first <= 0:
+        return None
+    share = (train.data_wait_seconds - train.first_wait_seconds) / after_first
+    if share <= WAIT_HINT_SHARE:
+        return None
+    return (f"note: training waited for data {share:.0%} of the time after the first {train.unit}: the server fed "
+            "it slower than it trains; a server feeding GPUs wants more decode workers (serve --workers, raw "
+            "stores: pack --raw-size) and room to prepare ahead (serve --lookahead-mb 128)")
+
+
 def format_summary(summary: RunSummary) -> str:
     """The run summary as the few lines printed on stdout."""
     train = summary.train
@@ -696,6 +714,9 @@ def format_summary(summary: RunSummary) -> str:
         plural = _PLURAL[train.unit]
         lines.append(f"  train: {train.steps} {plural} in {train.seconds:.1f} s = {train.steps_per_s:.2f} {plural}/s "
                      f"({train.images_per_s:.0f} images/s), data wait {train.data_wait_fraction:.1%} of step time")
+        hint = data_wait_hint(train)
+        if hint:
+            lines.append(f"  {hint}")
     for name, result in summary.eval.items():
         lines.append(f"  eval {name} ({result.split}): accuracy {result.mean_accuracy:.4f} ± {_ci(result.ci95)} "
                      f"(chance {result.mean_chance:.3f}, loss {result.mean_loss:.4f}, {result.episodes} episodes)")

@@ -217,6 +217,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
                     except StopIteration:
                         break
                     yield reply
+                    del reply  # not held while the next one is prepared
             except GeneratorExit:
                 call_context.run(replies.close)
                 record.finish(grpc.StatusCode.CANCELLED)

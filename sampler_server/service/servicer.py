@@ -38,7 +38,7 @@ from sampler_server.core.sampling.multisource import MultiSourceSampler
 from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted, SamplerError
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted
-from sampler_server.service import auth, messages, status
+from sampler_server.service import auth, handlers, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
 from sampler_server.service.calibrated_reports import CALIBRATED_TABLE, render_calibrated_table
 from sampler_server.service.cog import CogHandlers
@@ -357,7 +357,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
                 with state:
                     sending = True
                 end.slot.sending()
-                yield reply
+                yield handlers.SendOnce(reply)  # gRPC keeps what it sent while it asks for the next
                 if segments is not None:  # a same-host reply is taken when its client maps it
                     segments.sent(reply)
                     segments.wait(gone)

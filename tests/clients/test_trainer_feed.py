@@ -120,3 +120,17 @@ def test_close_ends_the_thread_and_the_stream():
     assert next(feed) == (0, 0, 1)  # the thread is now blocked on a full queue
     feed.close()
     assert not feed._thread.is_alive() and closed.is_set()
+
+
+def test_summary_says_what_to_change_when_training_waited_for_data():
+    from clients.orchestration import TrainSummary, data_wait_hint
+
+    def summary(steps: int, seconds: float, wait: float, first: float) -> TrainSummary:
+        return TrainSummary(unit="episode", start_index=0, next_index=steps, steps=steps, seconds=seconds,
+                            data_wait_seconds=wait, first_wait_seconds=first)
+
+    hint = data_wait_hint(summary(600, 30.0, 12.0, 2.0))  # 10 of the 28 s after the first episode
+    assert hint is not None and "36%" in hint and "--lookahead-mb 128" in hint and "--workers" in hint
+    assert data_wait_hint(summary(600, 30.0, 4.0, 2.0)) is None  # 7%: fed fast enough
+    assert data_wait_hint(summary(600, 30.0, 2.5, 2.0)) is None  # start-up is not a feeding problem
+    assert data_wait_hint(summary(20, 30.0, 12.0, 2.0)) is None  # too short a run to tell
