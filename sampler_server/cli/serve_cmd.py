@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lookahead-mb", type=int, default=16, metavar="MB",
                         help="episodes prepared ahead of their turn, all streams together, MiB at most; beyond it "
                         "a stream prepares each episode when its turn comes (default 16, which keeps a shared server's "
-                        "memory bounded under stalled clients; at 126 px an MD episode is about 14 MB, so a server "
-                        "streaming large episodes to few clients may give 64)")
+                        "memory bounded under stalled clients; at 126 px an MD episode is 14-27 MB, so a server "
+                        "feeding GPU trainers should give 128)")
     parser.add_argument("--send-mb", type=int, default=16, metavar="MB",
                         help="replies handed to gRPC and not yet taken by their clients, all streams together, MiB "
                         "(gRPC keeps a copy of each: about twice this in memory). A stream waits for room; streams "

@@ -174,6 +174,20 @@ class SameHostTransport:
         """A segment holding ``buffers`` for ``owner``'s next reply (released pages when
         some fit, else new ones), or None when the budget has no room for it."""
         name = self._name("s")
+        # registered before the file exists: a server killed between creating (or renaming)
+        # it and registering it would leave it behind
+        _track_all(name)
+        try:
+            written = self._write_named(owner, name, buffers, nbytes)
+        except BaseException:
+            _untrack_all(name)
+            raise
+        if written is None:
+            _untrack_all(name)
+        return written
+
+    def _write_named(self, owner: "StreamSegments", name: str, buffers: Sequence[bytes | memoryview],
+                     nbytes: int) -> str | None:
         charge = -(-nbytes // PAGE) * PAGE
         free = self._take_free(charge)
         if free is not None:
@@ -204,8 +218,8 @@ class SameHostTransport:
         return self._written(owner, name, charge, reused=False)
 
     def _written(self, owner: "StreamSegments", name: str, size: int, reused: bool) -> str | None:
-        """Track a segment just written (its size already counted in ``used``)."""
-        _track_all(name)
+        """Track a segment just written (its size already counted in ``used``; its names
+        registered with the resource tracker by ``_write``)."""
         with self._lock:
             if not owner.closed and not self._closed:
                 segment = _Segment(name, size, self.clock(), owner)
@@ -215,7 +229,7 @@ class SameHostTransport:
                 self.reused += reused
                 return name
             self.used -= size  # the stream ended while this one was written
-        self._unlink_all(name)
+        self._unlink_files(name)  # ``_write`` unregisters its names
         return None
 
     def _take_free(self, nbytes: int) -> _Segment | None:
@@ -349,12 +363,16 @@ class SameHostTransport:
         return gone
 
     def _unlink_all(self, name: str) -> None:
-        """Unlink a segment under whichever of its names it has (its client may rename it
-        meanwhile: the file has one name at a time, tried in the order it moves)."""
+        """Unlink a segment under whichever of its names it has, and unregister them."""
+        self._unlink_files(name)
+        _untrack_all(name)
+
+    def _unlink_files(self, name: str) -> None:
+        """The file has one name at a time (its client may rename it meanwhile): tried
+        in the order it moves."""
         for suffix in ("", HELD, RELEASED):
             if wire_segments.unlink_segment(name + suffix, self.directory):
                 break
-        _untrack_all(name)
 
     def reap(self) -> None:
         """Releases, timeouts and expired probes (the reaper thread calls this)."""
