@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+import warnings
 
 import grpc
 
@@ -25,10 +26,12 @@ def _large_buffers() -> dict[int, int]:
     """id -> size of every bytes object of LARGE bytes or more that a gc-tracked object or
     a running thread's frame references (the replies the server still holds)."""
     found: dict[int, int] = {}
-    for holder in gc.get_objects():
-        for value in gc.get_referents(holder):
-            if isinstance(value, bytes) and len(value) >= LARGE:
-                found[id(value)] = len(value)
+    with warnings.catch_warnings():  # some libraries' lazy attributes warn when merely looked at
+        warnings.simplefilter("ignore")
+        for holder in gc.get_objects():
+            for value in gc.get_referents(holder):
+                if isinstance(value, bytes) and len(value) >= LARGE:
+                    found[id(value)] = len(value)
     for frame in sys._current_frames().values():
         while frame is not None:
             for value in list(frame.f_locals.values()):
