@@ -63,6 +63,16 @@ def _missing_server_extra(error: ModuleNotFoundError) -> str | None:
             "pip install 'sampler-server[server]' (clients need only the base install)")
 
 
+def _exit_for_missing_extra(error: ModuleNotFoundError) -> int:
+    """Exit status 2 and one line when the server's extra is not installed; any other
+    missing module is a real fault and raised as it was."""
+    message = _missing_server_extra(error)
+    if message is None:
+        raise error
+    print(message, file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in arguments if not a.startswith("-")), None)
@@ -70,19 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(command if command in _SUBCOMMAND_MODULES else None)
         args = parser.parse_args(arguments)
     except ModuleNotFoundError as error:
-        message = _missing_server_extra(error)
-        if message is None:
-            raise
-        print(message, file=sys.stderr)
-        return 2
+        return _exit_for_missing_extra(error)
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as error:
-        message = _missing_server_extra(error)
-        if message is None:
-            raise
-        print(message, file=sys.stderr)
-        return 2
+        return _exit_for_missing_extra(error)
     except SamplerError as error:
         print(f"sampler-server {args.command}: error: {error}", file=sys.stderr)
         return 2
