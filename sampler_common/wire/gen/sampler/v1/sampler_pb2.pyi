@@ -28,6 +28,7 @@ class ResizeMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESIZE_METHOD_FAST_BILINEAR: _ClassVar[ResizeMethod]
     RESIZE_METHOD_TF2_BILINEAR: _ClassVar[ResizeMethod]
     RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: _ClassVar[ResizeMethod]
+    RESIZE_METHOD_LEGACY_BILINEAR: _ClassVar[ResizeMethod]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -64,6 +65,7 @@ RESIZE_METHOD_ANTIALIAS: ResizeMethod
 RESIZE_METHOD_FAST_BILINEAR: ResizeMethod
 RESIZE_METHOD_TF2_BILINEAR: ResizeMethod
 RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: ResizeMethod
+RESIZE_METHOD_LEGACY_BILINEAR: ResizeMethod
 DTYPE_UNSPECIFIED: DType
 DTYPE_UINT8: DType
 DTYPE_INT32: DType
@@ -443,7 +445,7 @@ class ReportMetricsResponse(_message.Message):
     def __init__(self, stored: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split", "baseline_run", "scratch_run", "max_run")
+    __slots__ = ("run_ids", "format", "table", "vtab_benchmark", "vtab_split", "baseline_run", "scratch_run", "max_run", "cci_seeds")
     RUN_IDS_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -452,6 +454,7 @@ class GetReportRequest(_message.Message):
     BASELINE_RUN_FIELD_NUMBER: _ClassVar[int]
     SCRATCH_RUN_FIELD_NUMBER: _ClassVar[int]
     MAX_RUN_FIELD_NUMBER: _ClassVar[int]
+    CCI_SEEDS_FIELD_NUMBER: _ClassVar[int]
     run_ids: _containers.RepeatedScalarFieldContainer[str]
     format: str
     table: str
@@ -460,7 +463,8 @@ class GetReportRequest(_message.Message):
     baseline_run: str
     scratch_run: str
     max_run: str
-    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ..., baseline_run: _Optional[str] = ..., scratch_run: _Optional[str] = ..., max_run: _Optional[str] = ...) -> None: ...
+    cci_seeds: str
+    def __init__(self, run_ids: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ..., table: _Optional[str] = ..., vtab_benchmark: _Optional[str] = ..., vtab_split: _Optional[str] = ..., baseline_run: _Optional[str] = ..., scratch_run: _Optional[str] = ..., max_run: _Optional[str] = ..., cci_seeds: _Optional[str] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("text",)
@@ -520,7 +524,7 @@ class ListTasksResponse(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
 
 class StreamTaskBatchesRequest(_message.Message):
-    __slots__ = ("task", "split", "seed", "batch_size", "start_index", "count", "images", "shuffle", "store", "regime", "regime_seed")
+    __slots__ = ("task", "split", "seed", "batch_size", "start_index", "count", "images", "shuffle", "store", "regime", "regime_seed", "regime_sampling")
     TASK_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -532,6 +536,7 @@ class StreamTaskBatchesRequest(_message.Message):
     STORE_FIELD_NUMBER: _ClassVar[int]
     REGIME_FIELD_NUMBER: _ClassVar[int]
     REGIME_SEED_FIELD_NUMBER: _ClassVar[int]
+    REGIME_SAMPLING_FIELD_NUMBER: _ClassVar[int]
     task: str
     split: str
     seed: int
@@ -543,7 +548,8 @@ class StreamTaskBatchesRequest(_message.Message):
     store: str
     regime: int
     regime_seed: int
-    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., shuffle: _Optional[bool] = ..., store: _Optional[str] = ..., regime: _Optional[int] = ..., regime_seed: _Optional[int] = ...) -> None: ...
+    regime_sampling: str
+    def __init__(self, task: _Optional[str] = ..., split: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., start_index: _Optional[int] = ..., count: _Optional[int] = ..., images: _Optional[_Union[ImageOptions, _Mapping]] = ..., shuffle: _Optional[bool] = ..., store: _Optional[str] = ..., regime: _Optional[int] = ..., regime_seed: _Optional[int] = ..., regime_sampling: _Optional[str] = ...) -> None: ...
 
 class TaskBatch(_message.Message):
     __slots__ = ("task", "split", "seed", "index", "epoch", "fingerprint", "record_ids", "labels", "images", "encoded", "num_classes", "last", "shuffle", "split_fingerprint", "split_size", "store", "image_size", "resize")
@@ -650,12 +656,16 @@ class TaskEpisodeChunk(_message.Message):
     def __init__(self, task: _Optional[str] = ..., index: _Optional[int] = ..., part: _Optional[_Union[EpisodePart, str]] = ..., offset: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., support_size: _Optional[int] = ..., query_size: _Optional[int] = ..., num_chunks: _Optional[int] = ..., fingerprint: _Optional[str] = ..., support_fingerprint: _Optional[str] = ..., query_fingerprint: _Optional[str] = ..., support_split: _Optional[str] = ..., query_split: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class ListCogLevelsRequest(_message.Message):
-    __slots__ = ("level_size", "min_images")
+    __slots__ = ("level_size", "min_images", "levels_file", "concepts_split_file")
     LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FILE_FIELD_NUMBER: _ClassVar[int]
+    CONCEPTS_SPLIT_FILE_FIELD_NUMBER: _ClassVar[int]
     level_size: int
     min_images: int
-    def __init__(self, level_size: _Optional[int] = ..., min_images: _Optional[int] = ...) -> None: ...
+    levels_file: str
+    concepts_split_file: str
+    def __init__(self, level_size: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_file: _Optional[str] = ..., concepts_split_file: _Optional[str] = ...) -> None: ...
 
 class CogLevelSummary(_message.Message):
     __slots__ = ("level", "wnids", "train_size", "test_size", "similarity_min", "similarity_max", "store", "store_fingerprint")
@@ -692,23 +702,27 @@ class ListCogLevelsResponse(_message.Message):
     def __init__(self, levels: _Optional[_Iterable[_Union[CogLevelSummary, _Mapping]]] = ..., level_size: _Optional[int] = ..., eligible: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_fingerprint: _Optional[str] = ...) -> None: ...
 
 class CogSplitRequest(_message.Message):
-    __slots__ = ("level", "split", "shots", "seed", "level_size", "min_images")
+    __slots__ = ("level", "split", "shots", "seed", "level_size", "min_images", "levels_file", "concepts_split_file")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SHOTS_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FILE_FIELD_NUMBER: _ClassVar[int]
+    CONCEPTS_SPLIT_FILE_FIELD_NUMBER: _ClassVar[int]
     level: str
     split: str
     shots: int
     seed: int
     level_size: int
     min_images: int
-    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., level_size: _Optional[int] = ..., min_images: _Optional[int] = ...) -> None: ...
+    levels_file: str
+    concepts_split_file: str
+    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., level_size: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_file: _Optional[str] = ..., concepts_split_file: _Optional[str] = ...) -> None: ...
 
 class CogSplit(_message.Message):
-    __slots__ = ("level", "split", "shots", "seed", "record_ids", "labels", "num_classes", "fingerprint", "store", "wnids")
+    __slots__ = ("level", "split", "shots", "seed", "record_ids", "labels", "num_classes", "fingerprint", "store", "wnids", "partitions")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SHOTS_FIELD_NUMBER: _ClassVar[int]
@@ -719,6 +733,7 @@ class CogSplit(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     WNIDS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     level: str
     split: str
     shots: int
@@ -729,7 +744,8 @@ class CogSplit(_message.Message):
     fingerprint: str
     store: str
     wnids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., store: _Optional[str] = ..., wnids: _Optional[_Iterable[str]] = ...) -> None: ...
+    partitions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., store: _Optional[str] = ..., wnids: _Optional[_Iterable[str]] = ..., partitions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamCogBatchesRequest(_message.Message):
     __slots__ = ("split", "batch_size", "start_index", "count", "images")
@@ -784,7 +800,7 @@ class CogBatch(_message.Message):
     def __init__(self, level: _Optional[str] = ..., split: _Optional[str] = ..., shots: _Optional[int] = ..., seed: _Optional[int] = ..., index: _Optional[int] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Union[Tensor, _Mapping]] = ..., images: _Optional[_Union[Tensor, _Mapping]] = ..., encoded: _Optional[_Union[EncodedImages, _Mapping]] = ..., num_classes: _Optional[int] = ..., split_size: _Optional[int] = ..., split_fingerprint: _Optional[str] = ..., fingerprint: _Optional[str] = ..., last: _Optional[bool] = ..., store: _Optional[str] = ..., image_size: _Optional[int] = ..., resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class RegimeRequest(_message.Message):
-    __slots__ = ("task", "n", "seed", "split", "store", "target", "loss")
+    __slots__ = ("task", "n", "seed", "split", "store", "target", "loss", "sampling")
     TASK_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -792,6 +808,7 @@ class RegimeRequest(_message.Message):
     STORE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
     task: str
     n: int
     seed: int
@@ -799,7 +816,8 @@ class RegimeRequest(_message.Message):
     store: str
     target: str
     loss: str
-    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., store: _Optional[str] = ..., target: _Optional[str] = ..., loss: _Optional[str] = ...) -> None: ...
+    sampling: str
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., store: _Optional[str] = ..., target: _Optional[str] = ..., loss: _Optional[str] = ..., sampling: _Optional[str] = ...) -> None: ...
 
 class RegressionBlindGuess(_message.Message):
     __slots__ = ("target", "loss", "prediction", "test_risk", "test_examples")
@@ -828,7 +846,7 @@ class BlindGuess(_message.Message):
     def __init__(self, label: _Optional[int] = ..., test_accuracy: _Optional[float] = ..., test_error: _Optional[float] = ..., test_examples: _Optional[int] = ...) -> None: ...
 
 class Regime(_message.Message):
-    __slots__ = ("task", "n", "seed", "split", "record_ids", "labels", "num_classes", "fingerprint", "pool_split", "pool_size", "blind", "default_regimes", "store", "regression")
+    __slots__ = ("task", "n", "seed", "split", "record_ids", "labels", "num_classes", "fingerprint", "pool_split", "pool_size", "blind", "default_regimes", "store", "regression", "sampling")
     TASK_FIELD_NUMBER: _ClassVar[int]
     N_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -843,6 +861,7 @@ class Regime(_message.Message):
     DEFAULT_REGIMES_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     REGRESSION_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
     task: str
     n: int
     seed: int
@@ -857,7 +876,8 @@ class Regime(_message.Message):
     default_regimes: _containers.RepeatedScalarFieldContainer[int]
     store: str
     regression: RegressionBlindGuess
-    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ..., regression: _Optional[_Union[RegressionBlindGuess, _Mapping]] = ...) -> None: ...
+    sampling: str
+    def __init__(self, task: _Optional[str] = ..., n: _Optional[int] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., record_ids: _Optional[_Iterable[int]] = ..., labels: _Optional[_Iterable[int]] = ..., num_classes: _Optional[int] = ..., fingerprint: _Optional[str] = ..., pool_split: _Optional[str] = ..., pool_size: _Optional[int] = ..., blind: _Optional[_Union[BlindGuess, _Mapping]] = ..., default_regimes: _Optional[_Iterable[int]] = ..., store: _Optional[str] = ..., regression: _Optional[_Union[RegressionBlindGuess, _Mapping]] = ..., sampling: _Optional[str] = ...) -> None: ...
 
 class SameHostRequest(_message.Message):
     __slots__ = ()
