@@ -405,16 +405,16 @@ def _chunk(data: bytes) -> _Chunk:
 
 def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
                        image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
-                       regime_seed: int = 0) -> pb.StreamTaskBatchesRequest:
+                       regime_seed: int = 0, regime_sampling: str = "") -> pb.StreamTaskBatchesRequest:
     """The StreamTaskBatches request of a task split (without its index window); names checked by the server.
     With ``regime`` > 0, ``split`` names a part of that data regime ("train", "val", or "trainval": the
-    whole regime) drawn with ``regime_seed`` (see ``get_regime``)."""
+    whole regime) drawn with ``regime_seed`` and ``regime_sampling`` (see ``get_regime``)."""
     if resize not in _RESIZE:
         raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
     return pb.StreamTaskBatchesRequest(
         task=task, split=split, seed=seed, batch_size=batch_size, shuffle=shuffle, store=store,
         images=pb.ImageOptions(image_size=image_size, mode=pb.IMAGE_MODE_DECODED, resize=_RESIZE[resize]),
-        regime=regime, regime_seed=regime_seed,
+        regime=regime, regime_seed=regime_seed, regime_sampling=regime_sampling,
     )
 
 
@@ -448,29 +448,33 @@ class VtabClientMixin:
 
     def task_batches(self, task: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0,
                      image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
-                     regime_seed: int = 0) -> Iterator[TaskBatchArrays]:
+                     regime_seed: int = 0, regime_sampling: str = "") -> Iterator[TaskBatchArrays]:
         """Shuffled batches of a VTAB task split (training), resumable by batch index; count 0 = unbounded.
         With ``regime`` > 0: of that part of the data regime (``get_regime``)."""
         base = task_batch_request(task, split, batch_size, shuffle=True, seed=seed, image_size=image_size,
-                                  resize=resize, store=store, regime=regime, regime_seed=regime_seed)
+                                  resize=resize, store=store, regime=regime, regime_seed=regime_seed,
+                                  regime_sampling=regime_sampling)
         return self._task_batches(base, start, count)
 
     def eval_batches(self, task: str, split: str, batch_size: int, start: int = 0, image_size: int = 224,
                      resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
-                     regime_seed: int = 0) -> Iterator[TaskBatchArrays]:
+                     regime_seed: int = 0, regime_sampling: str = "") -> Iterator[TaskBatchArrays]:
         """Every example of a VTAB task split (or, with ``regime`` > 0, of that part of the data
         regime) once, in order (the last batch short)."""
         base = task_batch_request(task, split, batch_size, shuffle=False, image_size=image_size, resize=resize,
-                                  store=store, regime=regime, regime_seed=regime_seed)
+                                  store=store, regime=regime, regime_seed=regime_seed,
+                                  regime_sampling=regime_sampling)
         return self._task_batches(base, start, 0)
 
     def get_regime(self, task: str, n: int, seed: int, split: str = "train", store: str = "", target: str = "",
-                   loss: str = "") -> pb.Regime:
+                   loss: str = "", sampling: str = "") -> pb.Regime:
         """A data regime of a task without images: the record ids and labels of its ``split``
         ("train" or "val"), its fingerprint, the blind guess and the task's default regimes
         (``n`` = 0: only the default regimes). ``target`` (a numeric attribute of the store)
-        adds its regression blind guess under ``loss`` ("l2", the default, or "l1")."""
-        request = pb.RegimeRequest(task=task, n=n, seed=seed, split=split, store=store, target=target, loss=loss)
+        adds its regression blind guess under ``loss`` ("l2", the default, or "l1"). ``sampling``:
+        "uniform" (the server's default) or "stratified" draw (RegimeRequest.sampling)."""
+        request = pb.RegimeRequest(task=task, n=n, seed=seed, split=split, store=store, target=target, loss=loss,
+                                   sampling=sampling)
         return self._call("GetRegime", request)  # type: ignore[attr-defined]
 
     def task_episode(self, task: str, image_size: int = 224, resize: str = "tf2_bilinear", chunk_size: int = 0,
