@@ -76,7 +76,16 @@ _DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: n
 _SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
 _RESIZE = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
            "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR, "tf2_bilinear": pb.RESIZE_METHOD_TF2_BILINEAR,
-           "shorter_bicubic_center_crop": pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP}
+           "shorter_bicubic_center_crop": pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP,
+           "legacy_bilinear": pb.RESIZE_METHOD_LEGACY_BILINEAR}
+VTAB_RESIZE = "legacy_bilinear"
+"""VTAB's default: the reference's pixels, ``tf.compat.v1.image.resize``'s legacy grid
+(task_adaptation's data_loader); "tf2_bilinear" names TF2's half-pixel grid."""
+
+
+def resize_name(code: int) -> str:
+    """The client's name of a served ``ResizeMethod``: "legacy_bilinear", "tf2_bilinear", ..."""
+    return pb.ResizeMethod.Name(code).removeprefix("RESIZE_METHOD_").lower()
 
 
 class _Unreachable(grpc.RpcError):
@@ -226,7 +235,7 @@ class EpisodeArrays:
             support_record_ids=tuple(message.support_record_ids),
             query_record_ids=tuple(message.query_record_ids),
             image_size=message.image_size,
-            resize=pb.ResizeMethod.Name(message.resize).removeprefix("RESIZE_METHOD_").lower(),
+            resize=resize_name(message.resize),
             preset=message.preset,
             request=request,
         )
@@ -356,6 +365,8 @@ class TaskBatchArrays:
     record_ids: tuple[int, ...]
     num_classes: int
     last: bool
+    image_size: int = 0
+    resize: str = ""  # the resize the server applied, e.g. "legacy_bilinear"
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "TaskBatchArrays":
@@ -363,7 +374,8 @@ class TaskBatchArrays:
         maps = SegmentMaps()
         return cls(message.task, message.split, message.index, message.epoch, message.fingerprint,
                    message.split_fingerprint, to_array(message.images, maps), to_array(message.labels, maps),
-                   tuple(message.record_ids), message.num_classes, message.last)
+                   tuple(message.record_ids), message.num_classes, message.last, message.image_size,
+                   resize_name(message.resize))
 
 
 @dataclass(frozen=True)
@@ -382,6 +394,8 @@ class TaskEpisodeArrays:
     query_labels: np.ndarray
     query_record_ids: tuple[int, ...]
     num_classes: int
+    image_size: int = 0
+    resize: str = ""  # the resize the server applied, e.g. "legacy_bilinear"
 
 
 @dataclass(frozen=True)
@@ -404,7 +418,7 @@ def _chunk(data: bytes) -> _Chunk:
 
 
 def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                       image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                       image_size: int = 224, resize: str = VTAB_RESIZE, store: str = "", regime: int = 0,
                        regime_seed: int = 0, regime_sampling: str = "") -> pb.StreamTaskBatchesRequest:
     """The StreamTaskBatches request of a task split (without its index window); names checked by the server.
     With ``regime`` > 0, ``split`` names a part of that data regime ("train", "val", or "trainval": the
@@ -447,7 +461,7 @@ class VtabClientMixin:
                 return
 
     def task_batches(self, task: str, split: str, batch_size: int, seed: int = 0, start: int = 0, count: int = 0,
-                     image_size: int = 224, resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                     image_size: int = 224, resize: str = VTAB_RESIZE, store: str = "", regime: int = 0,
                      regime_seed: int = 0, regime_sampling: str = "") -> Iterator[TaskBatchArrays]:
         """Shuffled batches of a VTAB task split (training), resumable by batch index; count 0 = unbounded.
         With ``regime`` > 0: of that part of the data regime (``get_regime``)."""
@@ -457,7 +471,7 @@ class VtabClientMixin:
         return self._task_batches(base, start, count)
 
     def eval_batches(self, task: str, split: str, batch_size: int, start: int = 0, image_size: int = 224,
-                     resize: str = "tf2_bilinear", store: str = "", regime: int = 0,
+                     resize: str = VTAB_RESIZE, store: str = "", regime: int = 0,
                      regime_seed: int = 0, regime_sampling: str = "") -> Iterator[TaskBatchArrays]:
         """Every example of a VTAB task split (or, with ``regime`` > 0, of that part of the data
         regime) once, in order (the last batch short)."""
@@ -477,7 +491,7 @@ class VtabClientMixin:
                                    sampling=sampling)
         return self._call("GetRegime", request)  # type: ignore[attr-defined]
 
-    def task_episode(self, task: str, image_size: int = 224, resize: str = "tf2_bilinear", chunk_size: int = 0,
+    def task_episode(self, task: str, image_size: int = 224, resize: str = VTAB_RESIZE, chunk_size: int = 0,
                      support_split: str = "", query_split: str = "", store: str = "") -> TaskEpisodeArrays:
         """A VTAB task as one full-way episode (support = train800val200, query = test by default),
         assembled from chunks; a broken stream resumes at the next chunk."""
@@ -511,7 +525,8 @@ class VtabClientMixin:
         support = join(parts[pb.EPISODE_PART_SUPPORT], "support")
         query = join(parts[pb.EPISODE_PART_QUERY], "query")
         return TaskEpisodeArrays(first.task, first.fingerprint, first.support_fingerprint, first.query_fingerprint,
-                                 *support, *query, first.num_classes)
+                                 *support, *query, first.num_classes, first.image_size,
+                                 resize_name(first.resize))
 
     def report_task(self, run_id: str, task: str, split: str, accuracy: float, examples: int, *,
                     run_config: Mapping[str, Any] | None = None, role: str = "", regime: int = 0,
@@ -581,39 +596,46 @@ class CogBatchArrays:
 
 
 def cog_split_request(level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
-                      min_images: int = 0) -> pb.CogSplitRequest:
+                      min_images: int = 0, levels_file: str = "", concepts_split_file: str = "") -> pb.CogSplitRequest:
     """The request naming one CoG level split; names and values are checked by the server
-    (level_size / min_images 0 = the paper's 1000 / 782)."""
+    (level_size / min_images 0 = the paper's 1000 / 782; levels_file / concepts_split_file:
+    naver/cog's files, as paths on the server, absolute or relative to its data directory)."""
     return pb.CogSplitRequest(level=level, split=split, shots=shots, seed=seed, level_size=level_size,
-                              min_images=min_images)
+                              min_images=min_images, levels_file=levels_file, concepts_split_file=concepts_split_file)
 
 
 class CogClientMixin:
     """ImageNet-CoG calls of ``SamplerClient``: the levels, one level split's record ids and
     labels, and its images in split order (a broken stream resumes at the next batch)."""
 
-    def cog_levels(self, level_size: int = 0, min_images: int = 0) -> list[pb.CogLevelSummary]:
+    def cog_levels(self, level_size: int = 0, min_images: int = 0, levels_file: str = "",
+                   concepts_split_file: str = "") -> list[pb.CogLevelSummary]:
         """IN-1K (when an ILSVRC store is served) then L1..L5 (when an IN-21K store is), with
-        their concepts, sizes and similarity ranges, for the level configuration."""
-        return list(self.cog_levels_response(level_size, min_images).levels)
+        their concepts, sizes and similarity ranges, for the level configuration (or naver/cog's
+        files: paths on the server)."""
+        return list(self.cog_levels_response(level_size, min_images, levels_file, concepts_split_file).levels)
 
-    def cog_levels_response(self, level_size: int = 0, min_images: int = 0) -> pb.ListCogLevelsResponse:
+    def cog_levels_response(self, level_size: int = 0, min_images: int = 0, levels_file: str = "",
+                            concepts_split_file: str = "") -> pb.ListCogLevelsResponse:
         """The whole ListCogLevels reply: the levels plus the configuration as the server
         resolved it, the number of eligible concepts and the levels' fingerprint."""
-        request = pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images)
+        request = pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images, levels_file=levels_file,
+                                          concepts_split_file=concepts_split_file)
         return self._call("ListCogLevels", request)  # type: ignore[attr-defined]
 
     def cog_split(self, level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
-                  min_images: int = 0) -> pb.CogSplit:
+                  min_images: int = 0, levels_file: str = "", concepts_split_file: str = "") -> pb.CogSplit:
         """One level split without images: record ids, labels (label i = wnids[i]) and the
         fingerprint ``sampler-server cog split`` prints for it."""
-        request = cog_split_request(level, split, shots, seed, level_size, min_images)
+        request = cog_split_request(level, split, shots, seed, level_size, min_images, levels_file,
+                                    concepts_split_file)
         return self._call("GetCogSplit", request)  # type: ignore[attr-defined]
 
     def stream_cog_batches(self, level: str, split: str, shots: int = 0, seed: int = 0, batch_size: int = 256,
                            start_index: int = 0, count: int = 0, image_size: int = 224,
                            resize: str = "shorter_bicubic_center_crop", level_size: int = 0, min_images: int = 0,
-                           encoded: bool = False) -> Iterator[CogBatchArrays]:
+                           encoded: bool = False, levels_file: str = "",
+                           concepts_split_file: str = "") -> Iterator[CogBatchArrays]:
         """Batches start_index, start_index + 1, ... of a level split (count of them; 0 = to
         the end, which is the batch with ``last`` set), every image once in split order,
         ``batch_size`` per batch (the last one short). Images are uint8 [B, S, S, 3], or
@@ -623,7 +645,8 @@ class CogClientMixin:
             raise ValueError(f"resize: got {resize!r}, expected one of {', '.join(_RESIZE)}")
         mode = pb.IMAGE_MODE_ENCODED if encoded else pb.IMAGE_MODE_DECODED
         base = pb.StreamCogBatchesRequest(
-            split=cog_split_request(level, split, shots, seed, level_size, min_images), batch_size=batch_size,
+            split=cog_split_request(level, split, shots, seed, level_size, min_images, levels_file,
+                                    concepts_split_file), batch_size=batch_size,
             images=pb.ImageOptions(image_size=image_size, mode=mode, resize=_RESIZE[resize]))
 
         def open_stream(next_index: int, remaining: int) -> Iterator[CogBatchArrays]:

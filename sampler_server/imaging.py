@@ -19,10 +19,20 @@ Other methods, each named in every episode that uses it:
 - ``FAST_BILINEAR``: OpenCV ``INTER_LINEAR`` on the half-pixel grid (after a
   reduced-scale JPEG decode, see ``assembly.decode``): faster, other pixels.
 - ``ANTIALIAS``: PIL's bilinear filter widened by the scale factor when downscaling.
-- ``TF2_BILINEAR``: the VTAB reference's ``tf.image.resize(image, [s, s])`` (TF2,
-  half-pixel centres, no antialiasing) after a full decode. OpenCV's ``INTER_LINEAR``
-  samples that same grid without antialiasing; its 11-bit fixed-point weights keep
-  the uint8 within 1 level of TF's float result (tests/fidelity).
+- ``LEGACY_BILINEAR``: the VTAB reference's pixels. task_adaptation's
+  ``data_loader.preprocess_fn`` imports ``tensorflow.compat.v1`` and calls
+  ``tf.image.resize(image, [s, s])``, which there is TF1 ``resize_images``: bilinear,
+  no antialiasing, no align_corners and no half-pixel centres, so output pixel ``i``
+  samples source coordinate ``i * (in / out)`` (TensorFlow computes ``in / out`` and
+  the product in float32, as we do; see ../shared/reference/vtab.md, Preprocessing).
+  Upscaling, the last coordinates fall past ``in - 1``; TF clamps the upper index
+  there, which ``BORDER_REPLICATE`` reproduces. Sampled with ``cv2.remap`` on cached
+  float32 maps, as for ``BILINEAR``, after a full decode; within 1 level of TF.
+- ``TF2_BILINEAR``: TF2's ``tf.image.resize(image, [s, s])`` (half-pixel centres, no
+  antialiasing) after a full decode: what a TF2 port of the VTAB loader would give,
+  not the reference's grid (8 to 41 levels off it on average, tests/fidelity).
+  OpenCV's ``INTER_LINEAR`` samples that same grid without antialiasing; its 11-bit
+  fixed-point weights keep the uint8 within 1 level of TF's float result.
 - ``SHORTER_BICUBIC_CENTER_CROP``: the ImageNet-CoG reference's torchvision
   ``Resize(S, BICUBIC)`` then ``CenterCrop(S)`` on a PIL image opened with
   ``.convert("RGB")``: the shorter side becomes S and the longer
@@ -54,8 +64,9 @@ class ResizeMethod(str, enum.Enum):
     BILINEAR = "bilinear"  # the MD reference's: full IFAST decode + TF1 align-corners bilinear (default)
     ANTIALIAS = "antialias"  # PIL bilinear with antialiasing when downscaling
     FAST_BILINEAR = "fast_bilinear"  # reduced-scale decode + half-pixel bilinear: faster, other pixels
-    TF2_BILINEAR = "tf2_bilinear"  # the VTAB reference's: full decode + TF2 tf.image.resize bilinear
+    TF2_BILINEAR = "tf2_bilinear"  # full decode + TF2 tf.image.resize bilinear (half-pixel grid)
     SHORTER_BICUBIC_CENTER_CROP = "shorter_bicubic_center_crop"  # CoG's: PIL decode, torchvision Resize + CenterCrop
+    LEGACY_BILINEAR = "legacy_bilinear"  # VTAB's: full decode + tf.compat.v1.image.resize (legacy grid)
 
 
 def to_rgb_image(image: Image.Image) -> Image.Image:
@@ -117,13 +128,28 @@ def resize_shorter_center_crop(image: Image.Image, size: int, out: np.ndarray | 
     return out
 
 
-def _source_coordinates(in_size: int, out_size: int) -> np.ndarray:
-    """TF1's align-corners source coordinate of each output index, in float32."""
-    if out_size > 1:
+def _source_coordinates(in_size: int, out_size: int, align_corners: bool) -> np.ndarray:
+    """TF1's source coordinate of each output index, ``i * scale`` in float32.
+
+    TensorFlow's ``CalculateResizeScale`` takes ``scale`` as ``(in - 1) / (out - 1)`` on
+    the align-corners grid (when out > 1) and ``in / out`` otherwise (the legacy grid,
+    and one output pixel on either), each division in float32.
+    """
+    if align_corners and out_size > 1:
         scale = np.float32(in_size - 1) / np.float32(out_size - 1)
-    else:  # TF: one output pixel samples the first source pixel
+    else:
         scale = np.float32(in_size) / np.float32(out_size)
     return np.arange(out_size, dtype=np.float32) * np.float32(scale)
+
+
+def _remap_maps(height: int, width: int, size: int, align_corners: bool) -> tuple[np.ndarray, np.ndarray]:
+    xs = _source_coordinates(width, size, align_corners)
+    ys = _source_coordinates(height, size, align_corners)
+    map_x = np.ascontiguousarray(np.broadcast_to(xs[None, :], (size, size)))
+    map_y = np.ascontiguousarray(np.broadcast_to(ys[:, None], (size, size)))
+    map_x.flags.writeable = False
+    map_y.flags.writeable = False
+    return map_x, map_y
 
 
 @functools.lru_cache(maxsize=256)
@@ -133,13 +159,29 @@ def align_corners_maps(height: int, width: int, size: int) -> tuple[np.ndarray, 
     The last coordinate can round a hair past ``in - 1``; ``BORDER_REPLICATE`` then
     reads the last pixel with a near-zero weight, as TensorFlow clamps its upper index.
     """
-    xs = _source_coordinates(width, size)
-    ys = _source_coordinates(height, size)
-    map_x = np.ascontiguousarray(np.broadcast_to(xs[None, :], (size, size)))
-    map_y = np.ascontiguousarray(np.broadcast_to(ys[:, None], (size, size)))
-    map_x.flags.writeable = False
-    map_y.flags.writeable = False
-    return map_x, map_y
+    return _remap_maps(height, width, size, align_corners=True)
+
+
+@functools.lru_cache(maxsize=64)
+def legacy_maps(height: int, width: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(map_x, map_y) of the legacy grid for ``cv2.remap``: read-only, cached.
+
+    Downscaling every coordinate stays within ``in - in / out`` <= ``in - 1``.
+    Upscaling, those past ``in - 1`` interpolate towards a pixel beyond the edge;
+    TensorFlow clamps that upper index to ``in - 1`` (so the edge pixel repeats) and
+    ``BORDER_REPLICATE`` reads the same pixel there. Fewer entries than the
+    align-corners cache: VTAB's 224 px maps are 400 KB each, and a miss costs ~2% of
+    a decode.
+    """
+    return _remap_maps(height, width, size, align_corners=False)
+
+
+def _remap(pixels: np.ndarray, maps: tuple[np.ndarray, np.ndarray], out: np.ndarray | None) -> np.ndarray:
+    map_x, map_y = maps
+    if out is not None:
+        cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, dst=out, borderMode=cv2.BORDER_REPLICATE)
+        return out
+    return cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
 
 
 def resize_align_corners(pixels: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -148,11 +190,17 @@ def resize_align_corners(pixels: np.ndarray, size: int, out: np.ndarray | None =
     ``out`` (size x size x C uint8, contiguous) receives the result without a copy.
     """
     height, width = pixels.shape[:2]
-    map_x, map_y = align_corners_maps(height, width, size)
-    if out is not None:
-        cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, dst=out, borderMode=cv2.BORDER_REPLICATE)
-        return out
-    return cv2.remap(pixels, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return _remap(pixels, align_corners_maps(height, width, size), out)
+
+
+def resize_legacy(pixels: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``tf.compat.v1.image.resize`` bilinear (legacy grid: no align_corners, no
+    half-pixel centres), rounded to uint8.
+
+    ``out`` (size x size x C uint8, contiguous) receives the result without a copy.
+    """
+    height, width = pixels.shape[:2]
+    return _remap(pixels, legacy_maps(height, width, size), out)
 
 
 def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMethod.BILINEAR) -> np.ndarray:
@@ -163,6 +211,8 @@ def resize_square(pixels: np.ndarray, size: int, method: ResizeMethod = ResizeMe
         return np.ascontiguousarray(pixels)
     if method is ResizeMethod.BILINEAR:
         out = resize_align_corners(np.ascontiguousarray(pixels), size)
+    elif method is ResizeMethod.LEGACY_BILINEAR:
+        out = resize_legacy(np.ascontiguousarray(pixels), size)
     elif method in (ResizeMethod.FAST_BILINEAR, ResizeMethod.TF2_BILINEAR):
         out = cv2.resize(pixels, (size, size), interpolation=cv2.INTER_LINEAR)
     elif method is ResizeMethod.SHORTER_BICUBIC_CENTER_CROP:

@@ -203,7 +203,7 @@ def batch_dataset(address: str, source: str, split: str, batch_size: int, *, see
 
 def task_batch_dataset(address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
                        start: int = 0, count: int = 0, image_size: int = 224,
-                       resize: str = "tf2_bilinear") -> tf.data.Dataset:
+                       resize: str = "legacy_bilinear") -> tf.data.Dataset:
     """VTAB task batches: ``images`` tf.float32 [B, S, S, 3] in [0, 1] (the reference's /255),
     ``labels`` tf.int64; ``shuffle=False`` is the evaluation form (every example once, in order)."""
 

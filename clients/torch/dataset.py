@@ -238,7 +238,7 @@ class TaskBatchDataset(IterableDataset):
     evaluation form (every example once, in order); True: shuffled, ``count`` batches."""
 
     def __init__(self, address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "tf2_bilinear") -> None:
+                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "legacy_bilinear") -> None:
         super().__init__()
         self.address, self.task, self.split, self.batch_size = address, task, split, batch_size
         self.shuffle, self.seed, self.start, self.count = shuffle, seed, start, count

@@ -11,8 +11,11 @@ By resize method:
   on the half-pixel grid. Faster on large JPEGs; its pixels are not the reference's
   (``bench/serve_bench.py`` prints how far);
 - ``ANTIALIAS``: full-size IFAST decode, then PIL's antialiased bilinear.
-- ``TF2_BILINEAR`` (VTAB's default): full-size IFAST decode (TFDS decodes with
-  ``decode_jpeg``'s default), then TF2's half-pixel bilinear (``imaging``).
+- ``LEGACY_BILINEAR`` (VTAB's default, the VTAB reference's pixels): full-size IFAST
+  decode (TFDS decodes with ``decode_jpeg``'s default), then bilinear on the legacy
+  grid of ``tf.compat.v1.image.resize`` (``imaging.resize_legacy``), which
+  task_adaptation's data_loader calls.
+- ``TF2_BILINEAR``: the same decode, then TF2's half-pixel bilinear (``imaging``).
 - ``SHORTER_BICUBIC_CENTER_CROP`` (ImageNet-CoG's): every encoding, JPEG included,
   is decoded by Pillow and converted to RGB, as the reference's
   ``Image.open(path).convert("RGB")`` does (Pillow's libjpeg-turbo with its default
@@ -40,6 +43,7 @@ from sampler_server.errors import DataLoss
 from sampler_server.imaging import (
     ResizeMethod,
     resize_align_corners,
+    resize_legacy,
     resize_shorter_center_crop,
     resize_square,
     to_rgb_array,
@@ -80,8 +84,11 @@ def record_pixels(
         pixels = _decode_jpeg(payload, min_side=size if fast else 0, fastdct=not fast)
     else:
         pixels = _decode_with_pillow(payload)
-    if method is ResizeMethod.BILINEAR and pixels.shape[:2] != (size, size):
-        return resize_align_corners(pixels, size, out)
+    if pixels.shape[:2] != (size, size):  # the remap grids write into ``out`` directly
+        if method is ResizeMethod.BILINEAR:
+            return resize_align_corners(pixels, size, out)
+        if method is ResizeMethod.LEGACY_BILINEAR:
+            return resize_legacy(pixels, size, out)
     resized = resize_square(pixels, size, method)
     if out is None:
         return resized

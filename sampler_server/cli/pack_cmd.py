@@ -50,9 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-side", type=int, help="downscale so the longer side is at most N (re-encodes)")
     parser.add_argument("--raw-size", type=int, help="store every image decoded and resized to S x S raw uint8 RGB")
     parser.add_argument(
-        "--raw-resize", choices=[m.value for m in ResizeMethod], default=ResizeMethod.BILINEAR.value,
-        help="how --raw-size resizes: bilinear (default: the MD reference's pixels), fast_bilinear or antialias; "
-        "the store then serves only that method",
+        "--raw-resize", choices=[m.value for m in ResizeMethod],
+        help="how --raw-size resizes (the store then serves only that method): default bilinear (the MD "
+        "reference's pixels), legacy_bilinear for vtab (tf.compat.v1.image.resize, the VTAB reference's)",
     )
     parser.add_argument(
         "--lossless-derived", action="store_true",
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     options = PackOptions(
         max_side=args.max_side,
         raw_size=args.raw_size,
-        raw_resize=ResizeMethod(args.raw_resize),
+        raw_resize=ResizeMethod(args.raw_resize or _default_raw_resize(args.source)),
         lossless_derived=args.lossless_derived,
         on_error=args.on_error,
         workers=args.workers,
@@ -100,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary))
     return 0
+
+
+def _default_raw_resize(source: str) -> str:
+    """Each protocol's reference resize: VTAB's legacy grid, MD's align-corners bilinear."""
+    return (ResizeMethod.LEGACY_BILINEAR if source == "vtab" else ResizeMethod.BILINEAR).value
 
 
 def _input_dir(args: argparse.Namespace) -> Path:

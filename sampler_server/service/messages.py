@@ -43,6 +43,7 @@ _RESIZE = {
     pb.RESIZE_METHOD_FAST_BILINEAR: ResizeMethod.FAST_BILINEAR,
     pb.RESIZE_METHOD_TF2_BILINEAR: ResizeMethod.TF2_BILINEAR,
     pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP: ResizeMethod.SHORTER_BICUBIC_CENTER_CROP,
+    pb.RESIZE_METHOD_LEGACY_BILINEAR: ResizeMethod.LEGACY_BILINEAR,
 }
 _RESIZE_BACK = {method: code for code, method in _RESIZE.items() if code != pb.RESIZE_METHOD_UNSPECIFIED}
 _ENCODINGS = {
@@ -100,9 +101,9 @@ def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
     if message.mode not in (pb.IMAGE_MODE_UNSPECIFIED, pb.IMAGE_MODE_DECODED, pb.IMAGE_MODE_ENCODED):
         raise InvalidArgument(f"images.mode: got {message.mode}, expected IMAGE_MODE_DECODED or IMAGE_MODE_ENCODED")
     if message.resize not in _RESIZE:
+        allowed = [pb.ResizeMethod.Name(code) for code in _RESIZE_BACK.values()]
         raise InvalidArgument(f"images.resize: got {message.resize}, "
-                              "expected RESIZE_METHOD_BILINEAR, RESIZE_METHOD_ANTIALIAS, RESIZE_METHOD_FAST_BILINEAR, "
-                              "RESIZE_METHOD_TF2_BILINEAR or RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP")
+                              f"expected {', '.join(allowed[:-1])} or {allowed[-1]}")
     return ImageRequest(size, message.mode == pb.IMAGE_MODE_ENCODED, _RESIZE[message.resize])
 
 

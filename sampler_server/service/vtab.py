@@ -44,13 +44,14 @@ CHUNK_IMAGES = pb.TaskEpisodeChunk.DESCRIPTOR.fields_by_name["images"].number
 
 
 def images_from_wire(message: pb.ImageOptions) -> messages.ImageRequest:
-    """VTAB's defaults where the request leaves them: 224 px, the TF2 resize."""
+    """VTAB's defaults where the request leaves them: 224 px and the reference's resize,
+    ``tf.compat.v1.image.resize``'s legacy grid (task_adaptation's data_loader)."""
     options = pb.ImageOptions()
     options.CopyFrom(message)
     if not options.image_size:
         options.image_size = DEFAULT_IMAGE_SIZE
     if options.resize == pb.RESIZE_METHOD_UNSPECIFIED:
-        options.resize = pb.RESIZE_METHOD_TF2_BILINEAR
+        options.resize = pb.RESIZE_METHOD_LEGACY_BILINEAR
     return messages.images_from_wire(options)
 
 

@@ -76,7 +76,7 @@ def test_eval_batches_equal_the_cli_split_in_order(vtab, capsys):
     assert ids == [r["record_id"] for r in listing["records"]]
     assert labels == [r["label"] for r in listing["records"]]
     assert {b.split_fingerprint for b in batches} == {listing["fingerprint"]}
-    assert batches[0].images.shape == [16, 16, 16, 3] and batches[0].resize == pb.RESIZE_METHOD_TF2_BILINEAR
+    assert batches[0].images.shape == [16, 16, 16, 3] and batches[0].resize == pb.RESIZE_METHOD_LEGACY_BILINEAR
     assert batches[0].num_classes == 8 and not batches[0].shuffle
 
 
