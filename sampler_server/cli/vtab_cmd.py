@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sampler_server.core.vtab import SPLITS, TASKS, get_task, resolve
+from sampler_server.core.vtab import SPLITS, TASKS, get_task
 from sampler_server.errors import InvalidArgument, NotFound, SamplerError
 from sampler_server.quoting import quoted
 from sampler_server.store.manifest import load_manifest
@@ -39,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     split.add_argument("--data", required=True, type=Path, help="data directory (or one store)")
     split.add_argument("--task", required=True, help="task name: " + ", ".join(TASKS))
-    split.add_argument("--split", required=True, help="VTAB split: " + ", ".join(SPLITS))
+    split.add_argument("--split", required=True, help="VTAB split: " + ", ".join(SPLITS) + " (trainval1000: the "
+                       "first 1000 of TFDS's default, shard-interleaved read of trainval, what task_adaptation's "
+                       "run_all_tasks.sh trains on; trainval1000-canonical: the first 1000 in canonical order)")
     split.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
     split.add_argument("--json", action="store_true", help="machine-readable output")
     split.set_defaults(func=run_split)
@@ -57,12 +59,12 @@ def tfds_stores(data: Path) -> list[TfdsRecords]:
     return out
 
 
-def _split_sizes(task: Any, sizes: dict[str, int]) -> tuple[dict[str, int], dict[str, str]]:
-    """VTAB split -> example count, and the splits these TFDS sizes cannot carve (with why)."""
+def _split_sizes(task: Any, records: TfdsRecords) -> tuple[dict[str, int], dict[str, str]]:
+    """VTAB split -> example count, and the splits this store cannot carve (with why)."""
     counts, unavailable = {}, {}
     for split in SPLITS:
         try:
-            counts[split] = len(resolve(task, split, sizes))
+            counts[split] = len(records.examples(task, split))
         except SamplerError as error:
             unavailable[split] = str(error)
     return counts, unavailable
@@ -75,7 +77,7 @@ def task_entries(data: Path) -> list[dict[str, Any]]:
         for task in TASKS.values():
             if task.tfds_name != records.name or not version_matches(records.version, task.version):
                 continue
-            counts, unavailable = _split_sizes(task, sizes)
+            counts, unavailable = _split_sizes(task, records)
             entries.append({
                 "task": task.name, "group": task.group.value, "store": records.manifest.name,
                 "tfds": f"{records.name}:{records.version}", "num_classes": task.num_classes,

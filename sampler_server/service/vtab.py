@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task, resolve
+from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task
 from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SamplerError
 from sampler_server.imaging import ResizeMethod
@@ -61,11 +61,11 @@ def check_split(split: str, field: str) -> str:
     return split
 
 
-def split_sizes(task: Task, sizes: dict[str, int]) -> list[pb.TaskSplitSize]:
+def split_sizes(task: Task, records: TfdsRecords) -> list[pb.TaskSplitSize]:
     out = []
     for split in SPLITS:
         try:
-            out.append(pb.TaskSplitSize(split=split, size=len(resolve(task, split, sizes)), available=True))
+            out.append(pb.TaskSplitSize(split=split, size=len(records.examples(task, split)), available=True))
         except SamplerError as error:
             out.append(pb.TaskSplitSize(split=split, available=False, reason=str(error)))
     return out
@@ -155,7 +155,7 @@ class VtabHandlers:
                 response.tasks.append(pb.TaskSummary(
                     task=task.name, group=task.group.value, store=records.manifest.name,
                     tfds=f"{records.name}:{records.version}", num_classes=task.num_classes,
-                    splits=split_sizes(task, sizes), tfds_split_sizes=sizes,
+                    splits=split_sizes(task, records), tfds_split_sizes=sizes,
                     store_fingerprint=records.manifest.fingerprint,
                 ))
         response.tasks.sort(key=lambda t: (t.task, t.store))

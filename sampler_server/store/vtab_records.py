@@ -8,7 +8,9 @@ order. So ``record_id = start[split] + index`` whenever nothing was skipped at p
 (``--on-error skip``); otherwise the ``tfds_index`` column is searched.
 
 The manifest's ``tfds`` block names the dataset, config and version, gives each TFDS
-split's size and shard lengths, the label attributes kept, and describes the columnar
+split's size and shard lengths and whether the dataset disables shuffling (what TFDS's
+default read order, and so ``trainval1000``, follows from), the label attributes kept,
+and describes the columnar
 side file ``tfds_records.bin`` (``store.columns``): per record its ``tfds_index`` and
 every attribute, ragged lists (CLEVR and KITTI objects) via offsets. The file's size
 and SHA-256 are in the manifest; the attribute values also enter the store's content
@@ -106,6 +108,7 @@ class TfdsRecords:
             columns = tfds["columns"]
         except (KeyError, TypeError, ValueError) as error:
             raise DataLoss(f"{where}: malformed tfds block in its manifest ({error!r})") from None
+        self._shards = _shard_layout(tfds, self._sizes, where)
         self.columns = ColumnsReader(self.directory, columns, where=where)
         self._ranges = {c.name: (c.start, c.end) for c in self.manifest.classes}
         if self.columns.rows != self.manifest.num_records:
@@ -124,6 +127,32 @@ class TfdsRecords:
     def split_sizes(self) -> dict[str, int]:
         """TFDS split name -> number of examples in TFDS (what slicing percentages refer to)."""
         return dict(self._sizes)
+
+    def shard_layout(self) -> Any:
+        """How the packed TFDS splits were cut into files (a ``core.vtab.ShardLayout``).
+
+        Raises:
+            FailedPrecondition: the store was packed before its manifest recorded it.
+        """
+        if self._shards is None:
+            raise FailedPrecondition(
+                f"store {self.manifest.name!r} was packed without the TFDS shard layout (shard lengths and "
+                f"disable_shuffling in its manifest) that TFDS's default read order needs; re-pack it with "
+                f"`sampler-server pack vtab --tfds-name {self.name}`")
+        return self._shards
+
+    def examples(self, task: Any, split: str) -> list[tuple[str, int]]:
+        """The (TFDS split, canonical index) pairs of VTAB ``split`` of ``task``, in order.
+
+        Raises:
+            FailedPrecondition: a read-order split (``trainval1000``) of a store packed before
+                shard layouts were recorded.
+            InvalidArgument: the split cannot be carved from these sizes.
+        """
+        from sampler_server.core.vtab import READ_ORDER_SPLITS, resolve  # pure; see list_split
+
+        shards = self.shard_layout() if split in READ_ORDER_SPLITS else None
+        return resolve(task, split, self.split_sizes(), shards)
 
     def split_range(self, split: str) -> tuple[int, int]:
         """The record ids [start, end) of a TFDS split."""
@@ -208,6 +237,25 @@ class TfdsRecords:
         self.columns.verify_digest()
 
 
+def _shard_layout(tfds: Mapping[str, Any], sizes: Mapping[str, int], where: str) -> Any:
+    """The manifest's shard layout (None when it predates ``disable_shuffling`` being recorded)."""
+    from sampler_server.core.vtab import ShardLayout  # pure; imported here so storage stays importable alone
+
+    splits = tfds["splits"]
+    if "disable_shuffling" not in tfds or any("shard_lengths" not in info for info in splits.values()):
+        return None
+    try:
+        lengths = {str(name): tuple(int(n) for n in info["shard_lengths"]) for name, info in splits.items()}
+        layout = ShardLayout(lengths, disable_shuffling=bool(tfds["disable_shuffling"]))
+    except (TypeError, ValueError, InvalidArgument) as error:
+        raise DataLoss(f"{where}: malformed shard lengths in its manifest ({error})") from None
+    for name, size in sizes.items():
+        if layout.split_size(name) != size:
+            raise DataLoss(f"{where}: shard lengths of split {name!r} sum to {layout.split_size(name)}, "
+                           f"not its {size} examples")
+    return layout
+
+
 @dataclass(frozen=True)
 class SplitListing:
     """A VTAB split of one task read from a store: its records in order and their labels."""
@@ -238,12 +286,11 @@ def list_split(records: TfdsRecords, task: Any, split: str) -> SplitListing:
 
     Raises:
         FailedPrecondition: the store holds another dataset or a version the task does not take.
+        FailedPrecondition: ``trainval1000`` of a store packed before shard layouts were recorded.
         InvalidArgument, NotFound: the split cannot be carved from these sizes, or an example was skipped.
     """
-    from sampler_server.core.vtab import resolve  # pure; imported here so storage stays importable alone
-
     records.check_task(task)
-    pairs = resolve(task, split, records.split_sizes())
+    pairs = records.examples(task, split)
     ids = np.empty(len(pairs), dtype=np.int64)
     by_split: dict[str, list[int]] = {}
     for position, (tfds_split, _) in enumerate(pairs):

@@ -25,17 +25,24 @@ from sampler_server.core.vtab.slicing import SliceRange, resolve_spec, split_siz
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
 
-SPLITS = ("train800", "val200", "train800val200", "test", "train", "val", "trainval", "trainval1000")
+SPLITS = ("train800", "val200", "train800val200", "test", "train", "val", "trainval", "trainval1000",
+          "trainval1000-canonical")
 """VTAB split names: the 1k splits, the test, the full splits, and the reference script's variant.
 
-``trainval1000`` is the first 1000 examples of ``trainval``: what the reference's
-``scripts/run_all_tasks.sh`` trains on (``--train_examples 1000`` takes the first 1000
-of the default ``trainval`` split). It differs from ``train800val200`` wherever val
-is not the start of the data after train800: for most tasks it is ``train[:1000]``.
+``trainval1000`` is what task_adaptation's ``scripts/run_all_tasks.sh`` trains on
+(``--train_examples 1000``: ``data.take(1000)`` of the default ``trainval`` split): the
+first 1000 examples of TFDS's default read of the trainval expression, which
+interleaves its shard files (``core.vtab.read_order``), so it depends on how the
+prepared dataset is sharded. ``trainval1000-canonical`` is the first 1000 of
+``trainval`` in canonical order (a slice: for most tasks ``train[:1000]``).
 """
+SCRIPT_TRAIN_EXAMPLES = 1000
+"""``run_all_tasks.sh``'s ``--train_examples``."""
+READ_ORDER_SPLITS: dict[str, tuple[str, int]] = {"trainval1000": ("trainval", SCRIPT_TRAIN_EXAMPLES)}
+"""Splits that are a read order rather than a slice: name -> (the split read, how many of
+its first examples in TFDS's default read order)."""
 VTAB_1K_TRAIN = 800
 VTAB_1K_VAL = 200
-SCRIPT_TRAIN_EXAMPLES = 1000
 
 
 class Carving(enum.Enum):
@@ -71,7 +78,11 @@ class SplitLayout:
     def slices(self, split: str, sizes: Mapping[str, int], *, dataset: str) -> tuple[str, ...]:
         """The TFDS spec parts of VTAB ``split`` (joined with ``+``, one TFDS spec)."""
         check_split(split)
-        if split == "trainval1000":
+        if split in READ_ORDER_SPLITS:
+            read, count = READ_ORDER_SPLITS[split]
+            raise InvalidArgument(f"VTAB split {split} is not a slice: it is the first {count} of TFDS's default "
+                                  f"(interleaved) read of {read}, which needs the shard lengths (core.vtab.read_order)")
+        if split == "trainval1000-canonical":
             trainval = resolve_spec(self.slices("trainval", sizes, dataset=dataset), sizes, dataset=dataset)
             return tuple(piece.spec(sizes[piece.split]) for piece in take(trainval, SCRIPT_TRAIN_EXAMPLES))
         if split == "train800val200":

@@ -5,6 +5,8 @@ task is a pure function of the task and the sizes of the prepared TFDS splits (t
 carving percents are applied to ``|train|``); the examples it holds are canonical
 indices within those TFDS splits, so the packer and the samplers agree with
 ``tfds.load(f"{task.tfds_name}:{task.version}", split=task.spec(split, sizes))``.
+The one exception, ``trainval1000``, is the order TFDS reads trainval in, a pure
+function of the shard lengths too (``read_order``).
 Figures are the reference's (``/work/shared/reference/vtab.md``, task_adaptation).
 """
 
@@ -17,8 +19,9 @@ from typing import Any
 
 from sampler_server.core.vtab.labels import LabelRule, RuleKind
 from sampler_server.core.vtab.slicing import SliceRange, expand
-from sampler_server.core.vtab.splits import Carving, SplitLayout
-from sampler_server.errors import InvalidArgument
+from sampler_server.core.vtab.read_order import ShardLayout, default_read
+from sampler_server.core.vtab.splits import READ_ORDER_SPLITS, Carving, SplitLayout
+from sampler_server.errors import FailedPrecondition, InvalidArgument
 from sampler_server.quoting import quoted
 
 
@@ -165,10 +168,28 @@ def attributes_for_dataset(tfds_name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for task in tasks_for_dataset(tfds_name) for name in task.attributes))
 
 
-def resolve(task: Task | str, split: str, sizes: Mapping[str, int]) -> list[tuple[str, int]]:
+def resolve(task: Task | str, split: str, sizes: Mapping[str, int],
+            shards: ShardLayout | None = None) -> list[tuple[str, int]]:
     """The examples of VTAB ``split`` of ``task``, in order, as (TFDS split, index within it).
 
-    ``sizes`` maps each TFDS split of the prepared dataset to its number of examples.
+    ``sizes`` maps each TFDS split of the prepared dataset to its number of examples;
+    ``shards`` is how its splits are cut into files, which a read-order split
+    (``READ_ORDER_SPLITS``: ``trainval1000``) needs and the slice splits ignore.
+
+    Raises:
+        InvalidArgument: unknown task or split, or a split these sizes cannot carve.
+        FailedPrecondition: a read-order split without ``shards``.
     """
     chosen = task if isinstance(task, Task) else get_task(task)
-    return expand(chosen.ranges(split, sizes))
+    if split not in READ_ORDER_SPLITS:
+        return expand(chosen.ranges(split, sizes))
+    read, count = READ_ORDER_SPLITS[split]
+    if shards is None:
+        raise FailedPrecondition(f"VTAB split {split} of {chosen.name} is the first {count} of TFDS's default "
+                                 f"(interleaved) read of {read}, which needs the shard lengths of the TFDS splits")
+    ranges = chosen.ranges(read, sizes)
+    for piece in ranges:
+        if shards.split_size(piece.split) != sizes[piece.split]:
+            raise InvalidArgument(f"{chosen.tfds_name}: shard lengths of split {piece.split!r} sum to "
+                                  f"{shards.split_size(piece.split)}, not its {sizes[piece.split]} examples")
+    return default_read(ranges, shards, count)

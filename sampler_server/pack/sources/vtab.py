@@ -226,6 +226,7 @@ def plan(input_dir: Path, options: ConverterOptions) -> SourcePlan:
         "split_order": SPLIT_ORDER,
         "splits": {s: {"num_examples": layouts[s].num_examples, "shard_lengths": list(layouts[s].shard_lengths)}
                    for s in sorted(layouts)},
+        "disable_shuffling": bool(builder.info.disable_shuffling),  # TFDS's default read order follows it
         "attributes": [column.describe() for column in columns],
         "image": {"feature": IMAGE_FEATURE, "scale": reader.scale},
         "dataset_info_sha256": "sha256:" + hashlib.sha256((directory / "dataset_info.json").read_bytes()).hexdigest(),

@@ -123,7 +123,7 @@ def test_1k_splits_hold_800_200_and_1000_examples_at_reference_sizes(name: str) 
     assert set(val200) <= set(resolve(task, "val", sizes))
     assert set(train800) <= set(resolve(task, "train", sizes))
     assert not set(both) & set(resolve(task, "test", sizes))
-    assert resolve(task, "trainval1000", sizes) == resolve(task, "trainval", sizes)[:1000]
+    assert resolve(task, "trainval1000-canonical", sizes) == resolve(task, "trainval", sizes)[:1000]
 
 
 FULL_SPLITS = {
@@ -151,13 +151,13 @@ def test_full_splits_match_the_notes(name: str) -> None:
     assert train + val == trainval
 
 
-def test_trainval1000_differs_from_train800val200_where_val_is_carved_late() -> None:
+def test_trainval1000_canonical_differs_from_train800val200_where_val_is_carved_late() -> None:
     sizes = REFERENCE_SIZES["caltech101"]
-    assert get_task("caltech101").slices("trainval1000", sizes) == ("train[:1000]",)
-    assert resolve("caltech101", "trainval1000", sizes) != resolve("caltech101", "train800val200", sizes)
+    assert get_task("caltech101").slices("trainval1000-canonical", sizes) == ("train[:1000]",)
+    assert resolve("caltech101", "trainval1000-canonical", sizes) != resolve("caltech101", "train800val200", sizes)
     small = {"train": 600, "validation": 900, "test": 10}
-    assert get_task("dtd").slices("trainval1000", small) == ("train", "validation[:400]")
-    assert get_task("dtd").slices("trainval1000", {"train": 300, "validation": 200, "test": 1}) == (
+    assert get_task("dtd").slices("trainval1000-canonical", small) == ("train", "validation[:400]")
+    assert get_task("dtd").slices("trainval1000-canonical", {"train": 300, "validation": 200, "test": 1}) == (
         "train", "validation")
 
 
@@ -200,7 +200,7 @@ def test_unknown_split_lists_the_splits() -> None:
         ("clevr_count", "test", {"train": 70000, "test": 15000}, "validation"),
         ("caltech101", "val200", {"test": 6084}, "train"),
         ("smallnorb_azimuth", "test", {"train": 24300}, "test"),
-        ("eurosat", "trainval1000", {}, "train"),
+        ("eurosat", "trainval1000-canonical", {}, "train"),
     ],
 )
 def test_a_missing_tfds_split_is_named_with_the_dataset(name: str, split: str, sizes: dict, missing: str) -> None:
