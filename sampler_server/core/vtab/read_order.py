@@ -118,5 +118,7 @@ def interleave(sources: Iterable[Iterable[T]], cycle_length: int, block_length: 
 def default_read(ranges: Iterable[SliceRange], layout: ShardLayout, count: int | None = None) -> list[tuple[str, int]]:
     """The first ``count`` (all when None) examples of TFDS's default read of ``ranges``
     (``shuffle_files=False``) as (TFDS split, canonical index), in the order read."""
-    files = (((read.split, index) for index in range(read.start, read.stop)) for read in file_reads(ranges, layout))
+    # zip binds each file's split now: a generator reading ``read.split`` late would name the
+    # split of the last file opened, and interleave keeps several files open at once
+    files = (zip(itertools.repeat(read.split), range(read.start, read.stop)) for read in file_reads(ranges, layout))
     return list(itertools.islice(interleave(files, layout.cycle_length, READ_BLOCK_LENGTH), count))
