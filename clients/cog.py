@@ -304,12 +304,15 @@ class CogRun:
         self.splits: dict[tuple[str, str, int, int], SplitIds] = {}
         self.features: dict[str, CachedFeatures] = {}
         self.num_classes: dict[str, int] = {}
+        # naver/cog's level and split files, paths on the server; passed with every CoG request
+        self.files = {"levels_file": args.levels_file or "", "concepts_split_file": args.concepts_split_file or ""}
 
     # -- server-side facts --
 
     def levels(self) -> list[Any]:
         """The levels to evaluate, in the server's order; unknown names are one line, exit 2."""
-        served = list(self.client.cog_levels(level_size=self.args.level_size, min_images=self.args.min_images))
+        served = list(self.client.cog_levels(level_size=self.args.level_size, min_images=self.args.min_images,
+                                             **self.files))
         names = [summary.level for summary in served]
         if not self.args.levels:
             if not served:
@@ -325,7 +328,7 @@ class CogRun:
         key = (level, split, shots, seed)
         if key not in self.splits:
             message = self.client.cog_split(level, split, shots=shots, seed=seed, level_size=self.args.level_size,
-                                            min_images=self.args.min_images)
+                                            min_images=self.args.min_images, **self.files)
             self.splits[key] = _split_ids(message, level, split)
             self.num_classes[level] = int(message.num_classes)
         return self.splits[key]
@@ -348,7 +351,7 @@ class CogRun:
                 return
             stream = self.client.stream_cog_batches(
                 split.level, split.split, batch_size=args.extract_batch_size, start_index=start,
-                image_size=args.image_size, level_size=args.level_size, min_images=args.min_images)
+                image_size=args.image_size, level_size=args.level_size, min_images=args.min_images, **self.files)
             for batch in stream:
                 if batch.split_fingerprint != split.fingerprint:
                     raise SamplerClientError(
@@ -570,6 +573,12 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
                       help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
     what.add_argument("--min-images", type=_int_at_least(0), default=0, metavar="M",
                       help="images a concept needs to be eligible, passed to the server (0: the paper's 782)")
+    what.add_argument("--levels-file", default=None, metavar="FILE",
+                      help="naver/cog's cog_levels_mapping_file.pkl as a path on the server (absolute or relative to "
+                           "its data directory): L1..L5 are its concepts (--level-size, --min-images unused)")
+    what.add_argument("--concepts-split-file", default=None, metavar="FILE",
+                      help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each concept's "
+                           "train and test images are the file's")
 
     model = parser.add_argument_group("backbone and features")
     model.add_argument("--backbone", required=True, metavar="SPEC",
@@ -613,6 +622,9 @@ def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             parser.error(f"argument --{name}: got {shown}, expected each value once")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+    if args.concepts_split_file and not args.levels_file:
+        parser.error("argument --concepts-split-file: expected --levels-file too (its images are of that file's "
+                     "concepts)")
     args.grid = tuple(args.grid)
 
 

@@ -49,6 +49,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help=f"concepts per level L1..L5 (default {LEVEL_SIZE}; 0 = the default)")
     parser.add_argument("--min-images", type=int, default=MIN_IMAGES,
                         help=f"images an eligible concept has at least (default {MIN_IMAGES}; 0 = the default)")
+    parser.add_argument("--levels-file", type=Path, help="naver/cog's cog_levels_mapping_file.pkl: L1..L5 are its "
+                        "concepts (--level-size and --min-images unused)")
+    parser.add_argument("--concepts-split-file", type=Path, help="with --levels-file: naver/cog's "
+                        "cog_concepts_split_file.pkl: test and train are its images (val, search and few-shot "
+                        "subsets drawn from its train images)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run_split)
 
@@ -78,7 +83,12 @@ def split_of(request: SplitRequest, data: Path, level_size: int, min_images: int
 def run_split(args: argparse.Namespace) -> int:
     level_size, min_images = level_config(args.level_size, args.min_images)
     request = SplitRequest.parse(args.level, args.split, args.shots, args.seed)
-    split, store = split_of(request, args.data, level_size, min_images)
+    if request.level != SEEN_LEVEL and (args.levels_file or args.concepts_split_file):  # naver/cog's files
+        from sampler_server.service.cog_files import split_in_data_dir
+
+        split, store = split_in_data_dir(args.data, request, args.levels_file, args.concepts_split_file)
+    else:
+        split, store = split_of(request, args.data, level_size, min_images)
     if args.json:
         print(json.dumps({"store": store, **split.to_json()}, indent=1))
         return 0

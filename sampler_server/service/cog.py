@@ -37,6 +37,7 @@ from sampler_server.core.cog.splits import (
 )
 from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.service import messages
+from sampler_server.service.cog_files import CogFiles
 from sampler_server.service.registry import ServedStore
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
@@ -70,6 +71,7 @@ class CogHandlers:
         self._lock = threading.Lock()
         self._levels: collections.OrderedDict[tuple[str, int, int], Any] = collections.OrderedDict()
         self._splits: collections.OrderedDict[tuple[Any, ...], CogSplit] = collections.OrderedDict()
+        self.files = CogFiles(servicer.registry.data_dir)  # naver/cog's level and split files (L1..L5)
 
     # ---- stores, levels and splits ----------------------------------------------------
 
@@ -106,6 +108,10 @@ class CogHandlers:
         store = self._store(level_source(request.level))
         if store is None:
             raise missing_store(request.level, "the server")
+        if request.level != SEEN_LEVEL and (message.levels_file or message.concepts_split_file):
+            files = self.files.load(message.levels_file, message.concepts_split_file)
+            assert files is not None
+            return self.files.split(store, files, request), store
         key = (store.name, store.manifest.fingerprint, request, level_size, min_images)
         with self._lock:
             if key in self._splits:
@@ -137,7 +143,14 @@ class CogHandlers:
             counts = {c.wnid: c.count for c in ilsvrc.manifest.classes if c.wnid}
             response.levels.append(_summary(SEEN_LEVEL, seen_concepts(ilsvrc.manifest.classes), counts, (0.0, 0.0),
                                             ilsvrc))
-        if in21k is not None:
+        files = self.files.load(request.levels_file, request.concepts_split_file)
+        if in21k is not None and files is not None:  # the levels file's concepts, not ours
+            summaries, response.levels_fingerprint = self.files.summaries(in21k, files)
+            response.level_size = response.min_images = 0
+            for summary in summaries:
+                response.levels.append(pb.CogLevelSummary(**summary, store=in21k.name,
+                                                          store_fingerprint=in21k.manifest.fingerprint))
+        elif in21k is not None:
             levels = self._levels_of(in21k, level_size, min_images)
             counts = {c.wnid: c.count for c in in21k.manifest.classes if c.wnid}
             for name in LEVEL_NAMES:

@@ -106,6 +106,7 @@ class StoreRegistry:
         self._specs: dict[tuple[str, str], DatasetSpec] = {}
         self._building: dict[tuple[str, str], futures.Future[DatasetSpec]] = {}
         self._refused_split_files: set[str] = set()
+        self.data_dir: Path | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -180,7 +181,9 @@ class StoreRegistry:
                 reasons = "; ".join(q.reason for q in quarantined)
                 raise NotFound(f"{data_dir}: no store can be served ({reasons})")
             raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
-        return cls(stores, quarantined)
+        registry = cls(stores, quarantined)
+        registry.data_dir = Path(data_dir)  # where request paths relative to the data directory resolve
+        return registry
 
     def quarantine(self, name: str, reason: str) -> bool:
         """Stop serving a store found unreadable while serving (e.g. its data file was

@@ -25,7 +25,7 @@ import lmdb
 
 from sampler_server.errors import DataLoss, InvalidArgument, NotFound
 from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, load_manifest
-from sampler_server.store.record import Record, decode_record, record_key
+from sampler_server.store.record import Record, decode_record, record_key, record_origin
 
 
 class StoreUnreadable(DataLoss):
@@ -158,6 +158,23 @@ class StoreReader:
             self._check_id(record_id)
         with self._environment().begin(buffers=False) as txn:
             return [txn.get(record_key(record_id)) for record_id in record_ids]
+
+    def origins(self, record_ids: Sequence[int]) -> list[str]:
+        """Each record's origin (its original file), from its metadata only: no payload is
+        copied, so listing a large class's files touches one page per record."""
+        for record_id in record_ids:
+            self._check_id(record_id)
+        out: list[str] = []
+        with self._environment().begin(buffers=True) as txn:
+            for record_id in record_ids:
+                value = txn.get(record_key(record_id))
+                if value is None:
+                    raise DataLoss(f"store {self.manifest.name!r}: record {record_id} is missing from its LMDB data")
+                try:
+                    out.append(record_origin(value))
+                except DataLoss as error:
+                    raise DataLoss(f"store {self.manifest.name!r}, record {record_id}: {error}") from None
+        return out
 
     def read(self, record_id: int) -> Record:
         try:

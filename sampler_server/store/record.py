@@ -181,6 +181,22 @@ def decode_record(value: bytes | memoryview) -> Record:
     return Record(encoding, width, height, channels, bytes(value[offset:]), metadata)
 
 
+def record_origin(value: bytes | memoryview) -> str:
+    """A value's ``origin`` (the original file it came from), reading only its header and
+    metadata: the payload is neither copied nor checksummed (it is when the image is read)."""
+    if len(value) < HEADER_SIZE:
+        raise DataLoss(f"record of {len(value)} bytes is shorter than its {HEADER_SIZE}-byte header")
+    magic, version, *_, meta_len = _HEADER_V1.unpack_from(value, 0)
+    if magic != MAGIC or version not in READABLE_LAYOUTS:
+        raise DataLoss(f"record has magic {bytes(magic)!r} and layout {version}, expected {MAGIC!r} and {READABLE_LAYOUTS}")
+    start = V2_HEADER_SIZE if version == 2 else HEADER_SIZE
+    try:
+        metadata = json.loads(bytes(value[start:start + meta_len]).decode("utf-8")) if meta_len else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataLoss(f"record metadata is not valid JSON: {error}") from None
+    return str(metadata.get("origin", "?"))
+
+
 def record_key(record_id: int) -> bytes:
     """Fixed-width big-endian key: LMDB's byte order equals id order."""
     return record_id.to_bytes(8, "big")

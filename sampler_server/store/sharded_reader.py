@@ -136,6 +136,23 @@ class ShardedReader:
                 out[position] = value
         return out
 
+    def origins(self, record_ids: Sequence[int]) -> list[str]:
+        """Each record's origin (``StoreReader.origins``), one read transaction per shard touched."""
+        by_shard: dict[int, list[int]] = {}
+        for position, record_id in enumerate(record_ids):
+            self._check_id(record_id)
+            by_shard.setdefault(bisect.bisect_right(self._starts, record_id) - 1, []).append(position)
+        out = [""] * len(record_ids)
+        for shard, positions in by_shard.items():
+            start = self._starts[shard]
+            try:
+                origins = self.shards[shard].origins([record_ids[p] - start for p in positions])
+            except StoreUnreadable as error:
+                raise self._unreadable(error) from None
+            for position, origin in zip(positions, origins):
+                out[position] = origin
+        return out
+
     def read(self, record_id: int) -> Record:
         try:
             return decode_record(self.read_value(record_id))
