@@ -2,8 +2,13 @@
 
 FILE is a JSON list of ``{"task", "n", "role", "run", "risk"}`` objects (role ``model``,
 ``scratch`` or ``max``; ``max`` has no ``n``) plus, per task, ``{"task", "role": "blind",
-"risk"}``; ``-`` reads standard input. The computation and the JSON are
-``core.regimes.calibration``'s, the same the calibrated report uses.
+"risk"}`` (``model`` and ``scratch`` entries may add an integer ``"seed"``); ``-`` reads
+standard input. FILE may also be the control-baselines reference's results CSV
+(``[,]domain,method,train_size,test_loss,seed``: ``core.regimes.reference_csv``); then
+every method is calibrated, ``scratch`` included, as the reference's notebook tabulates it.
+The computation and the JSON are ``core.regimes.calibration``'s, the same the calibrated
+report uses; ``--cci-seeds`` picks the reference's per-(n, seed) CCI (``points``, the
+default) or the seed-mean variant (``mean``), and the output names which.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sampler_server.core.regimes import calibrate, notes, parse_entries
+from sampler_server.core.regimes.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS, RiskEntry, calibrate
+from sampler_server.core.regimes.calibration import cci_seeds_label, notes, parse_entries
+from sampler_server.core.regimes.reference_csv import is_reference_csv, parse_reference_csv
 from sampler_server.errors import InvalidArgument, NotFound
 
 
@@ -24,13 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Per task and regime: cR = (R - R_max) / (R_blind - R_max) of every model run and of the "
         "scratch run, and each model run's Calibrated Cumulative Improvement.",
     )
-    parser.add_argument("--input", required=True, help="JSON list of result objects ('-': standard input)")
+    parser.add_argument("--input", required=True,
+                        help="JSON list of result objects, or the reference's results CSV "
+                        "(domain,method,train_size,test_loss,seed) ('-': standard input)")
+    parser.add_argument("--cci-seeds", choices=CCI_SEEDS, default=DEFAULT_CCI_SEEDS,
+                        help="points (default): the reference notebook's CCI, every (n, seed) of a run its own point "
+                        "against the scratch risk averaged over seeds; mean: each run averaged over its seeds at each "
+                        "n first")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
 
-def read_input(source: str) -> Any:
-    """The parsed JSON of ``source`` (a path, or ``-``); errors name the file."""
+def read_text(source: str) -> tuple[str, str]:
+    """(text, where) of ``source`` (a path, or ``-``); errors name the file."""
     if source == "-":
         text, where = sys.stdin.read(), "standard input"
     else:
@@ -42,10 +55,20 @@ def read_input(source: str) -> Any:
         except (OSError, UnicodeDecodeError) as error:
             raise InvalidArgument(f"--input {source}: cannot read it ({error})") from None
         where = source
+    return text, where
+
+
+def read_entries(source: str) -> tuple[list[RiskEntry], bool]:
+    """The entries of ``source`` (JSON, or the reference's CSV) and whether it was the CSV."""
+    text, where = read_text(source)
+    if is_reference_csv(text):
+        return parse_reference_csv(text, where=where), True
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidArgument(f"--input {where}: not JSON ({error})") from None
+        raise InvalidArgument(f"--input {where}: neither JSON ({error}) nor the reference's results CSV "
+                              "(header [,]domain,method,train_size,test_loss,seed)") from None
+    return parse_entries(data, where=where), False
 
 
 def _number(value: float | None) -> str:
@@ -53,19 +76,22 @@ def _number(value: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    where = "standard input" if args.input == "-" else args.input
-    result = calibrate(parse_entries(read_input(args.input), where=where))
+    entries, from_csv = read_entries(args.input)
+    result = calibrate(entries, cci_seeds=args.cci_seeds, scratch_cci=from_csv)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
+    print(cci_seeds_label(result["cci_seeds"]))
     for task, entry in result["tasks"].items():
         print(f"{task}: R_blind {entry['blind_risk']:.4f}, R_max {entry['max_risk']:.4f}")
-        print(f"  {'run':20} {'n':>8} {'risk':>8} {'cR':>8} {'cR_scratch':>10}")
+        print(f"  {'run':20} {'n':>8} {'seed':>6} {'risk':>8} {'cR':>8} {'cR_scratch':>10}")
         for run_name, run_entry in entry["runs"].items():
             for regime in run_entry["regimes"]:
-                print(f"  {run_name:20} {regime['n']:>8} {regime['risk']:>8.4f} {_number(regime['cR']):>8} "
+                seed = regime.get("seed", "mean")
+                print(f"  {run_name:20} {regime['n']:>8} {seed:>6} {regime['risk']:>8.4f} {_number(regime['cR']):>8} "
                       f"{_number(regime['cR_scratch']):>10}")
-            print(f"  {run_name:20} CCI {_number(run_entry['cci'])}")
+            cci = "undefined" if run_entry["cci"] is None else f"{run_entry['cci']:.4f}"
+            print(f"  {run_name:20} CCI {cci} ({result['cci_seeds']})")
     for line in notes(result):
         print(f"note: {line}")
     return 0

@@ -8,7 +8,8 @@ numbers only and need no packed stores, just the metrics file. ``--table cog
 
 ``--calibrate --run A [--run B] --scratch RUN --max RUN`` is the control baselines'
 calibrated report (``metrics.calibrated_report``): risk, cR and cR_scratch per VTAB task
-and regime, and each run's CCI. It needs ``--data`` too: the blind guess of each task is
+and regime, and each run's CCI (``--cci-seeds points``, the default: the reference
+notebook's; ``mean``: each run averaged over its seeds first). It needs ``--data`` too: the blind guess of each task is
 computed from the labels of its packed store (the most frequent label of the task's
 "train" split, scored on its "test" split), as the server computes it.
 """
@@ -19,6 +20,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from sampler_server.core.regimes.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS
 from sampler_server.core.vtab.presets import VtabBenchmark
 from sampler_server.core.vtab.splits import SPLITS
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -68,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "cR-vs-cR_scratch plots per task")
     parser.add_argument("--scratch", metavar="RUN", help="--calibrate: the scratch run (role scratch)")
     parser.add_argument("--max", metavar="RUN", dest="max_run", help="--calibrate: the max run (role max)")
+    parser.add_argument("--cci-seeds", choices=CCI_SEEDS,
+                        help="--calibrate: points (default) is the reference notebook's CCI, every (n, seed) of a run "
+                        "its own point against the scratch risk averaged over seeds; mean averages each run over its "
+                        "seeds at each n first")
     parser.set_defaults(func=run)
 
 
@@ -84,8 +90,9 @@ def _open_metrics(args: argparse.Namespace) -> MetricsStore:
 def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _run_calibrated(args)
-    if args.scratch or args.max_run:
-        raise InvalidArgument(f"{'--scratch' if args.scratch else '--max'}: only with --calibrate")
+    if args.scratch or args.max_run or args.cci_seeds:
+        given = "--scratch" if args.scratch else "--max" if args.max_run else "--cci-seeds"
+        raise InvalidArgument(f"{given}: only with --calibrate")
     if args.table != "vtab" and (args.vtab_benchmark or args.vtab_split):
         given = "--vtab-benchmark" if args.vtab_benchmark else "--vtab-split"
         raise InvalidArgument(f"{given}: only with --table vtab (--table {args.table} uses its own fixed plan)")
@@ -199,7 +206,7 @@ def _run_calibrated(args: argparse.Namespace) -> int:
         raise InvalidArgument("--data: required with --calibrate (the blind guess is computed from the packed "
                               "tasks' labels)")
     report = build_calibrated_report(_open_metrics(args), args.run, args.scratch, args.max_run,
-                                     blind_risks_from_data(args.data))
+                                     blind_risks_from_data(args.data), args.cci_seeds or DEFAULT_CCI_SEEDS)
     print(render_calibrated_report(report, args.format))
     if args.plots is not None:
         from sampler_server.metrics.calibrated_plots import write_calibrated_plots

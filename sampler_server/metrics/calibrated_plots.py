@@ -53,7 +53,7 @@ def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> 
     for run, calibrated in value["runs"].items():
         points = sorted((r["cR_scratch"], r["cR"]) for r in calibrated["regimes"] if r["cR_scratch"] is not None)
         cci = calibrated["cci"]
-        label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI -)"
+        label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI undefined)"
         axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
     return finish_axes(axes, figure, f"cR_scratch ({report.scratch_run})", "cR_f", f"{task}: cR_f against cR_scratch",
                    path)

@@ -4,8 +4,9 @@
 stored role must match); the blind guess of each task is computed from the labels of
 the served store holding it (the most frequent label of the task's "train" split scored
 on its "test" split, ``core.regimes.blind_guess``; a ``source:<store>`` task's held-out splits), as ``sampler-server report
---calibrate --data`` computes it from the packed stores. Every refusal is one line
-naming the field as the wire spells it.
+--calibrate --data`` computes it from the packed stores. ``cci_seeds`` picks the CCI: "points" (the
+default, the reference notebook's) or "mean" (``core.regimes.calibration``). Every refusal
+is one line naming the field as the wire spells it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def render_calibrated_table(metrics: Any, request: pb.GetReportRequest, vtab: "V
     for name in ("scratch_run", "max_run"):
         if not getattr(request, name):
             raise InvalidArgument(f"{name}: empty; table {CALIBRATED_TABLE!r} needs the {name.split('_')[0]} run")
+    from sampler_server.core.regimes.calibration import DEFAULT_CCI_SEEDS, check_cci_seeds
+
+    cci_seeds = check_cci_seeds(request.cci_seeds or DEFAULT_CCI_SEEDS)
     report = build_calibrated_report(metrics, list(request.run_ids), request.scratch_run, request.max_run,
-                                     lambda task: served_blind_risk(vtab, task))
+                                     lambda task: served_blind_risk(vtab, task), cci_seeds)
     return render_calibrated_report(report, request.format or "table")

@@ -45,12 +45,13 @@ def store(tmp_path):
     return store
 
 
-def _report(store, runs=("below", "above", "crossing"), scratch="scratch", max_run="max", blind=BLIND):
-    return build_calibrated_report(store, list(runs), scratch, max_run, lambda task: blind)
+def _report(store, runs=("below", "above", "crossing"), scratch="scratch", max_run="max", blind=BLIND,
+            cci_seeds="points"):
+    return build_calibrated_report(store, list(runs), scratch, max_run, lambda task: blind, cci_seeds)
 
 
 def test_cr_and_cci_equal_hand_computed_values(store):
-    data = _report(store).calibration
+    data = _report(store, cci_seeds="mean").calibration
     cifar = data["tasks"]["cifar100"]
     assert (cifar["blind_risk"], cifar["max_risk"]) == (BLIND, pytest.approx(MAX))
     runs = cifar["runs"]
@@ -68,46 +69,69 @@ def test_cr_and_cci_equal_hand_computed_values(store):
     assert [r["cR_scratch"] for r in svhn["regimes"]] == [pytest.approx(0.8), None] and svhn["cci"] is None
 
 
+def test_per_seed_points_by_default(store):
+    """The reference's CCI: each (n, seed) of crossing its own point, in (n, seed) order:
+    (0.8, -0.1), (0.5, 0.5), (0.5, 0.7), (0.2, 0.6); x - y 0.9, 0, -0.2, -0.4: area
+    -0.3 * 0.45 + 0 - 0.3 * -0.3 = -0.045 over -0.3 under x: 0.15."""
+    data = _report(store).calibration
+    crossing = data["tasks"]["cifar100"]["runs"]["crossing"]
+    assert [(r["n"], r["seed"]) for r in crossing["regimes"]] == [(10, 1), (20, 1), (20, 2), (40, 1)]
+    assert [r["cR"] for r in crossing["regimes"]] == pytest.approx([-0.1, 0.5, 0.7, 0.6])
+    assert [r["cR_scratch"] for r in crossing["regimes"]] == pytest.approx([0.8, 0.5, 0.5, 0.2])
+    assert crossing["cci"] == pytest.approx(0.15)
+    assert data["tasks"]["cifar100"]["runs"]["below"]["cci"] == pytest.approx(0.6)
+    assert data["tasks"]["svhn"]["runs"]["crossing"]["cci"] is None  # n=80 has no scratch value
+
+
 def test_the_json_is_the_issues_and_equals_calibrate_on_the_same_entries(store):
     report = _report(store)
     data = json.loads(render_calibrated_report(report, "json"))
-    assert list(data) == ["tasks"] and sorted(data["tasks"]) == ["cifar100", "svhn"]
+    assert list(data) == ["tasks", "cci_seeds"] and sorted(data["tasks"]) == ["cifar100", "svhn"]
     for value in data["tasks"].values():
         assert list(value) == ["blind_risk", "max_risk", "runs"]
         for run in value["runs"].values():
             assert list(run) == ["cci", "regimes"]
-            assert all(list(r) == ["n", "risk", "cR", "cR_scratch"] for r in run["regimes"])
+            assert all(list(r) == ["n", "seed", "risk", "cR", "cR_scratch"] for r in run["regimes"])
     entries = [RiskEntry("cifar100", "blind", BLIND), RiskEntry("svhn", "blind", BLIND),
                RiskEntry("cifar100", "max", 1 - (1 - MAX), "max"), RiskEntry("svhn", "max", 1 - (1 - MAX), "max")]
     for task in ("cifar100", "svhn"):
-        entries += [RiskEntry(task, "scratch", 1 - (1 - r), "scratch", n) for n, r in SCRATCH.items()]
+        entries += [RiskEntry(task, "scratch", 1 - (1 - r), "scratch", n, 1) for n, r in SCRATCH.items()]
     for run, risks in (("below", BELOW), ("above", ABOVE)):
-        entries += [RiskEntry("cifar100", "model", 1 - (1 - r), run, n) for n, r in risks.items()]
-    entries += [RiskEntry("cifar100", "model", 1 - (1 - 0.02), "crossing", 10),
-                RiskEntry("cifar100", "model", ((1 - (1 - 0.5)) + (1 - (1 - 0.66))) / 2, "crossing", 20),
-                RiskEntry("cifar100", "model", 1 - (1 - 0.58), "crossing", 40),
-                RiskEntry("svhn", "model", 1 - (1 - 0.5), "crossing", 10),
-                RiskEntry("svhn", "model", 1 - (1 - 0.2), "crossing", 80)]
+        entries += [RiskEntry("cifar100", "model", 1 - (1 - r), run, n, 1) for n, r in risks.items()]
+    entries += [RiskEntry("cifar100", "model", 1 - (1 - 0.02), "crossing", 10, 1),
+                RiskEntry("cifar100", "model", 1 - (1 - 0.5), "crossing", 20, 1),
+                RiskEntry("cifar100", "model", 1 - (1 - 0.66), "crossing", 20, 2),
+                RiskEntry("cifar100", "model", 1 - (1 - 0.58), "crossing", 40, 1),
+                RiskEntry("svhn", "model", 1 - (1 - 0.5), "crossing", 10, 1),
+                RiskEntry("svhn", "model", 1 - (1 - 0.2), "crossing", 80, 1)]
     assert data == json.loads(json.dumps(calibrate(entries)))
+    mean = json.loads(render_calibrated_report(_report(store, cci_seeds="mean"), "json"))
+    assert mean == json.loads(json.dumps(calibrate(entries, cci_seeds="mean")))
 
 
 def test_table_and_markdown_show_every_row_and_the_notes(store):
     report = _report(store)
     text = render_calibrated_report(report, "markdown")
-    assert "| task | run | n | R (%) | cR | cR scratch |" in text
-    assert "| cifar100 | blind guess | - | 90.00 | +1.000 | - |" in text
-    assert "| cifar100 | max (max) | all | 10.00 | +0.000 | - |" in text
-    assert "| cifar100 | scratch (scratch) | 20 | 50.00 | +0.500 | - |" in text
-    assert "| cifar100 | below | 10 | 34.00 | +0.300 | +0.800 |" in text
-    assert "| cifar100 | below | CCI |  | +0.6000 |  |" in text
-    assert "| cifar100 | above | CCI |  | -0.2500 |  |" in text
-    assert "| svhn | crossing | 80 | 20.00 | +0.125 | - |" in text
-    assert "| svhn | crossing | CCI |  | - |  |" in text
-    assert "task cifar100 n=10: cR -0.1000 < 0: run crossing beats the max run (reported as is)" in text
+    assert "| task | run | n | seed | R (%) | cR | cR scratch |" in text
+    assert "| cifar100 | blind guess | - | - | 90.00 | +1.000 | - |" in text
+    assert "| cifar100 | max (max) | all | - | 10.00 | +0.000 | - |" in text
+    assert "| cifar100 | scratch (scratch) | 20 | mean | 50.00 | +0.500 | - |" in text
+    assert "| cifar100 | below | 10 | 1 | 34.00 | +0.300 | +0.800 |" in text
+    assert "| cifar100 | below | CCI |  |  | +0.6000 |  |" in text
+    assert "| cifar100 | above | CCI |  |  | -0.2500 |  |" in text
+    assert "| cifar100 | crossing | 20 | 2 | 66.00 | +0.700 | +0.500 |" in text
+    assert "| svhn | crossing | 80 | 1 | 20.00 | +0.125 | - |" in text
+    assert "| svhn | crossing | CCI |  |  | undefined |  |" in text
+    assert "task cifar100 n=10 seed 1: cR -0.1000 < 0: run crossing beats the max run (reported as is)" in text
+    assert "task svhn run crossing: CCI undefined (no scratch value at n=80)" in text
+    assert "CCI (--cci-seeds points, the reference notebook's)" in text
     assert "crossing on cifar100 at n=20 (2 seeds)" in text
     assert "below: cifar100 without a regime (the usual training split) is not calibrated" in text
     table = render_calibrated_report(report, "table")
-    assert table.splitlines()[0].split() == ["task", "run", "n", "R", "(%)", "cR", "cR", "scratch"]
+    assert table.splitlines()[0].split() == ["task", "run", "n", "seed", "R", "(%)", "cR", "cR", "scratch"]
+    mean = render_calibrated_report(_report(store, cci_seeds="mean"), "markdown")
+    assert "| cifar100 | crossing | 20 | mean | 58.00 | +0.600 | +0.500 |" in mean
+    assert "CCI (--cci-seeds mean)" in mean and "mean risk over regime seeds: crossing on cifar100 at n=20" in mean
 
 
 def test_both_plots_of_each_task_are_written(store, tmp_path):

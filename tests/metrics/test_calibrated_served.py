@@ -70,10 +70,16 @@ def test_roles_and_regimes_are_stored_and_read_back_as_the_calibrated_table(serv
     task = served_json["tasks"][TASK]
     assert task["blind_risk"] == blind and task["max_risk"] == pytest.approx(0.1)
     regimes = task["runs"]["cal-model"]["regimes"]
-    assert [r["n"] for r in regimes] == [16, 32]
-    assert regimes[0]["risk"] == pytest.approx(1 - 0.675)  # two seeds of n=16
-    assert regimes[1]["cR"] == pytest.approx((0.2 - 0.1) / (blind - 0.1))
-    assert regimes[1]["cR_scratch"] == pytest.approx((0.5 - 0.1) / (blind - 0.1))
+    assert served_json["cci_seeds"] == "points"
+    assert [(r["n"], r["seed"]) for r in regimes] == [(16, 1), (16, 2), (32, 1)]  # each seed its own point
+    assert [r["risk"] for r in regimes[:2]] == pytest.approx([1 - 0.6, 1 - 0.75])
+    assert regimes[2]["cR"] == pytest.approx((0.2 - 0.1) / (blind - 0.1))
+    assert regimes[2]["cR_scratch"] == pytest.approx((0.5 - 0.1) / (blind - 0.1))
+    mean = json.loads(stub.GetReport(pb.GetReportRequest(
+        run_ids=["cal-model"], table="calibrated", scratch_run="cal-scratch", max_run="cal-max", format="json",
+        cci_seeds="mean")).text)
+    assert mean["cci_seeds"] == "mean" and [r["n"] for r in mean["tasks"][TASK]["runs"]["cal-model"]["regimes"]] == [16, 32]
+    assert mean["tasks"][TASK]["runs"]["cal-model"]["regimes"][0]["risk"] == pytest.approx(1 - 0.675)
     capsys.readouterr()
     assert main(["report", "--calibrate", "--data", str(data), "--run", "cal-model", "--scratch", "cal-scratch",
                  "--max", "cal-max", "--format", "json", "--plots", str(tmp_path / "plots")]) == 0
@@ -82,7 +88,7 @@ def test_roles_and_regimes_are_stored_and_read_back_as_the_calibrated_table(serv
                                                                       f"calibrated_scratch_{TASK}.png"]
     text = stub.GetReport(pb.GetReportRequest(run_ids=["cal-model"], table="calibrated", scratch_run="cal-scratch",
                                               max_run="cal-max", format="markdown")).text
-    assert f"| {TASK} | cal-model | CCI |" in text and f"| {TASK} | cal-max (max) | all | 10.00 | +0.000 | - |" in text
+    assert f"| {TASK} | cal-model | CCI |" in text and f"| {TASK} | cal-max (max) | all | - | 10.00 | +0.000 | - |" in text
 
 
 @pytest.mark.parametrize(("report", "words"), [
@@ -105,6 +111,10 @@ def test_a_bad_role_or_regime_is_one_invalid_argument_line(served, report, words
      grpc.StatusCode.INVALID_ARGUMENT, "baseline_run: not with table 'calibrated'"),
     (pb.GetReportRequest(run_ids=["cal-none"], table="calibrated", scratch_run="s", max_run="cal-none-max"),
      grpc.StatusCode.NOT_FOUND, "run 'cal-none-max' has no reports"),
+    (pb.GetReportRequest(run_ids=["x"], table="calibrated", scratch_run="s", max_run="m", cci_seeds="median"),
+     grpc.StatusCode.INVALID_ARGUMENT, "cci_seeds: got 'median', expected one of points, mean"),
+    (pb.GetReportRequest(run_ids=["x"], table="vtab", cci_seeds="mean"), grpc.StatusCode.INVALID_ARGUMENT,
+     "cci_seeds: only with table 'calibrated'"),
 ])
 def test_bad_calibrated_requests_are_one_line(served, request_, code, words):
     _, stub = served
@@ -118,3 +128,5 @@ def test_the_cli_needs_its_controls_and_data(served, capsys):
     assert "--scratch: required with --calibrate" in capsys.readouterr().err
     assert main(["report", "--run", "cal-model", "--data", str(data), "--scratch", "cal-scratch"]) == 2
     assert "--scratch: only with --calibrate" in capsys.readouterr().err
+    assert main(["report", "--run", "cal-model", "--data", str(data), "--cci-seeds", "mean"]) == 2
+    assert "--cci-seeds: only with --calibrate" in capsys.readouterr().err

@@ -9,12 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sampler_server.core.regimes.calibration import (
+    POINT_KEYS,
     REGIME_KEYS,
     RUN_KEYS,
     TASK_KEYS,
     calibrate,
     calibrated_risk,
     cci,
+    cci_in_order,
     notes,
     parse_entries,
 )
@@ -58,15 +60,17 @@ def test_hand_computed_cr_and_cci():
         assert entry["cci"] == pytest.approx(expected_cci, abs=1e-12), run
 
 
-def test_json_keys_are_stable():
-    result = json.loads(json.dumps(calibrate(parse_entries(_entries()))))
-    assert list(result) == ["tasks"]
+@pytest.mark.parametrize(("cci_seeds", "keys"), [("points", POINT_KEYS), ("mean", REGIME_KEYS)])
+def test_json_keys_are_stable(cci_seeds, keys):
+    result = json.loads(json.dumps(calibrate(parse_entries(_entries()), cci_seeds=cci_seeds)))
+    assert list(result) == ["tasks", "cci_seeds"] and result["cci_seeds"] == cci_seeds
     task = result["tasks"]["eurosat"]
     assert tuple(task) == TASK_KEYS == ("blind_risk", "max_risk", "runs")
     for entry in task["runs"].values():
         assert tuple(entry) == RUN_KEYS == ("cci", "regimes")
         for regime in entry["regimes"]:
-            assert tuple(regime) == REGIME_KEYS == ("n", "risk", "cR", "cR_scratch")
+            assert tuple(regime) == keys
+    assert POINT_KEYS == ("n", "seed", "risk", "cR", "cR_scratch") and REGIME_KEYS == ("n", "risk", "cR", "cR_scratch")
 
 
 def test_input_order_does_not_matter_and_tasks_sort():
@@ -79,14 +83,25 @@ def test_negative_cr_is_kept_with_a_note_and_missing_scratch_regimes():
     items = _entries()[:5] + [
         {"task": "eurosat", "n": 10, "role": "model", "run": "m", "risk": 0.02},
         {"task": "eurosat", "n": 50, "role": "model", "run": "m", "risk": 0.3},
+        {"task": "eurosat", "n": 100, "role": "model", "run": "m", "risk": 0.3},
     ]
-    entry = calibrate(parse_entries(items))["tasks"]["eurosat"]["runs"]["m"]
-    assert entry["regimes"][0]["cR"] == pytest.approx(-0.1)
-    assert entry["regimes"][1] == {"n": 50, "risk": 0.3, "cR": pytest.approx(0.25), "cR_scratch": None}
-    assert entry["cci"] is None  # one regime shared with scratch: no area
-    lines = notes(calibrate(parse_entries(items)))
-    assert any("n=10: cR -0.1000 < 0" in line for line in lines)
-    assert any("CCI undefined" in line for line in lines)
+    for cci_seeds in ("points", "mean"):
+        entry = calibrate(parse_entries(items), cci_seeds=cci_seeds)["tasks"]["eurosat"]["runs"]["m"]
+        assert entry["regimes"][0]["cR"] == pytest.approx(-0.1)
+        seed = {"seed": 0} if cci_seeds == "points" else {}
+        assert entry["regimes"][1] == {"n": 50, **seed, "risk": 0.3, "cR": pytest.approx(0.25), "cR_scratch": None}
+    # points (the reference): a point whose n has no scratch value makes the CCI undefined
+    points = calibrate(parse_entries(items))
+    assert points["tasks"]["eurosat"]["runs"]["m"]["cci"] is None
+    lines = notes(points)
+    assert any("n=10 seed 0: cR -0.1000 < 0" in line for line in lines)
+    assert "task eurosat run m: CCI undefined (no scratch value at n=50)" in lines
+    # mean: that regime is left out; n=10 and n=100 remain: (0.8, -0.1), (0.5, 0.25)
+    mean = calibrate(parse_entries(items), cci_seeds="mean")
+    assert mean["tasks"]["eurosat"]["runs"]["m"]["cci"] == pytest.approx(
+        (0.3 * (0.9 + 0.25) / 2) / (0.3 * 1.3 / 2))
+    with pytest.raises(InvalidArgument, match="^cci_seeds: got 'median', expected one of points, mean$"):
+        calibrate(parse_entries(items), cci_seeds="median")
 
 
 @settings(max_examples=100, deadline=None)
@@ -104,6 +119,8 @@ def test_calibrated_risk_and_degenerate_values():
     with pytest.raises(InvalidArgument, match="task t: the blind-guess risk equals the max run's risk"):
         calibrated_risk(0.5, blind_risk=0.3, max_risk=0.3, task="t")
     assert cci([(0.5, 0.1)]) is None and cci([(0.5, 0.1), (0.5, 0.2)]) is None
+    assert cci_in_order([(0.5, 0.1)]) is None and cci_in_order([(0.5, 0.1), (0.5, 0.2)]) is None
+    assert cci_in_order([(0.8, 0.1), (None, 0.2)]) is None
 
 
 @pytest.mark.parametrize(("drop", "message"), [
