@@ -567,7 +567,7 @@ class SamplerServicer(pb_grpc.SamplerServicer):
             raise InvalidArgument(f"table: got {quoted(request.table)}, expected one of {', '.join(tables)}")
         if request.table == CALIBRATED_TABLE:  # control baselines (service.calibrated_reports)
             return pb.GetReportResponse(text=render_calibrated_table(self.metrics, request, self.vtab))
-        for name in ("scratch_run", "max_run"):
+        for name in ("scratch_run", "max_run", "cci_seeds"):
             if getattr(request, name):
                 raise InvalidArgument(f"{name}: only with table {CALIBRATED_TABLE!r} "
                                       f"(got table {quoted(request.table or 'md')})")

@@ -106,7 +106,7 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
     assert set(task) == {"blind_risk", "max_risk", "runs"} and list(task["runs"]) == [runs["model"]]
     model = task["runs"][runs["model"]]
     assert set(model) == {"cci", "regimes"} and [r["n"] for r in model["regimes"]] == list(REGIMES)
-    assert all(set(r) == {"n", "risk", "cR", "cR_scratch"} for r in model["regimes"])
+    assert all(set(r) == {"n", "seed", "risk", "cR", "cR_scratch"} for r in model["regimes"])
     plots = tmp_path / f"plots-{framework}"
     data = served.config.data_dir
     argv = ["report", "--calibrate", "--run", runs["model"], "--scratch", runs["scratch"], "--max", runs["max"],
