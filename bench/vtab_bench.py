@@ -3,13 +3,16 @@
 Builds a prepared TFDS ``dtd`` dataset of ~300 px JPEGs with TFDS's own writer (the
 test builders' way: ``tests/tfds_builders.TestDtd`` with JPEG images), packs it with
 ``pack vtab``, starts ``sampler-server serve`` and prints, on the same records and
-cores, with the VTAB resize (``tf2_bilinear``):
+cores, with the VTAB default resize (``legacy_bilinear``: the reference's
+``tf.compat.v1.image.resize`` grid):
 - limit: bare decode + resize of every stored record over all cores (bytes in RAM;
-  ``serve_bench.limit_rate``),
+  ``serve_bench.limit_rate``), and the same limit with ``tf2_bilinear`` (TF2's
+  half-pixel grid: OpenCV's ``resize`` in place of the remap the legacy grid needs),
 - served images/s, 1 client, StreamTaskBatches in eval form (test split, in order),
 - served images/s, 1 client, shuffled StreamTaskBatches (train800val200),
-each served rate also as a ratio to the limit. The first two batches of a stream
-are left out (connection and warm-up).
+each served rate also as a ratio to the limit, and how far ``tf2_bilinear``'s pixels
+are from the default's (mean and max levels over every record). The first two batches
+of a stream are left out (connection and warm-up).
 
 Run: ``.venv/bin/python bench/vtab_bench.py [--batch-size 64] [--batches 40]``.
 """
@@ -25,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
@@ -38,6 +43,7 @@ from serve_bench import limit_rate, start_server  # noqa: E402
 
 from clients.core import SamplerClient  # noqa: E402
 from sampler_server.cli.main import main as cli  # noqa: E402
+from sampler_server.assembly.decode import record_pixels  # noqa: E402
 from sampler_server.fixtures.base import class_image, rng_for  # noqa: E402
 from sampler_server.imaging import ResizeMethod  # noqa: E402
 from sampler_server.store.reader import StoreReader  # noqa: E402
@@ -59,6 +65,18 @@ class JpegDtd(tb.TestDtd, skip_registration=True):
         buffer = io.BytesIO()
         class_image(example["label"], rng, size).save(buffer, format="JPEG", quality=90)
         return {**example, "image": buffer.getvalue()}
+
+
+def grid_distance(reader: StoreReader, size: int) -> tuple[float, float]:
+    """(mean, max) |tf2_bilinear - legacy_bilinear| in levels over every record's pixels."""
+    total, count, largest = 0.0, 0, 0
+    for value in reader.read_values(list(range(reader.num_records))):
+        legacy = record_pixels(value, size, ResizeMethod.LEGACY_BILINEAR).astype(np.int16)
+        tf2 = record_pixels(value, size, ResizeMethod.TF2_BILINEAR).astype(np.int16)
+        difference = np.abs(tf2 - legacy)
+        total, count = total + float(difference.sum()), count + difference.size
+        largest = max(largest, int(difference.max()))
+    return total / count, float(largest)
 
 
 def stream_rate(batches) -> float:
@@ -88,7 +106,9 @@ def main() -> int:
         mean_kb = sum(len(v) for v in reader.read_values(list(range(reader.num_records)))) / reader.num_records / 1e3
         print(f"TFDS dtd: {reader.num_records} JPEGs ~300 px, mean {mean_kb:.1f} KB; task {TASK} at {SIZE} px, "
               f"batch {args.batch_size}, {args.workers} workers on {os.cpu_count()} cores", flush=True)
-        limit = limit_rate(reader, SIZE, args.workers, ResizeMethod.TF2_BILINEAR)
+        limit = limit_rate(reader, SIZE, args.workers, ResizeMethod.LEGACY_BILINEAR)
+        tf2_limit = limit_rate(reader, SIZE, args.workers, ResizeMethod.TF2_BILINEAR)
+        mean_levels, max_levels = grid_distance(reader, SIZE)
         process, address, _ = start_server(data, args.workers)
         try:
             with SamplerClient(address, prefetch=2) as client:
@@ -98,7 +118,9 @@ def main() -> int:
         finally:
             process.terminate()
             process.wait()
-        print(f"limit (decode + tf2_bilinear resize, {args.workers} workers): {limit:.0f} images/s", flush=True)
+        print(f"limit (decode + legacy_bilinear resize, {args.workers} workers): {limit:.0f} images/s", flush=True)
+        print(f"tf2_bilinear limit: {tf2_limit:.0f} images/s = {tf2_limit / limit:.2f}x; its pixels are "
+              f"{mean_levels:.1f} levels off the default on average (max {max_levels:.0f})")
         print(f"served eval (test, in order), 1 client: {evaluated:.0f} images/s = {evaluated / limit:.2f}x the limit")
         print(f"served shuffled (train800val200), 1 client: {shuffled:.0f} images/s = {shuffled / limit:.2f}x the limit")
     finally:

@@ -30,7 +30,8 @@ Other methods, each named in every episode that uses it:
   float32 maps, as for ``BILINEAR``, after a full decode; within 1 level of TF.
 - ``TF2_BILINEAR``: TF2's ``tf.image.resize(image, [s, s])`` (half-pixel centres, no
   antialiasing) after a full decode: what a TF2 port of the VTAB loader would give,
-  not the reference's grid (8 to 41 levels off it on average, tests/fidelity).
+  not the reference's grid (4 to 69 levels off it on average on the textured
+  images of tests/fidelity/test_vtab_resize.py, by shape and size).
   OpenCV's ``INTER_LINEAR`` samples that same grid without antialiasing; its 11-bit
   fixed-point weights keep the uint8 within 1 level of TF's float result.
 - ``SHORTER_BICUBIC_CENTER_CROP``: the ImageNet-CoG reference's torchvision

@@ -198,6 +198,22 @@ def test_raw_vtab_store_records_and_serves_the_legacy_grid(served):
     assert "legacy_bilinear" in caught.value.details() and "tf2_bilinear" in caught.value.details()
 
 
+def test_decode_workers_serve_the_legacy_grid(served):
+    """Large requests are decoded by the assembler's worker processes: same pixels."""
+    from sampler_server.assembly.assembler import Assembler
+    from sampler_server.imaging import ResizeMethod
+
+    _, _, reader, _ = served
+    ids = list(range(reader.num_records))[::-1] * 2  # >= 16 ids: the pool path
+    assembler = Assembler({"kitti": reader}, workers=2)
+    try:
+        assembler.warm_up()
+        images = assembler.images("kitti", ids, 32, ResizeMethod("legacy_bilinear"))
+    finally:
+        assembler.close()
+    _check(images, ids, reader, 32, legacy_reference)
+
+
 def _tf_legacy(pixels: np.ndarray, size: int) -> np.ndarray:
     return tf.compat.v1.image.resize(pixels, [size, size]).numpy()
 
