@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +123,57 @@ def test_data_and_counts_are_exclusive_and_one_is_required(counts_file: Path) ->
         main(["cog", "levels"])
     with pytest.raises(SystemExit):
         main(["cog", "levels", "--counts", str(counts_file), "--data", str(counts_file.parent)])
+
+
+# ---- naver/cog's levels file: --levels-file and --compare ---------------------------------------
+
+
+def _official_levels(tmp_path: Path) -> tuple[Path, list[list[str]], dict[str, str]]:
+    """A levels file made from our computed levels with changes: L1 and L2 trade a concept,
+    and L5 holds an IN-1K concept (never eligible) instead of one of ours."""
+    computed = compute_levels(cog_counts.cog_counts(), level_size=4, min_images=60)
+    levels = [list(level.concepts) for level in computed.levels]
+    moved = {"l1": levels[0][0], "l2": levels[1][0], "l5": levels[4][-1]}
+    levels[0][0], levels[1][0] = moved["l2"], moved["l1"]
+    levels[4][-1] = "n01440764"  # tench, an IN-1K concept
+    path = tmp_path / "cog_levels_mapping_file.pkl"
+    path.write_bytes(pickle.dumps([list(reversed(level)) for level in levels]))
+    return path, levels, moved
+
+
+def test_compare_prints_per_level_what_ours_holds_and_the_wnids_that_differ(
+    tmp_path: Path, counts_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _, moved = _official_levels(tmp_path)
+    code, out, err = _run(capsys, "cog", "levels", "--counts", counts_file, *SMALL, "--compare", path, "--json")
+    assert code == 0 and err == ""
+    levels = json.loads(out)["levels"]
+    assert [levels[name]["common"] for name in ("L1", "L2", "L3", "L4", "L5")] == [3, 3, 4, 4, 3]
+    assert levels["L1"]["only_file"] == [moved["l2"]] and levels["L1"]["only_computed"] == [moved["l1"]]
+    assert levels["L1"]["only_file_in_computed_level"] == {moved["l2"]: "L2"}
+    assert levels["L2"]["only_file"] == [moved["l1"]] and levels["L2"]["only_computed"] == [moved["l2"]]
+    assert levels["L3"]["only_file"] == levels["L3"]["only_computed"] == []
+    assert levels["L5"]["only_file"] == ["n01440764"] and levels["L5"]["only_file_not_eligible"] == ["n01440764"]
+    assert levels["L5"]["only_computed"] == [moved["l5"]]
+    code, out, _ = _run(capsys, "cog", "levels", "--counts", counts_file, *SMALL, "--compare", path)
+    assert code == 0 and f"L1: ours holds 3 of the file's 4 concepts; only the file's: {moved['l2']}" in out
+
+
+def test_levels_file_lists_the_files_levels_checked_against_the_counts(
+    tmp_path: Path, counts_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, levels, _ = _official_levels(tmp_path)
+    code, out, err = _run(capsys, "cog", "levels", "--counts", counts_file, "--levels-file", path, "--json")
+    assert code == 0 and err == ""
+    printed = json.loads(out)
+    assert [entry["wnids"] for entry in printed["levels"]] == [sorted(level) for level in levels]
+    assert printed["levels_file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert printed["fingerprint"] != compute_levels(cog_counts.cog_counts(), level_size=4, min_images=60).fingerprint
+    unknown = tmp_path / "unknown.pkl"
+    unknown.write_bytes(pickle.dumps([level + ["n09999999"] for level in levels]))
+    assert _error(capsys, "--counts", counts_file, "--levels-file", unknown) == (
+        f"sampler-server cog: error: --levels-file {unknown}: 1 of its 21 concepts are not in store --counts "
+        f"{counts_file}: n09999999"
+    )
+    assert _error(capsys, "--counts", counts_file, "--concepts-split-file", path).endswith(
+        "--concepts-split-file: given without --levels-file; its images are of the levels file's concepts")

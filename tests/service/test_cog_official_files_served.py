@@ -180,3 +180,31 @@ def test_a_parsed_file_is_cached_by_path_size_and_mtime(served) -> None:
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # the mtime moved: read again
     second = client.cog_levels_response(levels_file="files/cached.pkl")
     assert list(second.levels[0].wnids) == list(first.levels[1].wnids)
+
+
+@pytest.mark.slow
+def test_the_torch_cog_command_evaluates_the_files_levels(served, tmp_path) -> None:
+    from clients.torch.cog import main as torch_cog
+
+    data, client, _ = served
+    summary_path = tmp_path / "summary.json"
+    argv = ["--server", client.address, "--run", "cog-files", "--levels", "L2",
+            "--shots", "2", "--seeds", "1", "--levels-file", FILES["levels_file"], "--concepts-split-file",
+            FILES["concepts_split_file"], "--image-size", "16", "--extract-batch-size", "8", "--epochs", "1",
+            "--batch-size", "8", "--grid", "1x1", "--backbone", "builtin", "--device", "cpu", "--feature-cache",
+            str(tmp_path / "cache"), "--json-summary", str(summary_path)]
+    assert torch_cog(argv) == 0
+    level = json.loads(summary_path.read_text())["levels"]["L2"]
+    assert (level["num_classes"], level["train_size"], level["test_size"]) == (2, 2 * TRAIN, 2 * TEST)
+    assert level["results"][0]["train_examples"] == 2 * 2
+
+
+def test_the_tf_cog_command_line_takes_the_files() -> None:
+    from clients.cog import build_cog_parser
+
+    parser = build_cog_parser("tf")
+    base = ["--server", "127.0.0.1:1", "--run", "r", "--backbone", "builtin", "--feature-cache", "c"]
+    args = parser.parse_args([*base, "--levels-file", "/f/levels.pkl", "--concepts-split-file", "split.pkl"])
+    assert (args.levels_file, args.concepts_split_file) == ("/f/levels.pkl", "split.pkl")
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--concepts-split-file", "split.pkl"])
