@@ -19,6 +19,7 @@ from sampler_server.core.cog.splits import (
     CogSplit,
     SplitRequest,
     build_split,
+    held_out_test,
     level_config,
     level_source,
     missing_store,
@@ -69,14 +70,15 @@ def split_of(request: SplitRequest, data: Path, level_size: int, min_images: int
     except NotFound:
         raise missing_store(request.level, f"--data {data}") from None
     manifest = store.manifest
+    held_out = None  # IN-1K tests on the store's validation partition; none is FAILED_PRECONDITION
     if request.level == SEEN_LEVEL:
-        concepts = seen_concepts(manifest.classes)
+        concepts, held_out = seen_concepts(manifest.classes), held_out_test(manifest, store.name)
     else:
         counts = {c.wnid: c.count for c in manifest.classes if c.wnid}
         levels = compute_levels(counts, level_size=level_size, min_images=min_images, source=f"store {store.name}")
         concepts = levels.level(request.level).concepts
     split = build_split(manifest.fingerprint, records_by_wnid(manifest.classes), concepts, request,
-                        level_size=level_size, min_images=min_images)
+                        level_size=level_size, min_images=min_images, held_out=held_out)
     return split, store.name
 
 

@@ -52,8 +52,13 @@ def describe(manifest: Manifest, with_classes: bool = False) -> dict[str, Any]:
             "records": {c.name: c.count for c in manifest.classes},
             "attributes": [a.get("name") for a in manifest.tfds.get("attributes", [])],
         }
+    if manifest.validation is not None:
+        out["validation"] = manifest.validation.summary()
     if with_classes:
         out["class_list"] = [c.to_json() for c in manifest.classes]
+        if manifest.validation is not None:
+            for entry, (start, end) in zip(out["class_list"], manifest.validation.ranges):
+                entry["validation"] = {"start": start, "end": end, "count": end - start}
     return out
 
 
@@ -79,10 +84,16 @@ def run(args: argparse.Namespace) -> int:
                 f"{name} {value['classes']} ({value['images']} images)" for name, value in splits.items()
             ) + (f", unsplit {info['unsplit_classes']} (split by {info['hierarchy']})" if info["unsplit_classes"] else ""))
         print(f"  images       {info['images']}  (per class min {info['images_per_class']['min']}, max {info['images_per_class']['max']}; skipped {info['skipped']})")
+        validation = info.get("validation")
+        if validation is not None:
+            print(f"  validation   {validation['images']} images, a held-out partition Meta-Dataset never reads (per "
+                  f"class min {validation['images_per_class']['min']}, max {validation['images_per_class']['max']}; "
+                  f"labels {validation['labels']}; fingerprint {validation['fingerprint']})")
         print(f"  split rule   {info['split_rule']}")
         options = ", ".join(f"{k}={v}" for k, v in info["pack_options"].items() if v is not None)
         print(f"  pack options {options or 'none'}")
         print(f"  fingerprint  {info['fingerprint']}")
         for entry in info.get("class_list", []):
-            print(f"    {entry['id']:>5}  {entry['split'] or '-':5}  {entry['count']:>7}  {entry['name']}")
+            held_out = f"  (validation {entry['validation']['count']})" if "validation" in entry else ""
+            print(f"    {entry['id']:>5}  {entry['split'] or '-':5}  {entry['count']:>7}  {entry['name']}{held_out}")
     return 0

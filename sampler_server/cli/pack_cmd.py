@@ -40,6 +40,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--duplicates", type=Path, action="append", default=[],
         help="ILSVRC: a Meta-Dataset duplicates list; its files are left out (repeatable)",
     )
+    parser.add_argument(
+        "--validation", type=Path, metavar="VAL_DIR",
+        help="ILSVRC: the official validation images, packed as the store's held-out validation partition "
+        "(ImageNet-CoG's IN-1K test set; Meta-Dataset never reads it): wnid folders (VAL_DIR/n01440764/*.JPEG) "
+        "or the flat download with --validation-labels",
+    )
+    parser.add_argument(
+        "--validation-labels", type=Path, metavar="FILE",
+        help="ILSVRC, flat --validation: LOC_val_solution.csv (ImageId,PredictionString, the wnid first) or the "
+        "devkit's ILSVRC2012_validation_ground_truth.txt (with --devkit-meta)",
+    )
+    parser.add_argument(
+        "--devkit-meta", type=Path, metavar="FILE",
+        help="ILSVRC: the devkit's data/meta.mat, mapping the ground truth's ILSVRC2012_IDs to wnids",
+    )
     parser.add_argument("--labels", type=Path, help="VGG Flower / Traffic Signs: class names, one per line")
     parser.add_argument("--wnids", type=Path, help="imagenet21k: pack only these synsets (one wnid per line)")
     parser.add_argument(
@@ -89,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     converter_options = ConverterOptions(
         class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels,
         tfds_name=args.tfds_name, wnids=args.wnids, shard=shard,
+        validation=args.validation, validation_labels=args.validation_labels, devkit_meta=args.devkit_meta,
     )
     plan = converter.plan(_input_dir(args), converter_options)
     warnings = reference_warnings(args.source, converter_options)
@@ -141,6 +157,7 @@ def summary_json(summary: PackSummary) -> dict[str, object]:
         "fingerprint": manifest.fingerprint,
         "unchanged": summary.unchanged,
         **({"tfds": _tfds_summary(manifest)} if manifest.tfds is not None else {}),
+        **({"validation": manifest.validation.summary()} if manifest.validation is not None else {}),
     }
 
 
@@ -175,6 +192,11 @@ def format_summary(summary: PackSummary) -> str:
         f"  size     {summary.num_bytes / 1e6:.1f} MB in {summary.seconds:.1f} s ({summary.images_per_second:.0f} images/s, peak RSS {summary.peak_rss_mb:.0f} MB)",
         f"  fingerprint {data['fingerprint']}",
     ]
+    validation = data.get("validation")
+    if isinstance(validation, dict):
+        lines.insert(3, f"  validation {validation['images']} images (per class {validation['images_per_class']['min']}"
+                     f"..{validation['images_per_class']['max']}; labels {validation['labels']}; "
+                     f"fingerprint {validation['fingerprint']}): a held-out partition, never in Meta-Dataset")
     if summary.empty_classes:
         lines.insert(3, f"  dropped  {len(summary.empty_classes)} classes left without images: {summary.empty_classes[:5]}")
     return "\n".join(lines)

@@ -4,8 +4,9 @@ Per store, in this order (a check that fails stops the ones that would read past
 1. the data file's size against the manifest (``storage.data_bytes``) and against the
    pages LMDB claims: a truncated file is reported, never mapped and read past its end;
 2. its SHA-256 against the manifest (``storage.data_sha256``);
-3. every record: present under its id, parsable, and (record layout 2) matching its
-   CRC-32;
+3. every record, those of a validation partition (ILSVRC-2012) included: present under
+   its id, parsable, and (record layout 2) matching its CRC-32; and no record past the
+   last one the manifest describes;
 4. a VTAB (TFDS) store's side file of split indices and label attributes: its size
    and SHA-256 against the manifest.
 One line per store; exit 0 when every store is OK, 1 when any is damaged or cannot be
@@ -45,6 +46,7 @@ class StoreCheck:
     status: str = "ok"  # ok | damaged | unverifiable
     problems: list[str] = field(default_factory=list)
     records: int = 0
+    validation_records: int = 0
     bad_records: list[int] = field(default_factory=list)
     num_bad: int = 0
     data_bytes: int | None = None
@@ -59,6 +61,7 @@ class StoreCheck:
             "status": self.status,
             "problems": self.problems,
             "records_checked": self.records,
+            "validation_records_checked": self.validation_records,
             "bad_records": self.num_bad,
             "bad_record_ids": self.bad_records,
             "data_bytes": self.data_bytes,
@@ -66,7 +69,8 @@ class StoreCheck:
 
     def line(self) -> str:
         if self.status == "ok":
-            return f"{self.name}: OK ({self.records} records, {self.data_bytes} bytes, checksums match)"
+            held_out = f", {self.validation_records} of them validation" if self.validation_records else ""
+            return f"{self.name}: OK ({self.records} records{held_out}, {self.data_bytes} bytes, checksums match)"
         return f"{self.name}: {self.status.upper()}: " + "; ".join(self.problems)
 
 
@@ -131,7 +135,8 @@ def _verify_records(reader: Any, check: StoreCheck, progress: bool) -> None:
     from sampler_server.errors import DataLoss
     from sampler_server.store.record import read_header
 
-    total = reader.num_records
+    total = reader.num_records  # the classes' records, then any validation partition's
+    held_out = reader.manifest.validation
     first_error = ""
     with tqdm(total=total, unit="rec", desc=f"{check.name} records", disable=not progress, leave=False,
               file=sys.stderr) as bar:
@@ -148,7 +153,12 @@ def _verify_records(reader: Any, check: StoreCheck, progress: bool) -> None:
                         check.bad_records.append(record_id)
                     first_error = first_error or f"record {record_id}: {error}"
             check.records += len(ids)
+            if held_out is not None:
+                check.validation_records += len([i for i in ids if held_out.start <= i < held_out.end])
             bar.update(len(ids))
+    stored = reader.stored_entries()
+    if stored > total:
+        check.fail(f"the data holds {stored} records, {stored - total} past the {total} its manifest describes")
     if check.num_bad:
         listed = ", ".join(map(str, check.bad_records)) + (", ..." if check.num_bad > len(check.bad_records) else "")
         check.fail(f"{check.num_bad} of {total} records damaged (records {listed}; first: {first_error})")

@@ -4,7 +4,10 @@ Streaming: classes are listed one at a time, items travel to worker processes in
 small batches with a bounded number in flight, results come back in submission
 order and are appended to the store. Memory therefore depends on the batch size
 and worker count, not on the number of images. Record ids follow plan order, so
-the store is the same whatever ``--workers`` is.
+the store is the same whatever ``--workers`` is. A plan's held-out validation
+partition (ILSVRC-2012) streams the same way after every class, into ranges of its
+own with a fingerprint of its own; the classes' ranges and fingerprint are those of
+the same plan without it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from sampler_server.imaging import ResizeMethod
 from sampler_server.pack.derive import Derived, DeriveOptions, Failed, derive_batch
 from sampler_server.pack.plan import RecordSidecar, SourceItem, SourcePlan
 from sampler_server.store.fingerprint import ClassDigestFingerprint, ContentFingerprint
-from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest
+from sampler_server.store.manifest import VALIDATION, ClassInfo, HeldOutPartition, Manifest, Split, load_manifest
 from sampler_server.store.wordnet_split import write_split_file
 from sampler_server.store.writer import StoreWriter, is_servable
 
@@ -117,7 +120,7 @@ class PackSummary:
 
 def _batched(plan: SourcePlan) -> Iterator[list[tuple[int, SourceItem]]]:
     batch: list[tuple[int, SourceItem]] = []
-    for class_index, class_plan in enumerate(plan.classes):
+    for class_index, class_plan in enumerate(plan.classes + plan.validation):
         for item in class_plan.items():
             batch.append((class_index, item))
             if len(batch) >= _BATCH:
@@ -269,7 +272,7 @@ def run_pack(plan: SourcePlan, output_root: Path, options: PackOptions) -> PackS
     # refuse every rerun. No LMDB handle crosses a fork either.
     pool = _start_pool(workers) if workers > 1 else None
     writer = StoreWriter(output_root, name)
-    progress = _Progress(classes=len(plan.classes))
+    progress = _Progress(classes=len(plan.classes) + len(plan.validation))
     refused = False
     sidecar: RecordSidecar | None = None
     try:
@@ -314,14 +317,16 @@ def _write_all(
     sidecar: RecordSidecar | None,
 ) -> PackSummary:
     fingerprint = (ClassDigestFingerprint if plan.class_digests else ContentFingerprint)(plan.source)
+    held_out = ContentFingerprint(plan.source, partition=VALIDATION)
+    plans = plan.classes + plan.validation  # index >= len(plan.classes): a class's validation images
     classes: list[ClassInfo] = []
     skipped: list[dict[str, str]] = []
     num_skipped = 0
-    class_start = [-1] * len(plan.classes)
-    class_end = [0] * len(plan.classes)
+    class_start = [-1] * len(plans)
+    class_end = [0] * len(plans)
     by_image = plan.total_items is not None  # one TFDS split can hold all records: count images
     bar = tqdm(
-        total=plan.total_items if by_image else len(plan.classes),
+        total=plan.total_items if by_image else len(plans),
         unit="image" if by_image else "class",
         desc=f"pack {plan.source}",
         disable=not options.progress,
@@ -350,18 +355,19 @@ def _write_all(
             if len(skipped) < _SKIPPED_LISTED:
                 skipped.append({"origin": result.origin, "problem": result.problem})
             continue
-        class_plan = plan.classes[class_index]
+        class_plan = plans[class_index]
+        content = fingerprint if class_index < len(plan.classes) else held_out
         if class_start[class_index] < 0:
             class_start[class_index] = writer.num_records
-            fingerprint.add_class(
+            content.add_class(
                 class_plan.name, class_plan.wnid, class_plan.group, class_plan.split.value if class_plan.split else None
             )
         writer.append(result.record)
         class_end[class_index] = writer.num_records
-        fingerprint.add_record(result.origin, result.derivation, result.source_digest)
+        content.add_record(result.origin, result.derivation, result.source_digest)
         if sidecar is not None:
             fingerprint.add_labels(sidecar.add(result.record.metadata))
-    while current < len(plan.classes) - 1:
+    while current < len(plans) - 1:
         if current >= 0:
             close_class(current)
         current += 1
@@ -391,6 +397,7 @@ def _write_all(
         )
     if not classes:
         raise InputFormatError(plan.source, "no images were packed")
+    validation = _held_out_partition(plan, classes, class_start, class_end, held_out) if plan.validation else None
     manifest = Manifest(
         source=plan.source,
         name=writer.name,
@@ -403,11 +410,12 @@ def _write_all(
         skipped=tuple(skipped),
         created_by=f"sampler-server {__version__}",
         tfds=sidecar.finish() if sidecar is not None else None,
+        validation=validation,
     )
-    if existing is not None and not options.overwrite and existing.fingerprint != manifest.fingerprint:
+    if existing is not None and not options.overwrite and _content(existing) != _content(manifest):
         raise FailedPrecondition(
             f"{writer.final_dir}: already holds a different {plan.source} store "
-            f"(fingerprint {existing.fingerprint[:19]}..., this input gives {manifest.fingerprint[:19]}...); "
+            f"(fingerprint {_content_text(existing)}, this input gives {_content_text(manifest)}); "
             f"pass --overwrite to replace it"
         )
     _precompute_wordnet_split(manifest, writer.partial_dir)
@@ -420,9 +428,42 @@ def _write_all(
         num_bytes=writer.num_bytes,
         seconds=time.perf_counter() - started,
         peak_rss_mb=_peak_rss_mb(),
-        unchanged=existing is not None and existing.fingerprint == manifest.fingerprint,
+        unchanged=existing is not None and _content(existing) == _content(manifest),
         empty_classes=empty,
     )
+
+
+def _held_out_partition(
+    plan: SourcePlan, classes: list[ClassInfo], class_start: list[int], class_end: list[int],
+    held_out: ContentFingerprint,
+) -> HeldOutPartition:
+    """The validation ranges of the classes kept, in class order (a class whose validation
+    images were all skipped gets an empty range)."""
+    offset = len(plan.classes)
+    by_name = {c.name: index for index, c in enumerate(plan.classes)}
+    kept = {info.name for info in classes}
+    orphans = [c.name for i, c in enumerate(plan.validation) if c.name not in kept and class_start[offset + i] >= 0]
+    if orphans:
+        raise InputFormatError(orphans[0], f"has validation images but no train image left ({len(orphans)} such "
+                               "classes); a class without train images cannot be evaluated on its validation images")
+    ranges: list[tuple[int, int]] = []
+    end = classes[-1].end
+    for info in classes:
+        index = offset + by_name[info.name]
+        start = class_start[index] if class_start[index] >= 0 else end
+        end = class_end[index] if class_start[index] >= 0 else end
+        ranges.append((start, end))
+    return HeldOutPartition(VALIDATION, tuple(ranges), held_out.hexdigest(), plan.validation_labels)
+
+
+def _content(manifest: Manifest) -> tuple[str, str | None]:
+    """What decides a store's content: its fingerprint and its validation partition's."""
+    return manifest.fingerprint, manifest.validation.fingerprint if manifest.validation is not None else None
+
+
+def _content_text(manifest: Manifest) -> str:
+    text = f"{manifest.fingerprint[:19]}..."
+    return text + (f" with validation {manifest.validation.fingerprint[:19]}..." if manifest.validation else "")
 
 
 def _precompute_wordnet_split(manifest: Manifest, directory: Path) -> None:

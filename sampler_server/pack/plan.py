@@ -115,6 +115,12 @@ class SourcePlan:
     default_name: str | None = None
     total_items: int | None = None
     class_digests: bool = False
+    validation: tuple[ClassPlan, ...] = ()
+    validation_labels: str = ""
+
+    def __post_init__(self) -> None:
+        if self.validation and [c.name for c in self.validation] != [c.name for c in self.classes]:
+            raise ValueError("a validation partition lists one entry per class, in class order")
 
 
 class RecordSidecar(Protocol):
@@ -140,6 +146,9 @@ class ConverterOptions:
     tfds_name: str | None = None  # VTAB: name[/config][:version] of a prepared TFDS dataset
     wnids: Path | None = None  # ImageNet-21K: pack only the synsets listed (one wnid per line)
     shard: tuple[int, int] | None = None  # ImageNet-21K: (index I, count N) of the share to pack
+    validation: Path | None = None  # ILSVRC-2012: the official validation images (wnid folders or flat)
+    validation_labels: Path | None = None  # ILSVRC-2012, flat validation: LOC_val_solution.csv or ground truth
+    devkit_meta: Path | None = None  # ILSVRC-2012, ground-truth labels: the devkit's meta.mat
 
 
 def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:

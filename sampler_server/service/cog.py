@@ -27,12 +27,14 @@ from sampler_server.core.cog.splits import (
     SplitRequest,
     batch_fingerprint,
     build_split,
+    held_out_test,
     level_config,
     level_source,
     missing_store,
     num_batches,
     records_by_wnid,
     seen_concepts,
+    seen_sizes,
     split_sizes,
 )
 from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
@@ -112,18 +114,21 @@ class CogHandlers:
             files = self.files.load(message.levels_file, message.concepts_split_file)
             assert files is not None
             return self.files.split(store, files, request), store
-        key = (store.name, store.manifest.fingerprint, request, level_size, min_images)
+        manifest = store.manifest
+        # IN-1K tests on the store's validation partition: none is FAILED_PRECONDITION, never train images
+        held_out = held_out_test(manifest, store.name) if request.level == SEEN_LEVEL else None
+        key = (store.name, store.manifest.fingerprint, held_out and held_out.fingerprint, request, level_size,
+               min_images)
         with self._lock:
             if key in self._splits:
                 self._splits.move_to_end(key)
                 return self._splits[key], store
-        manifest = store.manifest
         if request.level == SEEN_LEVEL:
             concepts = seen_concepts(manifest.classes)
         else:
             concepts = self._levels_of(store, level_size, min_images).level(request.level).concepts
         split = build_split(manifest.fingerprint, records_by_wnid(manifest.classes), concepts, request,
-                            level_size=level_size, min_images=min_images)
+                            level_size=level_size, min_images=min_images, held_out=held_out)
         with self._lock:
             self._splits[key] = split
             while len(self._splits) > SPLIT_CACHE:
@@ -139,10 +144,10 @@ class CogHandlers:
         if ilsvrc is None and in21k is None:
             raise NotFound(f"the server has no {SOURCE} or {SEEN_SOURCE} store: ImageNet-CoG needs them (pack them "
                            f"with `sampler-server pack {SOURCE}` and `sampler-server pack {SEEN_SOURCE}`)")
-        if ilsvrc is not None:
-            counts = {c.wnid: c.count for c in ilsvrc.manifest.classes if c.wnid}
-            response.levels.append(_summary(SEEN_LEVEL, seen_concepts(ilsvrc.manifest.classes), counts, (0.0, 0.0),
-                                            ilsvrc))
+        if ilsvrc is not None:  # IN-1K's sizes: every train image, the validation images (none: FAILED_PRECONDITION)
+            sizes = seen_sizes(ilsvrc.manifest, ilsvrc.name)
+            response.levels.append(_summary(SEEN_LEVEL, seen_concepts(ilsvrc.manifest.classes), {}, (0.0, 0.0),
+                                            ilsvrc, sizes=sizes))
         files = self.files.load(request.levels_file, request.concepts_split_file)
         if in21k is not None and files is not None:  # the levels file's concepts, not ours
             summaries, response.levels_fingerprint = self.files.summaries(in21k, files)
@@ -165,7 +170,7 @@ class CogHandlers:
         return pb.CogSplit(level=split.level, split=split.split, shots=split.shots, seed=split.seed,
                            record_ids=split.record_ids.tolist(), labels=split.labels.tolist(),
                            num_classes=split.num_classes, fingerprint=split.fingerprint, store=store.name,
-                           wnids=list(split.wnids))
+                           wnids=list(split.wnids), partitions=split.partitions)
 
     def _batch_images(self, header: pb.CogBatch, store: str, ids: list[int],
                       images: messages.ImageRequest) -> "Prepared":
@@ -234,10 +239,12 @@ class CogHandlers:
 
 
 def _summary(name: str, concepts: Any, counts: dict[str, int], similarity: tuple[float, float],
-             store: ServedStore) -> pb.CogLevelSummary:
-    sizes = [split_sizes(counts[wnid]) for wnid in concepts]
+             store: ServedStore, sizes: dict[str, tuple[int, int]] | None = None) -> pb.CogLevelSummary:
+    """``sizes``: (train, test) per wnid where they are not ``split_sizes`` of ``counts`` (IN-1K)."""
+    per_concept = [sizes[wnid] if sizes is not None else split_sizes(counts[wnid]) for wnid in concepts]
     return pb.CogLevelSummary(
-        level=name, wnids=list(concepts), train_size=sum(t for t, _ in sizes), test_size=sum(s for _, s in sizes),
+        level=name, wnids=list(concepts), train_size=sum(t for t, _ in per_concept),
+        test_size=sum(s for _, s in per_concept),
         similarity_min=similarity[0], similarity_max=similarity[1], store=store.name,
         store_fingerprint=store.manifest.fingerprint,
     )

@@ -33,12 +33,19 @@ def _field(hasher: "hashlib._Hash", data: bytes) -> None:
 
 
 class ContentFingerprint:
-    """Incremental hasher fed by the writer in record-id order."""
+    """Incremental hasher fed by the writer in record-id order.
 
-    def __init__(self, source: str) -> None:
+    ``partition``: the name of a held-out partition it covers (ILSVRC-2012's
+    ``validation``), hashed after the source; a store's classes (its train partition)
+    take none, so their fingerprint is the one they always had."""
+
+    def __init__(self, source: str, partition: str | None = None) -> None:
         self._hash = hashlib.sha256()
         self._field(_DOMAIN)
         self._field(source.encode("utf-8"))
+        if partition is not None:
+            self._field(b"partition")
+            self._field(partition.encode("utf-8"))
 
     def _field(self, data: bytes) -> None:
         self._hash.update(len(data).to_bytes(8, "big"))

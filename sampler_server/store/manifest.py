@@ -16,10 +16,18 @@ fields existed load with ``record_layout=1`` and no size or digest.
 ``tfds`` is present only on stores of one TFDS dataset (``pack vtab``): its name,
 version, split sizes, label attributes and columnar side file
 (``store.vtab_records`` reads it).
+
+``validation`` is present only on ILSVRC-2012 stores packed with ``--validation``: the
+official validation images, a held-out partition stored after every class's records
+(ids ``[num_records, total_records)``), per class one contiguous range in class order,
+with a content fingerprint of its own. Class ranges, ``num_records`` and ``fingerprint``
+describe the train partition alone, so what reads classes (Meta-Dataset's specs,
+episodes, batches and their fingerprints) never sees a validation record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -30,6 +38,8 @@ from typing import Any
 from sampler_server.core.split import Split
 from sampler_server.errors import DataLoss, NotFound
 
+VALIDATION = "validation"
+"""Name of the held-out partition (ILSVRC-2012's official validation images)."""
 MANIFEST_NAME = "manifest.json"
 DATA_NAME = "data.mdb"
 FORMAT_NAME = "sampler-server-store"
@@ -89,6 +99,69 @@ class ClassInfo:
 
 
 @dataclass(frozen=True)
+class HeldOutPartition:
+    """Records stored after every class's range and never part of one.
+
+    ``ranges[i]`` is class i's [start, end) in it (possibly empty); the ranges follow
+    each other in class order from the end of the last class's range. ``fingerprint``
+    covers what the partition holds (``store.fingerprint.ContentFingerprint`` with its
+    name); ``labels`` says where its labels were read from."""
+
+    name: str
+    ranges: tuple[tuple[int, int], ...]
+    fingerprint: str
+    labels: str = ""
+
+    @property
+    def start(self) -> int:
+        return self.ranges[0][0] if self.ranges else 0
+
+    @property
+    def end(self) -> int:
+        return self.ranges[-1][1] if self.ranges else 0
+
+    @property
+    def num_records(self) -> int:
+        return self.end - self.start
+
+    def summary(self) -> dict[str, Any]:
+        """What ``pack`` and ``inspect`` show of it."""
+        counts = [end - start for start, end in self.ranges] or [0]
+        return {"images": self.num_records, "images_per_class": {"min": min(counts), "max": max(counts)},
+                "labels": self.labels, "fingerprint": self.fingerprint}
+
+    def to_json(self, classes: tuple[ClassInfo, ...]) -> dict[str, Any]:
+        return {
+            "num_records": self.num_records, "start": self.start, "end": self.end,
+            "fingerprint": self.fingerprint, "labels": self.labels,
+            "classes": [{"id": info.id, "name": info.name, "start": start, "end": end, "count": end - start}
+                        for info, (start, end) in zip(classes, self.ranges)],
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: Mapping[str, Any], classes: tuple[ClassInfo, ...],
+                  where: str = "manifest") -> "HeldOutPartition":
+        """Checked: one range per class, named as it, contiguous from the last class's end."""
+        entries = list(data["classes"])
+        if [e.get("name") for e in entries] != [c.name for c in classes]:
+            raise DataLoss(f"{where}: {name} lists {len(entries)} classes; expected one per class "
+                           f"({len(classes)}), in class order")
+        expected = classes[-1].end if classes else 0
+        ranges = []
+        for entry in entries:
+            start, end = int(entry["start"]), int(entry["end"])
+            if start != expected or end < start:
+                raise DataLoss(f"{where}: {name} of class {entry['name']!r} has records [{start}, {end}), "
+                               f"expected a range starting at {expected}")
+            ranges.append((start, end))
+            expected = end
+        partition = cls(name, tuple(ranges), str(data["fingerprint"]), str(data.get("labels", "")))
+        if data.get("num_records") not in (None, partition.num_records):
+            raise DataLoss(f"{where}: {name} num_records {data['num_records']} disagrees with its ranges")
+        return partition
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything about a packed source except the image bytes."""
 
@@ -106,6 +179,7 @@ class Manifest:
     data_size: int | None = None
     data_sha256: str | None = None
     tfds: dict[str, Any] | None = None
+    validation: HeldOutPartition | None = None
 
     @property
     def verifiable(self) -> bool:
@@ -114,7 +188,13 @@ class Manifest:
 
     @property
     def num_records(self) -> int:
+        """Records of the classes' ranges (the train partition)."""
         return self.classes[-1].end if self.classes else 0
+
+    @property
+    def total_records(self) -> int:
+        """Every record the data holds: the classes' ranges, then any validation partition."""
+        return max(self.num_records, self.validation.end) if self.validation is not None else self.num_records
 
     def classes_in(self, split: Split) -> tuple[ClassInfo, ...]:
         return tuple(c for c in self.classes if c.split is split)
@@ -138,6 +218,7 @@ class Manifest:
             "created_by": self.created_by,
             "storage": self._storage_json(),
             **({"tfds": self.tfds} if self.tfds is not None else {}),
+            **({VALIDATION: self.validation.to_json(self.classes)} if self.validation is not None else {}),
             "classes": [c.to_json() for c in self.classes],
         }
 
@@ -178,9 +259,12 @@ class Manifest:
                 tfds=dict(data["tfds"]) if data.get("tfds") is not None else None,
                 **_storage_fields(data.get("storage") or {}),
             )
+            validate_class_ranges(manifest.classes, where)
+            if data.get(VALIDATION) is not None:
+                validation = HeldOutPartition.from_json(VALIDATION, data[VALIDATION], classes, where)
+                manifest = dataclasses.replace(manifest, validation=validation)
         except (KeyError, TypeError, ValueError) as error:
             raise DataLoss(f"{where}: malformed manifest ({error!r})") from None
-        validate_class_ranges(manifest.classes, where)
         if data.get("num_records") not in (None, manifest.num_records):
             raise DataLoss(f"{where}: num_records {data['num_records']} disagrees with class ranges")
         return manifest

@@ -110,7 +110,8 @@ class StoreReader:
 
     @property
     def num_records(self) -> int:
-        return self.manifest.num_records
+        """Every record the data holds (the classes', then a validation partition's)."""
+        return self.manifest.total_records
 
     def _environment(self) -> lmdb.Environment:
         # named by its directory, as the server serves it (a copied store keeps its manifest name)
@@ -131,6 +132,10 @@ class StoreReader:
                 the manifest records.
         """
         self._environment()
+
+    def stored_entries(self) -> int:
+        """Records the LMDB data holds (its entry count), whatever the manifest says (``verify``)."""
+        return int(self._environment().stat()["entries"])
 
     def _check_id(self, record_id: int) -> None:
         if not 0 <= record_id < self.num_records:

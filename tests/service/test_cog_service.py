@@ -26,12 +26,13 @@ from sampler_server.cli.main import main
 from sampler_server.core.cog.levels import compute_levels
 from sampler_server.core.cog.splits import batch_fingerprint
 from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
+from sampler_server.fixtures.ilsvrc import DEFAULT_VALIDATION_IMAGES
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 CONFIG = {"level_size": LEVEL_SIZE, "min_images": MIN_IMAGES}
-IN1K_IMAGES = 56  # 50 test + 6 train per IN-1K class
+IN1K_IMAGES = 56  # train images per IN-1K class: all train (its test images are the fixture's validation images)
 SMALL = pb.ImageOptions(image_size=16)
 
 
@@ -92,7 +93,7 @@ def test_levels_are_in1k_then_l1_to_l5_as_computed_from_the_served_counts(cog):
         assert summary.store == "imagenet21k"
     seen = reply.levels[0]
     assert len(seen.wnids) == 4 and list(seen.wnids) == sorted(seen.wnids) and seen.store == "ilsvrc_2012"
-    assert (seen.train_size, seen.test_size) == (4 * (IN1K_IMAGES - 50), 4 * 50)
+    assert (seen.train_size, seen.test_size) == (4 * IN1K_IMAGES, 4 * DEFAULT_VALIDATION_IMAGES)
     sizes = {s.level: s for s in reply.levels}
     for level in ("IN-1K", "L2"):  # the summary's sizes are the splits' sizes
         assert len(stub.GetCogSplit(request(level, "train")).record_ids) == sizes[level].train_size
@@ -256,6 +257,72 @@ def test_bad_requests_are_one_line_naming_the_field(cog, capsys, message, code, 
             "--min-images", str(message.min_images)]
     assert main(argv) != 0
     assert text in capsys.readouterr().err
+
+
+def test_in1k_test_split_holds_no_train_partition_record(cog, capsys):
+    """IN-1K as naver/cog evaluates it: test = each class's official validation images, train =
+    every train image of the class. (It held 50 train images per class out as test: images
+    every IN-1K-pretrained backbone has trained on.)"""
+    from sampler_server.store.reader import StoreReader
+
+    data, _, stub = cog
+    reader = StoreReader(data / "ilsvrc_2012")
+    manifest = reader.manifest
+    test = stub.GetCogSplit(request("IN-1K", "test"))
+    assert len(test.record_ids) and min(test.record_ids) >= manifest.num_records  # no train-partition record
+    assert list(test.partitions) == ["validation"] * len(test.record_ids)
+    held_out = manifest.validation
+    ranges = {info.wnid: held_out.ranges[info.id] for info in manifest.classes}
+    validation_dir = data.parent / "original" / "ilsvrc_2012_val"
+    labels = list(test.labels)
+    for label, wnid in enumerate(test.wnids):
+        ids = [r for r, l in zip(test.record_ids, labels) if l == label]
+        assert ids == list(range(*ranges[wnid]))  # the class's validation records, all of them, in name order
+        assert [reader.read(r).origin for r in ids] == sorted(p.name for p in (validation_dir / wnid).iterdir())
+    train = stub.GetCogSplit(request("IN-1K", "train"))
+    assert list(train.record_ids) == list(range(manifest.num_records))  # every train image, none held out
+    assert set(train.partitions) == {"train"}
+    for split, shots, seed in (("val", 0, 1), ("search", 4, 2), ("train", 2, 3)):
+        drawn = stub.GetCogSplit(request("IN-1K", split, shots, seed))
+        assert set(drawn.record_ids) <= set(train.record_ids) and set(drawn.partitions) == {"train"}
+    listing = cli_split(data, capsys, "IN-1K", "test")
+    assert [r["record_id"] for r in listing["records"]] == list(test.record_ids)
+    assert {r["partition"] for r in listing["records"]} == {"validation"} and listing["fingerprint"] == test.fingerprint
+    batches = list(stub.StreamCogBatches(pb.StreamCogBatchesRequest(split=request("IN-1K", "test"), images=SMALL)))
+    assert [r for b in batches for r in b.record_ids] == list(test.record_ids)
+    assert batches[0].images.shape[1:] == [16, 16, 3]
+
+
+def test_in1k_without_a_validation_partition_is_failed_precondition_everywhere(tmp_path, capsys):
+    """Nothing falls back to train images: the levels listing, the split, its stream and the CLI
+    all refuse, naming the pack command that adds the validation images."""
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    fixture = generate_fixture("ilsvrc_2012", tmp_path, num_classes=2, images_per_class=3)
+    pack_fixture(fixture, tmp_path / "data", name="ilsvrc_2012", converter_overrides={"validation": None})
+    text = ("level IN-1K: store ilsvrc_2012 has no validation partition; IN-1K tests on ILSVRC-2012's official "
+            "validation images (never on train images): repack it with `sampler-server pack ilsvrc_2012 --input "
+            "TRAIN_DIR --validation VAL_DIR`")
+    server = RunningServer(ServerConfig(data_dir=tmp_path / "data", port=0, workers=1, threads=4,
+                                        grace_seconds=0.5)).start()
+    try:
+        with grpc.insecure_channel(server.address) as channel:
+            stub = pb_grpc.SamplerStub(channel)
+            calls = [lambda: stub.ListCogLevels(pb.ListCogLevelsRequest()),
+                     lambda: stub.GetCogSplit(request("IN-1K", "test")),
+                     lambda: stub.GetCogSplit(request("IN-1K", "train", 2, 1)),
+                     lambda: list(stub.StreamCogBatches(pb.StreamCogBatchesRequest(split=request("IN-1K", "test"),
+                                                                                   images=SMALL)))]
+            for call in calls:
+                with pytest.raises(grpc.RpcError) as caught:
+                    call()
+                assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert caught.value.details() == text
+    finally:
+        server.stop(grace=0.5)
+    capsys.readouterr()
+    assert main(["cog", "split", "--data", str(tmp_path / "data"), "--level", "IN-1K", "--split", "test"]) != 0
+    assert capsys.readouterr().err == f"sampler-server cog: error: {text}\n"
 
 
 def test_stream_window_and_batch_size_are_checked(cog):

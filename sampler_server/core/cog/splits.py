@@ -9,6 +9,11 @@ Per concept, over its records in store order (record id order = file-name order)
   reference ships these lists; we cannot, so they are drawn once per store content and
   never depend on the level, the shots or the seed. A concept of 50 images or fewer
   (only possible with a toy ``min_images``) has all of them in test and none in train.
+- IN-1K instead (``HeldOutTest``), as naver/cog evaluates it: ``test`` is the class's
+  official ILSVRC-2012 validation images (the ILSVRC store's ``validation`` partition,
+  50 per class) and ``train`` every train image of the class, nothing held out and no
+  cap. A store without that partition is ``FailedPrecondition``: IN-1K is never drawn
+  from train images, whose test set every IN-1K-pretrained backbone has trained on.
 - ``train`` with ``shots`` N: the first N of a permutation of the concept's train
   images keyed on (fingerprint, wnid, seed), so for one seed the subsets nest
   (1 in 2 in 4 ... in 128). A concept with fewer than N train images gives all it has.
@@ -54,7 +59,7 @@ from sampler_server.core.cog import (
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.seeding import MAX_SEED, Protocol, derive_rng
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.quoting import quoted
 
 SPLITS = ("train", "val", "test", "search")
@@ -175,10 +180,29 @@ def search_train(fingerprint: str, wnid: str, train_ids: Sequence[int] | np.ndar
     return np.sort(rest[order[:shots]])
 
 
+@dataclass(frozen=True)
+class HeldOutTest:
+    """A level tested on a partition of its own (IN-1K: ILSVRC-2012's official validation
+    images). ``records[wnid]``: the concept's test records; its train set is then every
+    record of its pool (nothing held out, no cap). ``fingerprint`` (the partition's
+    content) enters the split fingerprint; ``partition`` names what test records are."""
+
+    records: Mapping[str, Sequence[int] | np.ndarray]
+    fingerprint: str
+    partition: str = "validation"
+
+
+TRAIN_PARTITION = "train"
+
+
 def concept_records(fingerprint: str, wnid: str, record_ids: Sequence[int] | np.ndarray,
-                    request: SplitRequest) -> np.ndarray:
-    """The sorted record ids one concept contributes to ``request``'s split."""
-    test, train = partition_concept(fingerprint, wnid, record_ids)
+                    request: SplitRequest, test_ids: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """The sorted record ids one concept contributes to ``request``'s split; ``test_ids``:
+    its held-out test records (``HeldOutTest``), its train set then all of ``record_ids``."""
+    if test_ids is not None:
+        test, train = _sorted_ids(test_ids), _sorted_ids(record_ids)
+    else:
+        test, train = partition_concept(fingerprint, wnid, record_ids)
     if request.split == "test":
         return test
     if request.split == "val":
@@ -213,10 +237,17 @@ class CogSplit:
     record_ids: np.ndarray
     labels: np.ndarray
     fingerprint: str
+    partition: str = TRAIN_PARTITION
+    """The store partition every record comes from: "train", or "validation" for IN-1K's test split."""
 
     @property
     def size(self) -> int:
         return len(self.record_ids)
+
+    @property
+    def partitions(self) -> list[str]:
+        """Per record (parallel to ``record_ids``): the store partition it comes from."""
+        return [self.partition] * self.size
 
     @property
     def num_classes(self) -> int:
@@ -229,14 +260,18 @@ class CogSplit:
             "level_size": self.level_size, "min_images": self.min_images,
             "source_fingerprint": self.source_fingerprint, "num_classes": self.num_classes,
             "count": self.size, "fingerprint": self.fingerprint, "wnids": list(self.wnids),
-            "records": [{"record_id": int(r), "label": int(label), "wnid": self.wnids[label]}
+            "records": [{"record_id": int(r), "label": int(label), "wnid": self.wnids[label],
+                         "partition": self.partition}
                         for r, label in zip(self.record_ids.tolist(), self.labels.tolist())],
         }
 
 
 def split_fingerprint(source_fingerprint: str, level_size: int, min_images: int, request: SplitRequest,
-                      wnids: Sequence[str], record_ids: np.ndarray, labels: np.ndarray) -> str:
+                      wnids: Sequence[str], record_ids: np.ndarray, labels: np.ndarray,
+                      held_out_fingerprint: str = "") -> str:
     hasher = FieldHasher(_SPLIT_DOMAIN).text(source_fingerprint).integer(level_size).integer(min_images)
+    if held_out_fingerprint:  # the test partition's content (IN-1K's validation images)
+        hasher.text("held-out").text(held_out_fingerprint)
     hasher.text(request.level).text(request.split).integer(request.shots).integer(request.seed)
     hasher.integer(len(wnids))
     for wnid in wnids:
@@ -245,13 +280,17 @@ def split_fingerprint(source_fingerprint: str, level_size: int, min_images: int,
 
 
 def build_split(source_fingerprint: str, records: Mapping[str, Sequence[int] | np.ndarray], concepts: Sequence[str],
-                request: SplitRequest, *, level_size: int, min_images: int) -> CogSplit:
+                request: SplitRequest, *, level_size: int, min_images: int,
+                held_out: HeldOutTest | None = None) -> CogSplit:
     """The split of ``request`` over ``concepts`` (the level's wnids, any order), whose
     records are ``records[wnid]`` in a store of content ``source_fingerprint``.
 
     ``level_size`` / ``min_images`` are the level configuration the concepts came from
-    (they enter the fingerprint; IN-1K ignores them). ``InvalidArgument`` when a concept
-    has no records listed."""
+    (they enter the fingerprint; IN-1K ignores them). ``held_out``: the level's test
+    partition (IN-1K needs one: ``held_out_test``). ``InvalidArgument`` when a concept
+    has no records listed; ``FailedPrecondition`` for IN-1K without ``held_out``."""
+    if request.level == SEEN_LEVEL and held_out is None:
+        raise missing_validation("the ILSVRC-2012 store")
     wnids = tuple(sorted(set(concepts)))
     if len(wnids) != len(concepts):
         raise InvalidArgument(f"concepts: a level lists a concept twice ({len(concepts)} given, {len(wnids)} distinct)")
@@ -260,12 +299,20 @@ def build_split(source_fingerprint: str, records: Mapping[str, Sequence[int] | n
         raise InvalidArgument(f"concepts: {len(missing)} have no records in the store, e.g. {quoted(missing[0])}")
     if request.level == SEEN_LEVEL:
         level_size = min_images = 0
-    parts = [concept_records(source_fingerprint, wnid, records[wnid], request) for wnid in wnids]
+    if held_out is not None:
+        lacking = [w for w in wnids if w not in held_out.records]
+        if lacking:
+            raise FailedPrecondition(f"concepts: {len(lacking)} have no {held_out.partition} records in the store, "
+                                     f"e.g. {quoted(lacking[0])}")
+    parts = [concept_records(source_fingerprint, wnid, records[wnid], request,
+                             held_out.records[wnid] if held_out is not None else None) for wnid in wnids]
     record_ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     labels = np.repeat(np.arange(len(parts), dtype=np.int64), [len(p) for p in parts])
-    fingerprint = split_fingerprint(source_fingerprint, level_size, min_images, request, wnids, record_ids, labels)
+    fingerprint = split_fingerprint(source_fingerprint, level_size, min_images, request, wnids, record_ids, labels,
+                                    held_out.fingerprint if held_out is not None else "")
+    partition = held_out.partition if held_out is not None and request.split == "test" else TRAIN_PARTITION
     return CogSplit(request.level, request.split, request.shots, request.seed, level_size, min_images,
-                    source_fingerprint, wnids, record_ids.astype(np.int64), labels, fingerprint)
+                    source_fingerprint, wnids, record_ids.astype(np.int64), labels, fingerprint, partition)
 
 
 def level_config(level_size: int, min_images: int) -> tuple[int, int]:
@@ -287,6 +334,31 @@ def missing_store(level: str, where: str) -> NotFound:
     other = f"; levels without it: {', '.join(LEVEL_NAMES)}" if level == SEEN_LEVEL else ""
     return NotFound(f"level {level}: {where} has no {source} store (pack it with `sampler-server pack "
                     f"{source}`){other}")
+
+
+def missing_validation(store: str) -> FailedPrecondition:
+    """The error for IN-1K over an ILSVRC store packed without its validation images."""
+    return FailedPrecondition(
+        f"level {SEEN_LEVEL}: {store} has no validation partition; IN-1K tests on ILSVRC-2012's official "
+        f"validation images (never on train images): repack it with `sampler-server pack {SEEN_SOURCE} --input "
+        f"TRAIN_DIR --validation VAL_DIR`")
+
+
+def held_out_test(manifest: Any, store: str) -> HeldOutTest:
+    """IN-1K's test partition: the ILSVRC store's validation records by wnid
+    (``store.manifest.HeldOutPartition``); ``FailedPrecondition`` naming ``pack
+    ilsvrc_2012 --validation`` when ``manifest`` has none."""
+    validation = getattr(manifest, "validation", None)
+    if validation is None:
+        raise missing_validation(f"store {store}")
+    records = {c.wnid: range(start, end) for c, (start, end) in zip(manifest.classes, validation.ranges) if c.wnid}
+    return HeldOutTest(records, validation.fingerprint, validation.name)
+
+
+def seen_sizes(manifest: Any, store: str) -> dict[str, tuple[int, int]]:
+    """IN-1K's (train, test) images per wnid: every train image, the validation images."""
+    held_out = held_out_test(manifest, store)
+    return {c.wnid: (c.count, len(held_out.records[c.wnid])) for c in manifest.classes if c.wnid}
 
 
 def seen_concepts(classes: Sequence[Any]) -> tuple[str, ...]:

@@ -102,7 +102,8 @@ def reject_unused(source: str, options: ConverterOptions, accepts: Iterable[str]
     """A flag the source does not use is a user error, not something to ignore."""
     accepted = set(accepts)
     flags = {"class_splits": "--class-splits", "duplicates": "--duplicates", "labels": "--labels",
-             "tfds_name": "--tfds-name", "wnids": "--wnids", "shard": "--shard"}
+             "tfds_name": "--tfds-name", "wnids": "--wnids", "shard": "--shard", "validation": "--validation",
+             "validation_labels": "--validation-labels", "devkit_meta": "--devkit-meta"}
     for field_name, flag in flags.items():
         value = getattr(options, field_name)
         if value and field_name not in accepted:

@@ -21,15 +21,22 @@ What the converter applies, and why:
   are left out so test images of other sources never appear in training. The
   manifest notes how many entries were listed and how many files were removed.
 - Images are stored as they are (original JPEG bytes) in file-name order.
+- ``--validation VAL_DIR`` (with ``--validation-labels FILE`` and ``--devkit-meta FILE``
+  for the flat download; ``ilsvrc_validation`` reads every layout) packs the official
+  validation images as the store's held-out ``validation`` partition: after every
+  train record, per class in class order, each class's files in name order. No class
+  range holds them, so Meta-Dataset's episodes, batches and the train fingerprint are
+  those of the same train input packed alone; ImageNet-CoG's IN-1K tests on them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
-from sampler_server.errors import InputFormatError
-from sampler_server.pack.plan import ConverterOptions, SourceItem, SourcePlan
+from sampler_server.errors import InputFormatError, InvalidArgument
+from sampler_server.pack.plan import ClassPlan, ConverterOptions, SourceItem, SourcePlan
 from sampler_server.pack.sources.common import (
     ClassEntry,
     PlanBuilder,
@@ -39,10 +46,12 @@ from sampler_server.pack.sources.common import (
     require_dir,
     require_file,
 )
+from sampler_server.pack.sources.ilsvrc_validation import check_classes, find_validation
 
 SOURCE = "ilsvrc_2012"
-DESCRIPTION = "ILSVRC-2012 train: ILSVRC2012_img_train/<wnid>/*.JPEG (per-class tars extracted)"
-ACCEPTS = ("duplicates",)
+DESCRIPTION = ("ILSVRC-2012 train: ILSVRC2012_img_train/<wnid>/*.JPEG (per-class tars extracted); "
+               "--validation VAL_DIR: the official validation images")
+ACCEPTS = ("duplicates", "validation", "validation_labels", "devkit_meta")
 
 SPLIT_RULE = "wordnet-hierarchy"
 HIERARCHY = "wordnet-3.0"
@@ -122,4 +131,26 @@ def plan(input_dir: Path, options: ConverterOptions) -> SourcePlan:
         "duplicates_listed": len(duplicates),
         "duplicates_removed": removed,
     }
-    return builder.build(options, hierarchy=HIERARCHY, notes=notes, structural_rule=SPLIT_RULE)
+    plan = builder.build(options, hierarchy=HIERARCHY, notes=notes, structural_rule=SPLIT_RULE)
+    if options.validation is None:
+        if options.validation_labels is not None or options.devkit_meta is not None:
+            raise InvalidArgument("--validation-labels and --devkit-meta describe the images of --validation VAL_DIR; "
+                                  "pass it too")
+        return plan
+    return with_validation(plan, Path(options.validation), options)
+
+
+def with_validation(plan: SourcePlan, val_dir: Path, options: ConverterOptions) -> SourcePlan:
+    """``plan`` with the official validation images of ``val_dir`` as its held-out partition."""
+    images = find_validation(val_dir, options.validation_labels, options.devkit_meta)
+    check_classes(images, [str(c.wnid) for c in plan.classes], val_dir)
+    validation = tuple(
+        ClassPlan(name=c.name, wnid=c.wnid, items=lambda files=images.by_wnid[str(c.wnid)]: _validation_items(files))
+        for c in plan.classes
+    )
+    return dataclasses.replace(plan, validation=validation, validation_labels=images.labels)
+
+
+def _validation_items(files: tuple[Path, ...]) -> list[SourceItem]:
+    """Known by file name alone, so every layout of the same images is the same content."""
+    return [SourceItem(origin=path.name, path=path) for path in files]

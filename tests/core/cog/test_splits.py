@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from sampler_server.core.cog import MAX_TRAIN_PER_CONCEPT, SHOTS, TEST_PER_CONCEPT
 from sampler_server.core.cog.splits import (
+    HeldOutTest,
     SplitRequest,
     batch_fingerprint,
     build_split,
@@ -25,7 +26,7 @@ from sampler_server.core.cog.splits import (
     val_count,
     validation,
 )
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import FailedPrecondition, InvalidArgument
 
 FP = "f" * 64
 
@@ -145,7 +146,13 @@ def test_same_inputs_same_split_and_each_input_changes_it():
     others = [fp(fingerprint="e" * 64), fp(level="L4"), fp(split="search"), fp(shots=16), fp(seed=2),
               fp(level_size=5), fp(min_images=61)]
     assert len({base, *others}) == len(others) + 1
-    assert fp(level="IN-1K", level_size=4) == fp(level="IN-1K", level_size=1000, min_images=782)  # IN-1K ignores it
+    held_out = HeldOutTest({w: range(1000 + 10 * i, 1005 + 10 * i) for i, w in enumerate(concepts)}, "v" * 64)
+
+    def seen(level_size: int, min_images: int) -> str:
+        return build_split(FP, records, concepts, SplitRequest.parse("IN-1K", "train", 8, 1), level_size=level_size,
+                           min_images=min_images, held_out=held_out).fingerprint
+
+    assert seen(4, 60) == seen(1000, 782)  # IN-1K ignores the level configuration
     # the test/train carve depends on the store content, not on the level or the seed
     a = build_split(FP, records, concepts, SplitRequest.parse("L1", "test"), level_size=4, min_images=60)
     b = build_split(FP, records, concepts, SplitRequest.parse("L5", "test", 0, 3), level_size=9, min_images=70)
@@ -204,3 +211,39 @@ def test_batch_fingerprint_covers_split_index_records_and_labels():
     assert base == batch_fingerprint("a" * 64, 3, np.array([1, 2]), np.array([0, 1]))
     assert len({base, batch_fingerprint("b" * 64, 3, [1, 2], [0, 1]), batch_fingerprint("a" * 64, 4, [1, 2], [0, 1]),
                 batch_fingerprint("a" * 64, 3, [1, 3], [0, 1]), batch_fingerprint("a" * 64, 3, [1, 2], [0, 0])}) == 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts=st.lists(st.integers(1, 1500), min_size=1, max_size=4), held=st.integers(1, 60), seed=seed_st,
+       shots=shots_st)
+def test_a_held_out_test_partition_is_the_test_split_and_train_is_every_pool_record(counts, held, seed, shots):
+    """IN-1K as naver/cog evaluates it: test = the validation records, train = every train
+    record (no 50 held out, no 1300 cap); val, search and few-shot drawn from that train set."""
+    records = store(counts)
+    concepts = list(records)
+    end = sum(counts)
+    tests = {w: range(end + held * i, end + held * (i + 1)) for i, w in enumerate(concepts)}
+    held_out = HeldOutTest(tests, "v" * 64)
+
+    def split(name: str, shots: int = 0, seed: int = 0):
+        return build_split(FP, records, concepts, SplitRequest.parse("IN-1K", name, shots, seed), level_size=0,
+                           min_images=0, held_out=held_out)
+
+    test, train = split("test"), split("train")
+    assert test.record_ids.tolist() == list(range(end, end + held * len(concepts)))
+    assert test.partitions == ["validation"] * test.size and set(train.partitions) <= {"train"}
+    assert train.record_ids.tolist() == list(range(end))
+    for wnid, label in zip(concepts, range(len(concepts))):
+        pool = list(records[wnid])
+        assert concept_records(FP, wnid, records[wnid], SplitRequest.parse("IN-1K", "val", 0, seed),
+                               tests[wnid]).tolist() == validation(FP, wnid, pool, seed).tolist()
+        assert train.record_ids[train.labels == label].tolist() == pool
+    assert set(split("search", shots, seed).record_ids.tolist()) <= set(range(end))
+    assert test.fingerprint != build_split(FP, records, concepts, SplitRequest.parse("IN-1K", "test"), level_size=0,
+                                           min_images=0, held_out=HeldOutTest(tests, "w" * 64)).fingerprint
+
+
+def test_in1k_without_a_held_out_partition_is_refused_never_drawn_from_train_records():
+    records = store([80, 90])
+    with pytest.raises(FailedPrecondition, match="pack ilsvrc_2012 --input TRAIN_DIR --validation VAL_DIR"):
+        build_split(FP, records, list(records), SplitRequest.parse("IN-1K", "test"), level_size=0, min_images=0)
