@@ -7,7 +7,9 @@ fixed held-out train/val/test parts (``core.regimes.sources``; its store is open
 Reads manifests and the stores' TFDS side files only (never an image): the task's
 "train" split is the pool and its "test" split scores the blind guess, both listed as
 ``sampler-server vtab split`` lists them (``store.vtab_records``); the regime itself is
-``core.regimes.build_regime``. ``--n 0`` lists no records: it prints the task's pool size,
+``core.regimes.build_regime``: the first n of a uniform random order of the pool (the
+paper's random subsample), or with ``--regime-sampling stratified`` of the class-covering
+order (one example per class first). ``--n 0`` lists no records: it prints the task's pool size,
 default regimes and the blind guess of the whole pool (the R_blind of calibrated reports).
 ``--target ATTR [--loss l2|l1]`` adds the regression blind guess of a numeric per-record
 attribute of the store (``core.regimes.regime_regression``): the mean (l2) or median (l1)
@@ -23,13 +25,16 @@ from typing import Any
 
 from sampler_server.cli.vtab_cmd import _pick_store
 from sampler_server.core.regimes import (
+    DEFAULT_SAMPLING,
     POOL_SPLIT,
     REGIME_SPLITS,
     TEST_SPLIT,
     RegimeSplit,
     RegressionBlindGuess,
     RegressionLoss,
+    SAMPLINGS,
     build_regime,
+    check_sampling,
     parse_loss,
     regime_regression,
 )
@@ -43,8 +48,9 @@ from sampler_server.store.vtab_records import list_split
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "regime", help="one data regime of a VTAB task: records, labels, blind guess (no images read)",
-        description="Regime N of TASK for SEED: the first N examples of a keyed, class-covering order of the "
-        "task's train split (nested across N), split into train and val; with its fingerprint, the blind "
+        description="Regime N of TASK for SEED: the first N examples of a keyed uniform random order of the "
+        "task's train split (a uniform random subsample, nested across N; --regime-sampling stratified: one example "
+        "per class first), split into train and val; with its fingerprint, the blind "
         "guess of its train part on the task's test split and the task's default regimes. "
         "--n 0 lists only the task's default regimes and the whole train split's blind guess.",
     )
@@ -54,6 +60,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n", required=True, type=int, help="examples in the regime (0: only the defaults)")
     parser.add_argument("--seed", required=True, type=int, help="regime seed, 0 to 2**64-1")
     parser.add_argument("--split", default="train", help="part of the regime: train (default) or val")
+    parser.add_argument("--regime-sampling", default=DEFAULT_SAMPLING, metavar="|".join(SAMPLINGS),
+                        help="how the N examples are drawn: uniform (default: a uniform random subsample of the train "
+                        "split, as the control-baselines paper draws it) or stratified (one example per class first)")
     parser.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
     parser.add_argument("--target", help="a numeric per-record attribute of the store (e.g. label_x_position): "
                         "also print its regression blind guess")
@@ -75,17 +84,18 @@ def check_target(target: str | None, loss: str | None) -> RegressionLoss | None:
 
 
 def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store: str | None = None,
-                target: str | None = None,
-                loss: str | None = None) -> tuple[RegimeSplit, Any, str, RegressionBlindGuess | None]:
-    """The regime, the pool's listing (for record locations), the store's name and, with a
-    ``target``, its regression blind guess under ``loss``."""
+                target: str | None = None, loss: str | None = None,
+                sampling: str = DEFAULT_SAMPLING) -> tuple[RegimeSplit, Any, str, RegressionBlindGuess | None]:
+    """The regime (drawn by ``sampling``), the pool's listing (for record locations), the store's
+    name and, with a ``target``, its regression blind guess under ``loss``."""
     chosen_loss = check_target(target, loss)
+    check_sampling(sampling, "--regime-sampling")
     if split not in REGIME_SPLITS:
         raise InvalidArgument(f"--split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
     if n < 0:
         raise InvalidArgument(f"--n: got {n}, expected an integer >= 0 (0: only the default regimes)")
     if is_source_task(task_name):
-        return _load_source_regime(data, task_name, n, seed, split, store, target)
+        return _load_source_regime(data, task_name, n, seed, split, store, target, sampling)
     task = get_task(task_name)
     records = _pick_store(data, task, store)
     pool = list_split(records, task, POOL_SPLIT)
@@ -93,7 +103,7 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     regime = build_regime(
         task=task.name, store_fingerprint=pool.store_fingerprint, num_classes=pool.num_classes,
         pool_record_ids=pool.record_ids, pool_labels=pool.labels, test_labels=test.labels,
-        n=n, seed=seed, split=split,
+        n=n, seed=seed, split=split, sampling=sampling,
     )
     regression = None
     if target and chosen_loss is not None:
@@ -101,7 +111,7 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
             task=task.name, store_fingerprint=pool.store_fingerprint, pool_labels=pool.labels,
             pool_targets=records.numeric_attribute(target, pool.record_ids, "--target"),
             test_targets=records.numeric_attribute(target, test.record_ids, "--target"),
-            n=n, seed=seed, loss=chosen_loss,
+            n=n, seed=seed, loss=chosen_loss, sampling=sampling,
         )
     return regime, pool, pool.store, regression
 
@@ -116,7 +126,7 @@ def source_task_handle(data: Path, task: str) -> Any:
 
 
 def _load_source_regime(data: Path, task_name: str, n: int, seed: int, split: str, store: str | None,
-                        target: str | None) -> tuple[RegimeSplit, Any, str, None]:
+                        target: str | None, sampling: str) -> tuple[RegimeSplit, Any, str, None]:
     if target:
         raise InvalidArgument(f"--target: got {quoted(target)} for task {task_name}, but a packed source's records "
                               "carry no numeric attributes (regression targets are attributes of a VTAB task's "
@@ -128,7 +138,7 @@ def _load_source_regime(data: Path, task_name: str, n: int, seed: int, split: st
     regime = build_regime(
         task=task.name, store_fingerprint=pool.store_fingerprint, num_classes=pool.num_classes,
         pool_record_ids=pool.record_ids, pool_labels=pool.labels, test_labels=test.labels,
-        n=n, seed=seed, split=split,
+        n=n, seed=seed, split=split, sampling=sampling,
     )
     return regime, pool, task.store, None
 
@@ -157,7 +167,7 @@ def regime_json(regime: RegimeSplit, pool: Any, store: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     regime, pool, store, regression = load_regime(args.data, args.task, args.n, args.seed, args.split, args.store,
-                                                  args.target, args.loss)
+                                                  args.target, args.loss, args.regime_sampling)
     if args.json:
         document = regime_json(regime, pool, store)
         if regression is not None:
@@ -179,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
               f"over {regression.test_examples} test examples")
     if regime.n == 0:
         return 0
-    print(f"regime n={regime.n} seed {regime.seed} {regime.split}: {len(regime.record_ids)} records, "
+    print(f"regime n={regime.n} seed {regime.seed} ({regime.sampling}) {regime.split}: "
+          f"{len(regime.record_ids)} records, "
           f"fingerprint {regime.fingerprint}")
     for row in regime_json(regime, pool, store)["records"]:
         where = f"  {row['tfds_split']}[{row['tfds_index']}]" if "tfds_split" in row else ""

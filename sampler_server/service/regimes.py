@@ -1,7 +1,10 @@
 """Data regimes served (control baselines): ``GetRegime`` and the regime parts of ``StreamTaskBatches``.
 
 A regime of a task is defined by the pure core (``core.regimes``): the first n of a
-keyed, class-covering order of the task's "train" split, split into train and val. This
+keyed order of the task's "train" split, split into train and val. The order is uniform
+(the paper's random subsample) unless the request's ``sampling`` (``GetRegime``) or
+``regime_sampling`` (``StreamTaskBatches``) is "stratified" (one example per class
+first); the reply's ``Regime.sampling`` names it, and it enters the regime fingerprint. This
 module only reads the task's listings through the VTAB handlers (the same store choice,
 cache and errors as every VTAB RPC) and hands them to ``core.regimes.build_regime``.
 
@@ -30,8 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sampler_server.core.regimes import POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit, build_regime
-from sampler_server.core.regimes import RegressionLoss, parse_loss, regime_fingerprint, regime_regression
+from sampler_server.core.regimes import DEFAULT_SAMPLING, POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit
+from sampler_server.core.regimes import RegressionLoss, build_regime, check_sampling, parse_loss, regime_fingerprint
+from sampler_server.core.regimes import regime_regression
 from sampler_server.core.regimes.sources import SOURCE_SPLITS, SourceSplit, is_source_task, split_source, store_of
 from sampler_server.core.vtab import Task, get_task
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -56,6 +60,7 @@ class RegimePart:
     n: int
     seed: int
     split: str
+    sampling: str
     shuffle_split: str
     """The split name the batch shuffle is keyed on: distinct per (n, seed, part)."""
     record_ids: tuple[int, ...]
@@ -140,19 +145,22 @@ class RegimeHandlers:
     def __init__(self, vtab: "VtabHandlers") -> None:
         self.vtab = vtab
 
-    def regime(self, task: TaskHandle, n: int, seed: int, split: str) -> RegimeSplit:
-        """Part ``split`` ("train" or "val") of regime ``n`` (0: the task's description) for ``seed``."""
+    def regime(self, task: TaskHandle, n: int, seed: int, split: str,
+               sampling: str = DEFAULT_SAMPLING) -> RegimeSplit:
+        """Part ``split`` ("train" or "val") of regime ``n`` (0: the task's description) for ``seed``,
+        drawn by ``sampling``."""
         pool, test = task.listing(POOL_SPLIT), task.listing(TEST_SPLIT)
         return _cached_regime(pool.store_fingerprint, task.name, pool.num_classes, pool.record_ids,
-                              pool.labels, test.labels, n, seed, split)
+                              pool.labels, test.labels, n, seed, split, sampling)
 
     def get_regime(self, request: pb.RegimeRequest) -> pb.Regime:
         if request.loss and not request.target:
             raise InvalidArgument(f"loss: got {quoted(request.loss)} without a target, expected a target "
                                   "(a numeric attribute of the store) with it")
         loss = parse_loss(request.loss or RegressionLoss.L2.value) if request.target else None
+        sampling = check_sampling(request.sampling or DEFAULT_SAMPLING, "sampling")
         task = self.vtab.handle(request.task, request.store)
-        regime = self.regime(task, request.n, request.seed, request.split)
+        regime = self.regime(task, request.n, request.seed, request.split, sampling)
         regression = None
         if loss is not None:
             if task.records is None:
@@ -164,7 +172,7 @@ class RegimeHandlers:
                 task=task.name, store_fingerprint=pool.store_fingerprint, pool_labels=pool.labels,
                 pool_targets=task.records.numeric_attribute(request.target, pool.record_ids),
                 test_targets=task.records.numeric_attribute(request.target, test.record_ids),
-                n=request.n, seed=request.seed, loss=loss)
+                n=request.n, seed=request.seed, loss=loss, sampling=sampling)
             regression = pb.RegressionBlindGuess(target=request.target, loss=guess.loss.value,
                                                  prediction=guess.prediction, test_risk=guess.risk,
                                                  test_examples=guess.test_examples)
@@ -175,36 +183,46 @@ class RegimeHandlers:
             pool_split=regime.pool_split, pool_size=regime.pool_size,
             blind=pb.BlindGuess(label=blind.label, test_accuracy=blind.test_accuracy, test_error=blind.test_error,
                                 test_examples=blind.test_examples),
-            default_regimes=regime.default_regimes, store=task.store, regression=regression)
+            default_regimes=regime.default_regimes, store=task.store, regression=regression,
+            sampling=regime.sampling)
 
-    def part(self, task: TaskHandle, n: int, seed: int, split: str) -> RegimePart:
-        """The records a batch stream serves for ``split`` of regime ``n`` (n >= 1)."""
+    def part(self, task: TaskHandle, n: int, seed: int, split: str, sampling: str = "") -> RegimePart:
+        """The records a batch stream serves for ``split`` of regime ``n`` (n >= 1) drawn by
+        ``sampling`` (empty: the default, uniform)."""
+        sampling = check_sampling(sampling or DEFAULT_SAMPLING, "regime_sampling")
         if split not in STREAM_PARTS:
             raise InvalidArgument(f"split: got {quoted(split)} with regime {n}, expected one of "
                                   f"{', '.join(STREAM_PARTS)} (parts of the regime)")
         if split == WHOLE:
-            train = self.regime(task, n, seed, "train")
-            val = self.regime(task, n, seed, "val")
+            train = self.regime(task, n, seed, "train", sampling)
+            val = self.regime(task, n, seed, "val", sampling)
             ids, labels = train.record_ids + val.record_ids, train.labels + val.labels
-            fingerprint = regime_fingerprint(train.store_fingerprint, task.name, n, train.seed, WHOLE, ids, labels)
+            fingerprint = regime_fingerprint(train.store_fingerprint, task.name, n, train.seed, WHOLE, ids, labels,
+                                             sampling)
         else:
-            regime = self.regime(task, n, seed, split)
+            regime = self.regime(task, n, seed, split, sampling)
             ids, labels, fingerprint = regime.record_ids, regime.labels, regime.fingerprint
-        return RegimePart(task.name, n, seed, split, f"regime/{n}/{seed}/{split}", ids, labels, fingerprint,
+        return RegimePart(task.name, n, seed, split, sampling, f"regime/{n}/{seed}/{split}", ids, labels, fingerprint,
                           task.num_classes)
 
 
 def check_regime_request(request: pb.StreamTaskBatchesRequest) -> None:
-    """A regime seed needs a regime: one line naming both fields."""
+    """A regime seed or sampling needs a regime, and a sampling is one of the known: one line naming
+    the fields."""
     if not request.regime and request.regime_seed:
         raise InvalidArgument(f"regime_seed: got {request.regime_seed} with regime 0, expected a regime n >= 1 "
                               "(regime 0 streams the task's own split)")
+    if request.regime_sampling:
+        check_sampling(request.regime_sampling, "regime_sampling")
+        if not request.regime:
+            raise InvalidArgument(f"regime_sampling: got {quoted(request.regime_sampling)} with regime 0, expected "
+                                  "a regime n >= 1 (regime 0 streams the task's own split)")
 
 
 @functools.lru_cache(maxsize=64)
 def _cached_regime(store_fingerprint: str, task: str, num_classes: int,
                    pool_ids: tuple[int, ...], pool_labels: tuple[int, ...], test_labels: tuple[int, ...],
-                   n: int, seed: int, split: str) -> RegimeSplit:
+                   n: int, seed: int, split: str, sampling: str) -> RegimeSplit:
     return build_regime(task=task, store_fingerprint=store_fingerprint, num_classes=num_classes,
                         pool_record_ids=pool_ids, pool_labels=pool_labels, test_labels=test_labels,
-                        n=n, seed=seed, split=split)
+                        n=n, seed=seed, split=split, sampling=sampling)

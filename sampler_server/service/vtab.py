@@ -213,7 +213,7 @@ class VtabHandlers:
         # control baselines: with regime > 0 the split names a part of that data regime (service.regimes)
         check_regime_request(request)
         if request.regime:
-            listing: Any = self.regimes.part(task, request.regime, request.regime_seed, split)
+            listing: Any = self.regimes.part(task, request.regime, request.regime_seed, split, request.regime_sampling)
             shuffle_split = listing.shuffle_split
         else:
             listing, shuffle_split = task.listing(split), split

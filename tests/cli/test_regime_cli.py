@@ -35,9 +35,9 @@ def _listing(capsys, data, split):
     return json.loads(out)
 
 
-def _regime(capsys, data, n, seed, split):
+def _regime(capsys, data, n, seed, split, *extra):
     code, out, err = _run(capsys, "regime", "--data", data, "--task", "clevr_count", "--n", n, "--seed", seed,
-                          "--split", split, "--json")
+                          "--split", split, "--json", *extra)
     assert code == 0, err
     return json.loads(out)
 
@@ -54,10 +54,9 @@ def test_regime_records_come_from_the_train_split_nested_and_with_the_blind_gues
     for record in train["records"] + val["records"]:
         assert pool[record["record_id"]] == record  # same TFDS location and label as `vtab split`
     members = {r["record_id"] for r in train["records"] + val["records"]}
-    assert len(members) == 30
+    assert len(members) == 30 and train["sampling"] == "uniform"
     larger = _regime(capsys, data, 50, 7, "train")["records"] + _regime(capsys, data, 50, 7, "val")["records"]
     assert members <= {r["record_id"] for r in larger}
-    assert {r["label"] for r in val["records"]} <= {r["label"] for r in train["records"]}
     counts = Counter(r["label"] for r in train["records"])
     label = min(c for c, k in counts.items() if k == max(counts.values()))
     accuracy = sum(1 for t in test_labels if t == label) / len(test_labels)
@@ -69,6 +68,16 @@ def test_regime_records_come_from_the_train_split_nested_and_with_the_blind_gues
     assert train["fingerprint"] != _regime(capsys, data, 30, 8, "train")["fingerprint"]
 
 
+def test_regime_sampling_stratified_covers_every_class_in_the_train_part(data, capsys):
+    train = _regime(capsys, data, 30, 7, "train", "--regime-sampling", "stratified")
+    val = _regime(capsys, data, 30, 7, "val", "--regime-sampling", "stratified")
+    assert (train["sampling"], val["sampling"]) == ("stratified", "stratified")
+    pool_labels = {r["label"] for r in _listing(capsys, data, "train")["records"]}
+    assert {r["label"] for r in train["records"]} == pool_labels  # n = 30 >= 2 x 8 classes
+    assert {r["label"] for r in val["records"]} <= pool_labels
+    assert train["fingerprint"] != _regime(capsys, data, 30, 7, "train")["fingerprint"]
+
+
 def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys):
     whole = _regime(capsys, data, 0, 1, "train")
     pool_labels = Counter(r["label"] for r in _listing(capsys, data, "train")["records"])
@@ -77,7 +86,7 @@ def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys)
     code, out, err = _run(capsys, "regime", "--data", data, "--task", "clevr_count", "--n", 12, "--seed", 1)
     assert code == 0, err
     assert out.startswith("clevr_count: pool train 63 records, 8 classes, store tfds_clevr; default regimes 16, ")
-    assert "blind guess (regime 12 train part): label " in out and "regime n=12 seed 1 train: 10 records" in out
+    assert "blind guess (regime 12 train part): label " in out and "regime n=12 seed 1 (uniform) train: 10 records" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -85,6 +94,8 @@ def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys)
     (("--n", 5, "--seed", 1, "--split", "test"), "--split: got 'test', expected one of train, val"),
     (("--n", -1, "--seed", 1), "--n: got -1, expected an integer >= 0 (0: only the default regimes)"),
     (("--n", 5, "--seed", -1), "seed: got -1, expected an integer in [0, 18446744073709551615]"),
+    (("--n", 5, "--seed", 1, "--regime-sampling", "random"),
+     "--regime-sampling: got 'random', expected one of uniform, stratified"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data, capsys, argv, message):
     code, out, err = _run(capsys, "regime", "--data", data, "--task", "clevr_count", *argv)

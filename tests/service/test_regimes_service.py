@@ -143,10 +143,36 @@ def test_regime_batches_hold_exactly_the_regimes_records(served):
     assert plain[0].fingerprint != shuffled[0].fingerprint  # the task's own split streams apart
 
 
+def test_sampling_uniform_by_default_and_stratified_on_request(served, capsys):
+    """GetRegime's sampling ("uniform" by default) is named in the reply, equals the command's
+    --regime-sampling, and regime batches with the same regime_sampling hold the same records."""
+    data, stub = served
+    default = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train"))
+    uniform = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="uniform"))
+    stratified = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="stratified"))
+    assert default == uniform and default.sampling == "uniform" and stratified.sampling == "stratified"
+    assert stratified.fingerprint != uniform.fingerprint
+    assert set(stratified.labels) == set(range(8))  # n = 20 >= 2 x 8 classes: every class in train
+    for sampling, regime in (("uniform", uniform), ("stratified", stratified)):
+        capsys.readouterr()
+        assert main(["regime", "--data", str(data), "--task", TASK, "--n", "20", "--seed", "9", "--json",
+                     "--regime-sampling", sampling]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert (cli["sampling"], cli["fingerprint"]) == (sampling, regime.fingerprint)
+        assert [r["record_id"] for r in cli["records"]] == list(regime.record_ids)
+    batches = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
+        task=TASK, split="train", batch_size=7, images=IMAGES, regime=20, regime_seed=9,
+        regime_sampling="stratified")))
+    assert [r for b in batches for r in b.record_ids] == list(stratified.record_ids)
+    assert {b.split_fingerprint for b in batches} == {stratified.fingerprint}
+
+
 @pytest.mark.parametrize(("request_", "words"), [
     (pb.RegimeRequest(task=TASK, n=100000, seed=0, split="train"), ["clevr_count", "100000", "larger"]),
     (pb.RegimeRequest(task=TASK, n=10, seed=0, split="test"), ["split", "test", "train, val"]),
     (pb.RegimeRequest(task="nope", n=10, seed=0, split="train"), ["nope"]),
+    (pb.RegimeRequest(task=TASK, n=10, seed=0, split="train", sampling="random"),
+     ["sampling: got 'random', expected one of uniform, stratified"]),
 ])
 def test_get_regime_bad_requests_are_one_line_invalid_arguments(served, request_, words):
     _, stub = served
@@ -220,6 +246,12 @@ def test_bad_regression_requests_are_one_line_invalid_arguments(served, request_
      ["regime_seed", "3"]),
     (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime=100000, images=IMAGES),
      ["clevr_count", "100000"]),
+    (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime=10, regime_sampling="strata",
+                                 images=IMAGES),
+     ["regime_sampling: got 'strata', expected one of uniform, stratified"]),
+    (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime_sampling="stratified",
+                                 images=IMAGES),
+     ["regime_sampling: got 'stratified' with regime 0"]),
 ])
 def test_regime_batch_bad_requests_are_one_line_invalid_arguments(served, request_, words):
     _, stub = served

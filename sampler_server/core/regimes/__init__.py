@@ -3,11 +3,12 @@
 Pure functions (no I/O, no gRPC, LMDB or frameworks): the callers read a task's splits
 and labels from its store (``store.vtab_records``) and pass label arrays in.
 
-- ``regimes``: the keyed class-covering pool order, regime n, its train/val parts,
+- ``regimes``: the keyed pool order (uniform, or class-covering when stratified), regime n, its train/val parts,
   default regimes and fingerprints;
 - ``blind``: the blind guess, classification (most frequent label) and regression
   (mean for L2, median for L1);
 - ``calibration``: cR, the Calibrated Cumulative Improvement and the calibration JSON;
+- ``reference_csv``: the control-baselines reference's results CSV as calibration entries;
 - ``sources``: any packed classification source as the task ``source:<store>``, with fixed
   held-out train/val/test splits.
 """
@@ -33,15 +34,18 @@ from sampler_server.core.regimes.calibration import (
 )
 from sampler_server.core.regimes.regimes import (
     DEFAULT_REGIME_COUNT,
+    DEFAULT_SAMPLING,
     MIN_PER_CLASS,
     POOL_SPLIT,
     REGIME_SPLITS,
+    SAMPLINGS,
     TEST_SPLIT,
     VAL_FRACTION,
     RegimeSplit,
     build_regime,
     check_regime_size,
     check_regime_split,
+    check_sampling,
     check_seed,
     default_regimes,
     pool_order,
@@ -63,10 +67,12 @@ from sampler_server.core.regimes.sources import (
 
 __all__ = [
     "DEFAULT_REGIME_COUNT",
+    "DEFAULT_SAMPLING",
     "MIN_PER_CLASS",
     "POOL_SPLIT",
     "REGIME_SPLITS",
     "ROLES",
+    "SAMPLINGS",
     "SOURCE_SPLITS",
     "SOURCE_TASK_PREFIX",
     "TEST_SPLIT",
@@ -86,6 +92,7 @@ __all__ = [
     "cci",
     "check_regime_size",
     "check_regime_split",
+    "check_sampling",
     "check_seed",
     "default_regimes",
     "is_source_task",

@@ -6,29 +6,35 @@ Definitions (shared by the ``regime`` command, ``GetRegime`` and the calibrated 
   task's ``TEST_SPLIT`` ("test"). Only the pool's labels enter the order below.
 - The pool order for a seed (``pool_order``): a legacy ``RandomState`` from the one
   seeding helper (protocol ``vtab_regime``, source ``"<store fingerprint>/<task>"``,
-  split train, index 0) draws a permutation P of the pool positions, then a permutation
-  of the classes present in the pool (sorted labels). The order starts with one example
-  of each present class, the classes in that keyed order, each class represented by its
-  first position in P; the rest of the pool follows in P's order.
-- Regime n is the first n positions of that order, so for one seed the regime of n lies
-  inside the regime of every larger n, and a regime of n >= (classes present) holds
-  every class present in the pool.
+  split train, index 0) draws a permutation P of the pool positions. Two samplings
+  (``SAMPLINGS``):
+  - ``uniform`` (the default): the order is P itself, so regime n is a uniform random
+    subsample of n examples of the pool, as the control-baselines paper "randomly
+    sub-samples" its training data (../shared/seeds/003_a37aa9789a22a6ef.txt);
+  - ``stratified``: the same RandomState then draws a permutation of the classes present
+    in the pool (sorted labels); the order starts with one example of each present
+    class, the classes in that keyed order, each class represented by its first
+    position in P; the rest of the pool follows in P's order.
+- Regime n is the first n positions of that order, so for one seed and sampling the
+  regime of n lies inside the regime of every larger n; a stratified regime of
+  n >= (classes present) holds every class present in the pool (a uniform one need not).
 - Its val part is the last ``val_count(n)`` = floor(``VAL_FRACTION`` n) (at least 1 when
   n >= 2, none when n < 2) positions of the regime, its train part the first
-  n - val_count(n). When n >= 2 x classes, val_count(n) <= 0.2 n <= n - classes, so
-  the class-covering head stays in train and every class of the regime is in its train
-  part. Both parts are listed in pool-order order.
+  n - val_count(n). Stratified, when n >= 2 x classes, val_count(n) <= 0.2 n <= n - classes,
+  so the class-covering head stays in train and every class of the regime is in its
+  train part. Both parts are listed in pool-order order.
 - Default regimes (``default_regimes``): ``DEFAULT_REGIME_COUNT`` values spaced
   geometrically from ``MIN_PER_CLASS`` x classes to the pool size (both ends included,
   the low end capped at the pool size), rounded half up, deduplicated, ascending.
 - A regression target (``regime_regression``): the regression blind guess of the
   regime's train part (n = 0: the whole pool), whichever part is listed, on the test split.
 - The fingerprint of a regime split hashes (store fingerprint, task, n, seed, split,
-  ordered record ids, labels).
+  sampling, ordered record ids, labels); a stratified one leaves the sampling out, so it
+  keeps the fingerprint it had before uniform sampling existed.
 
 Everything is a pure function of the pool's labels (and record ids for the listing),
-the store fingerprint, the task, n, the seed and the split: no input order, process,
-hash seed or NumPy release changes a result.
+the store fingerprint, the task, n, the seed, the sampling and the split: no input
+order, process, hash seed or NumPy release changes a result.
 """
 
 from __future__ import annotations
@@ -57,6 +63,18 @@ VAL_FRACTION = 0.2
 MIN_PER_CLASS = 2
 """The smallest default regime holds this many examples per class."""
 DEFAULT_REGIME_COUNT = 6
+UNIFORM = "uniform"
+STRATIFIED = "stratified"
+SAMPLINGS = (UNIFORM, STRATIFIED)
+"""How a regime's n examples are drawn: a uniform random subsample (the paper's), or one per class first."""
+DEFAULT_SAMPLING = UNIFORM
+
+
+def check_sampling(sampling: str, field: str = "sampling") -> str:
+    """``sampling`` when it is one of ``SAMPLINGS``, else one line naming ``field`` and the values."""
+    if sampling not in SAMPLINGS:
+        raise InvalidArgument(f"{field}: got {quoted(sampling)}, expected one of {', '.join(SAMPLINGS)}")
+    return sampling
 
 
 def check_regime_split(split: str) -> str:
@@ -89,21 +107,27 @@ def _labels(labels: Sequence[int] | np.ndarray) -> np.ndarray:
     return array
 
 
-def pool_order(labels: Sequence[int] | np.ndarray, *, key: str, seed: int) -> np.ndarray:
-    """The keyed, class-covering order of the pool: a permutation of ``range(len(labels))``.
+def pool_order(labels: Sequence[int] | np.ndarray, *, key: str, seed: int,
+               sampling: str = DEFAULT_SAMPLING) -> np.ndarray:
+    """The keyed order of the pool (uniform, or class-covering when stratified): a permutation
+    of ``range(len(labels))``.
 
     Args:
         labels: the pool's labels in pool (split) order.
         key: ``regime_key(store_fingerprint, task)``.
         seed: the regime seed, 0 <= seed <= 2**64 - 1.
+        sampling: "uniform" or "stratified" (see the module).
     """
     array = _labels(labels)
+    check_sampling(sampling)
     if not key:
         raise InvalidArgument("key: empty; regimes are keyed on '<store fingerprint>/<task>'")
     rng = derive_rng(check_seed(seed), Protocol.VTAB_REGIME, key, Split.TRAIN, 0)
     if not len(array):
         return np.zeros(0, dtype=np.int64)
     permutation = rng.permutation(len(array)).astype(np.int64)
+    if sampling == UNIFORM:
+        return permutation
     classes = np.unique(array)
     class_order = classes[rng.permutation(len(classes))]
     permuted_labels = array[permutation]
@@ -131,11 +155,11 @@ def val_count(n: int) -> int:
 
 
 def regime_positions(labels: Sequence[int] | np.ndarray, *, task: str, key: str, n: int,
-                     seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val) pool positions of regime n for ``seed``, each in pool-order order."""
+                     seed: int, sampling: str = DEFAULT_SAMPLING) -> tuple[np.ndarray, np.ndarray]:
+    """(train, val) pool positions of regime n for ``seed`` and ``sampling``, each in pool-order order."""
     array = _labels(labels)
     n = check_regime_size(task, n, len(array))
-    head = pool_order(array, key=key, seed=seed)[:n]
+    head = pool_order(array, key=key, seed=seed, sampling=sampling)[:n]
     cut = n - val_count(n)
     return head[:cut], head[cut:]
 
@@ -157,10 +181,12 @@ def default_regimes(num_classes: int, pool_size: int) -> tuple[int, ...]:
 
 
 def regime_fingerprint(store_fingerprint: str, task: str, n: int, seed: int, split: str,
-                       record_ids: Sequence[int], labels: Sequence[int]) -> str:
+                       record_ids: Sequence[int], labels: Sequence[int], sampling: str = DEFAULT_SAMPLING) -> str:
     """Stable hash of a regime split's composition (see the module docstring)."""
     hasher = FieldHasher("sampler-server/regime-split/v1").text(store_fingerprint).text(task)
     hasher.integer(int(n)).integer(int(seed)).text(split)
+    if check_sampling(sampling) != STRATIFIED:  # stratified: the fingerprint it had before samplings
+        hasher.text(sampling)
     return "sha256:" + hasher.integers(record_ids).integers(labels).hexdigest()
 
 
@@ -185,6 +211,7 @@ class RegimeSplit:
     labels: tuple[int, ...]
     blind: BlindGuess
     default_regimes: tuple[int, ...]
+    sampling: str = DEFAULT_SAMPLING
 
     @property
     def pool_split(self) -> str:
@@ -193,12 +220,12 @@ class RegimeSplit:
     @property
     def fingerprint(self) -> str:
         return regime_fingerprint(self.store_fingerprint, self.task, self.n, self.seed, self.split,
-                                  self.record_ids, self.labels)
+                                  self.record_ids, self.labels, self.sampling)
 
     def to_json(self) -> dict[str, Any]:
         """Everything but the records (callers add them with their locations)."""
         return {
-            "task": self.task, "n": self.n, "seed": self.seed, "split": self.split,
+            "task": self.task, "n": self.n, "seed": self.seed, "split": self.split, "sampling": self.sampling,
             "store_fingerprint": self.store_fingerprint, "pool_split": POOL_SPLIT, "pool_size": self.pool_size,
             "num_classes": self.num_classes, "count": len(self.record_ids), "fingerprint": self.fingerprint,
             "blind": self.blind.to_json(), "default_regimes": list(self.default_regimes),
@@ -207,18 +234,20 @@ class RegimeSplit:
 
 def build_regime(*, task: str, store_fingerprint: str, num_classes: int, pool_record_ids: Sequence[int],
                  pool_labels: Sequence[int], test_labels: Sequence[int], n: int, seed: int,
-                 split: str) -> RegimeSplit:
-    """Regime ``n`` (0: none, only the task's description) of ``task`` for ``seed``, part ``split``.
+                 split: str, sampling: str = DEFAULT_SAMPLING) -> RegimeSplit:
+    """Regime ``n`` (0: none, only the task's description) of ``task`` for ``seed``, part ``split``,
+    drawn by ``sampling`` ("uniform" or "stratified").
 
     Args:
         pool_record_ids, pool_labels: the task's "train" split in split order.
         test_labels: the task's "test" split labels (the blind guess is scored on them).
 
     Raises:
-        InvalidArgument: a bad split or seed, pool ids and labels of different lengths, n above
-            the pool's size (the message names the task), an empty pool or test split.
+        InvalidArgument: a bad split, seed or sampling, pool ids and labels of different lengths,
+            n above the pool's size (the message names the task), an empty pool or test split.
     """
     check_regime_split(split)
+    check_sampling(sampling)
     seed = check_seed(seed)
     labels = _labels(pool_labels)
     ids = np.asarray(pool_record_ids, dtype=np.int64)
@@ -230,20 +259,22 @@ def build_regime(*, task: str, store_fingerprint: str, num_classes: int, pool_re
         positions = np.zeros(0, dtype=np.int64)
         guess = blind_guess(labels, test_labels, task=task)
     else:
-        train, val = regime_positions(labels, task=task, key=regime_key(store_fingerprint, task), n=n, seed=seed)
+        train, val = regime_positions(labels, task=task, key=regime_key(store_fingerprint, task), n=n, seed=seed,
+                                      sampling=sampling)
         positions = train if split == "train" else val
         guess = blind_guess(labels[train], test_labels, task=task)
     return RegimeSplit(
         task=task, n=int(n), seed=seed, split=split, store_fingerprint=store_fingerprint,
         num_classes=int(num_classes), pool_size=len(labels), positions=tuple(int(p) for p in positions),
         record_ids=tuple(int(i) for i in ids[positions]), labels=tuple(int(v) for v in labels[positions]),
-        blind=guess, default_regimes=default_regimes(num_classes, len(labels)),
+        blind=guess, default_regimes=default_regimes(num_classes, len(labels)), sampling=sampling,
     )
 
 
 def regime_regression(*, task: str, store_fingerprint: str, pool_labels: Sequence[int] | np.ndarray,
                       pool_targets: Sequence[float] | np.ndarray, test_targets: Sequence[float] | np.ndarray,
-                      n: int, seed: int, loss: RegressionLoss | str) -> RegressionBlindGuess:
+                      n: int, seed: int, loss: RegressionLoss | str,
+                      sampling: str = DEFAULT_SAMPLING) -> RegressionBlindGuess:
     """The regression blind guess of regime ``n``'s train part (0: the whole pool) for ``seed``.
 
     Args:
@@ -260,21 +291,27 @@ def regime_regression(*, task: str, store_fingerprint: str, pool_labels: Sequenc
     if n == 0:
         train = np.arange(len(labels))
     else:
-        train, _ = regime_positions(labels, task=task, key=regime_key(store_fingerprint, task), n=n, seed=seed)
+        train, _ = regime_positions(labels, task=task, key=regime_key(store_fingerprint, task), n=n, seed=seed,
+                                    sampling=sampling)
     return regression_blind_guess(targets[train], test_targets, loss, task=task)
 
 
 __all__ = [
     "DEFAULT_REGIME_COUNT",
+    "DEFAULT_SAMPLING",
     "MIN_PER_CLASS",
     "POOL_SPLIT",
     "REGIME_SPLITS",
+    "SAMPLINGS",
+    "STRATIFIED",
     "TEST_SPLIT",
+    "UNIFORM",
     "VAL_FRACTION",
     "RegimeSplit",
     "build_regime",
     "check_regime_size",
     "check_regime_split",
+    "check_sampling",
     "check_seed",
     "default_regimes",
     "pool_order",
