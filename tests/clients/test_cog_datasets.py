@@ -9,7 +9,7 @@ from conftest import generate_fixture, pack_fixture
 
 from clients.core import SamplerClient
 
-IMAGES = 53  # per class: 50 test, 3 train
+IMAGES, VALIDATION = 3, 50  # per class: 3 train images, 50 validation images (IN-1K's test set)
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +17,8 @@ def address(tmp_path_factory):
     from sampler_server.service.server import RunningServer, ServerConfig
 
     root = tmp_path_factory.mktemp("cog-datasets")
-    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=3, images_per_class=IMAGES), root / "data",
-                 name="ilsvrc_2012")
+    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=3, images_per_class=IMAGES,
+                                  validation_images=VALIDATION), root / "data", name="ilsvrc_2012")
     server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
                                         grace_seconds=0.5)).start()
     yield server.address

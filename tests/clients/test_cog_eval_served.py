@@ -18,7 +18,7 @@ from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_count
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-IN1K_IMAGES = 56  # 50 test + 6 train per IN-1K class
+IN1K_IMAGES, IN1K_VALIDATION = 6, 50  # per IN-1K class: 6 train images, 50 validation images (its test set)
 LEVELS = ("IN-1K", "L3")
 SHOTS = ("all", "2")
 SMALL = ["--levels", *LEVELS, "--shots", *SHOTS, "--seeds", "1", "--level-size", str(LEVEL_SIZE),
@@ -35,8 +35,8 @@ def served(tmp_path_factory):
     data = root / "data"
     assert server_cli(["pack", "imagenet21k", "--input", str(root / "in21k"), "--output", str(data), "--quiet",
                        "--workers", "2"]) == 0
-    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES), data,
-                 name="ilsvrc_2012")
+    pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES,
+                                  validation_images=IN1K_VALIDATION), data, name="ilsvrc_2012")
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
     yield server
     server.stop(grace=0.5)
@@ -64,7 +64,8 @@ def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(ser
     summary = _run(main, served, run_id, tmp_path / "cache", tmp_path / "first.json")
     assert list(summary["levels"]) == list(LEVELS)
     in1k = summary["levels"]["IN-1K"]
-    assert in1k["num_classes"] == 4 and in1k["test_size"] == 4 * 50 and in1k["train_size"] == 4 * 6
+    assert in1k["num_classes"] == 4
+    assert in1k["test_size"] == 4 * IN1K_VALIDATION and in1k["train_size"] == 4 * IN1K_IMAGES
     assert summary["levels"]["L3"]["num_classes"] == LEVEL_SIZE
     assert summary["extracted"] == sum(e["train_size"] + e["test_size"] for e in summary["levels"].values())
     results = {(level, r["shots"]): r for level, e in summary["levels"].items() for r in e["results"]}
