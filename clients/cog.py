@@ -304,8 +304,9 @@ class CogRun:
         self.splits: dict[tuple[str, str, int, int], SplitIds] = {}
         self.features: dict[str, CachedFeatures] = {}
         self.num_classes: dict[str, int] = {}
-        # naver/cog's level and split files, paths on the server; passed with every CoG request
-        self.files = {"levels_file": args.levels_file or "", "concepts_split_file": args.concepts_split_file or ""}
+        # naver/cog's level and split files, paths on the server; passed with every CoG request when given
+        files = {"levels_file": args.levels_file, "concepts_split_file": args.concepts_split_file}
+        self.files = {name: path for name, path in files.items() if path}
 
     # -- server-side facts --
 
