@@ -10,7 +10,10 @@ Modules:
 - ``listed``: the 70 concepts of the paper's Table 2;
 - ``eligibility``: the six sequential rules that select the eligible unseen concepts;
 - ``similarity``: the WordNet fragment, information content and Lin similarity;
-- ``levels``: ranking, the five levels, canonical JSON, counts from manifests.
+- ``levels``: ranking, the five levels, canonical JSON, counts from manifests;
+- ``official_files``: naver/cog's published level and split pickles, read by a
+  restricted unpickler; ``official_levels``: levels and splits from them, and how our
+  computed levels compare.
 
 The constants below are shared by every CoG part (splits, service, trainers, reports).
 """
