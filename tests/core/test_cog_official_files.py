@@ -136,3 +136,10 @@ def test_a_split_from_the_files_never_shares_the_computed_levels_fingerprint() -
     assert from_file.fingerprint != computed.fingerprint
     other = parse_levels_file(pickle.dumps(LEVELS, protocol=2), source="levels.pkl")  # other bytes, same levels
     assert files_identity("sha256:store", other, None) != files_identity("sha256:store", levels, None)
+
+
+def test_a_pickle_cannot_call_the_array_constructor_itself() -> None:
+    data = b"\x80\x02cnumpy\nndarray\nK\x08\x85R."  # numpy.ndarray(8): any shape the pickle likes
+    assert pickle.loads(data).shape == (8,)
+    with pytest.raises(InputFormatError, match=r"^big\.pkl: not a readable pickle \(it calls numpy.ndarray"):
+        load_restricted(data, source="big.pkl")

@@ -10,9 +10,9 @@ CoG level files"; ``data/__init__.py`` and ``data/datasets.py`` read them):
 
 A pickle is a program: ``pickle.load`` may import and call anything. ``load_restricted``
 runs the unpickler with a ``find_class`` that resolves only the globals numpy's arrays
-pickle through (``_reconstruct``, ``ndarray``, ``dtype``, ``scalar``, ``_frombuffer``,
-under numpy 1.x's ``numpy.core`` and 2.x's ``numpy._core`` names, and ``_codecs.encode``,
-which protocol 2 uses for bytes); any other global (``os.system``, a custom class,
+pickle through (``_reconstruct``, ``ndarray`` as its argument only, ``dtype``, ``scalar``,
+``_frombuffer``, under numpy 1.x's ``numpy.core`` and 2.x's ``numpy._core`` names, and
+``_codecs.encode`` of a str, which protocol 2 uses for bytes); any other global (``os.system``, a custom class,
 ``copyreg._reconstructor``) and any persistent id is refused with one line naming the
 file. What it returns is then checked to hold only lists, tuples, dicts, strings,
 numbers and numpy string or object arrays of strings.
@@ -44,16 +44,30 @@ SPLIT_KEYS = ("train", "test")
 """The keys of each concept's entry in the concepts split file."""
 
 
+class _NdarrayName:
+    """What ``numpy.ndarray`` resolves to inside a pickle: only ``_reconstruct`` accepts it,
+    so a pickle cannot call the constructor itself (e.g. to allocate a huge array)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise pickle.UnpicklingError("it calls numpy.ndarray, which is rebuilt through _reconstruct only")
+
+
 def _numpy_globals() -> dict[tuple[str, str], Any]:
     """The globals numpy arrays, dtypes and scalars pickle through, under both numpy
     generations' module names, taken from the objects themselves (no private import)."""
     reconstruct = np.ndarray.__reduce__(np.zeros(0))[0]
     frombuffer = np.zeros(1).__reduce_ex__(5)[0]
     scalar = np.float64(0).__reduce__()[0]
-    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype,
+
+    def reconstruct_ndarray(subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
+        if subtype is not _NdarrayName:
+            raise pickle.UnpicklingError("_reconstruct builds numpy.ndarray only")
+        return reconstruct(np.ndarray, shape, typecode)
+
+    allowed: dict[tuple[str, str], Any] = {("numpy", "ndarray"): _NdarrayName, ("numpy", "dtype"): np.dtype,
                                            ("_codecs", "encode"): codecs.encode}
     for core in ("numpy.core", "numpy._core"):
-        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct
+        allowed[(f"{core}.multiarray", "_reconstruct")] = reconstruct_ndarray
         allowed[(f"{core}.multiarray", "scalar")] = scalar
         allowed[(f"{core}.numeric", "_frombuffer")] = frombuffer
     return allowed
@@ -233,20 +247,38 @@ def parse_concepts_split_file(data: bytes, *, source: str) -> ConceptImages:
                                    f"{' and '.join(SPLIT_KEYS)}")
         parts = []
         for split in SPLIT_KEYS:
-            names = _sequence(entry[split])
-            texts = None if names is None else [_text(n) for n in names]
-            if texts is None or any(t is None or not t.strip("/\\") for t in texts):
+            ordered = _sorted_names(entry[split])
+            if ordered is None or (len(ordered) and np.any(np.char.str_len(np.char.strip(ordered, "/\\")) == 0)):
                 raise InputFormatError(source, f"concept {wnid} {split}: expected a list or array of file names")
-            ordered = np.array(sorted(texts), dtype=str)  # type: ignore[arg-type]
             if len(ordered) > 1 and np.any(ordered[1:] == ordered[:-1]):
                 twice = ordered[1:][ordered[1:] == ordered[:-1]][0]
                 raise InputFormatError(source, f"concept {wnid} {split}: {twice} is listed twice")
             parts.append(ordered)
-        both = np.intersect1d(parts[0], parts[1])
+        train, test = parts
+        at = np.minimum(np.searchsorted(train, test), max(len(train) - 1, 0))
+        both = test[train[at] == test] if len(train) else test[:0]  # both sorted: a lookup, not a set operation
         if len(both):
             raise InputFormatError(source, f"concept {wnid}: {both[0]} is in both train and test")
         images[wnid] = (parts[0], parts[1])
     return ConceptImages(source=source, sha256=sha256_hex(data), images=dict(sorted(images.items())))
+
+
+def _sorted_names(value: Any) -> np.ndarray | None:
+    """A concept's names as a sorted numpy str array (code point order, as Python sorts
+    str), None when they are not all strings. Numpy string arrays, the reference's form,
+    are sorted in numpy (the whole file holds millions of names)."""
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "US":
+        if value.dtype.kind == "S":
+            try:
+                value = np.char.decode(value, "utf-8")
+            except UnicodeDecodeError:
+                return None
+        return np.sort(value)
+    names = _sequence(value)
+    texts = None if names is None else [_text(n) for n in names]
+    if texts is None or any(t is None for t in texts):
+        return None
+    return np.array(sorted(texts), dtype=str)  # type: ignore[arg-type]
 
 
 def image_key(wnid: str, name: str) -> str:
