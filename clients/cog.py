@@ -422,7 +422,9 @@ class CogRun:
         scores = []
         for hp in self.grid:
             outcome = self._fit(level, fit_data, len(search_rows), dim, hp, fit_seed)
-            score = 0.0 if outcome.diverged else accuracy(self.backend, val_data, val_labels)
+            # a diverged trial keeps its measured accuracy: naver/cog's logreg.py validates the
+            # epoch that hit a non-finite loss, stops, and returns that last top-1
+            score = accuracy(self.backend, val_data, val_labels)
             scores.append(score)
             self.log(f"{level} N={shots or 'all'} seed {seed} {hp.label}: val accuracy {score:.4f}"
                      f"{' (diverged)' if outcome.diverged else ''}")
