@@ -26,7 +26,6 @@ from sampler_server.cli.main import main
 from sampler_server.core.cog.levels import compute_levels
 from sampler_server.core.cog.splits import batch_fingerprint
 from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
-from sampler_server.fixtures.ilsvrc import DEFAULT_VALIDATION_IMAGES
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -93,6 +92,8 @@ def test_levels_are_in1k_then_l1_to_l5_as_computed_from_the_served_counts(cog):
         assert summary.store == "imagenet21k"
     seen = reply.levels[0]
     assert len(seen.wnids) == 4 and list(seen.wnids) == sorted(seen.wnids) and seen.store == "ilsvrc_2012"
+    from sampler_server.fixtures.ilsvrc import DEFAULT_VALIDATION_IMAGES  # the fixture's, per class
+
     assert (seen.train_size, seen.test_size) == (4 * IN1K_IMAGES, 4 * DEFAULT_VALIDATION_IMAGES)
     sizes = {s.level: s for s in reply.levels}
     for level in ("IN-1K", "L2"):  # the summary's sizes are the splits' sizes
