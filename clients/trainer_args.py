@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from clients import transfer_protocols
 from clients.balancing import parse_target
 from clients.buckets import SHAPE_BUCKETS
 
@@ -276,11 +278,10 @@ TRANSFER_MODES = ("linear", "finetune", "protonet")
 # Control baselines (issue 12): the method under study, the same architecture from random
 # init on the same data regime, and random init on all of the task's training data.
 ROLES = ("model", "scratch", "max")
-SELECTIONS = ("all-tasks", "per-task")
-# The VTAB lightweight sweep (Zhai et al., 2019), as VTAB+MD runs it for BiT (Sec. 4)
-SWEEP_LRS = (0.01, 0.001)
-SWEEP_STEPS = (2500, 10000)
-VTAB_BATCH_SIZE = 512
+SELECTIONS = transfer_protocols.SELECTIONS
+REGIME_SAMPLINGS = ("uniform", "stratified")  # RegimeRequest.sampling: the paper's random subsample, or classes first
+# Flags whose default (None) means "the protocol's value"; given, they override it
+PROTOCOL_FLAGS = tuple(transfer_protocols.PROTOCOLS[transfer_protocols.DEFAULT_PROTOCOL].values())
 
 
 def _init_source(text: str) -> str:
@@ -292,6 +293,16 @@ def _init_source(text: str) -> str:
     return text
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a fraction in [0, 1)") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a fraction in [0, 1)")
+    return value
+
+
 class TransferArgumentParser(TrainerArgumentParser):
     """One-line errors as the trainer's; validated by the transfer learner's own rules."""
 
@@ -301,45 +312,88 @@ class TransferArgumentParser(TrainerArgumentParser):
         return parsed, extras
 
 
+class _TransferHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown where there is one; a None default is the protocol's, said in the help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     """The transfer learner's command line of ``framework``; same flags in both frameworks."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
     parser = TransferArgumentParser(
         prog=f"python -m clients.{framework} transfer",
-        description=("Transfer a backbone to VTAB-1k tasks: a linear probe or full fine-tuning over the "
-                     "lightweight sweep (train800, pick on val200, retrain on train800val200, test), or "
-                     "ProtoNet full-way episodes; per-task top-1 is reported to the server."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=("Transfer a backbone to VTAB-1k tasks under a named protocol (--protocol): a sweep of "
+                     "learning rates x steps, each setting scored on a validation split, the chosen one trained "
+                     "again on the 1000 examples and tested (the median of --runs seeds); or ProtoNet full-way "
+                     "episodes. Per-task top-1 is reported to the server."),
+        epilog="\n".join([
+            textwrap.fill("protocols (a flag whose default is 'the protocol's' overrides one value; the summary "
+                          "records the protocol and every value used):", 100),
+            transfer_protocols.describe(100),
+            textwrap.fill("Warm-up and decay points are fractions of each setting's steps, so --steps-scale (CPU "
+                          "runs) scales them with the steps.", 100)]),
+        formatter_class=_TransferHelpFormatter,
     )
     _add_server_group(parser)
+    protocol_default = "default: the protocol's"
 
     what = parser.add_argument_group("tasks and model")
     what.add_argument("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK",
                       help="VTAB tasks as the server names them (ListTasks), e.g. cifar100 kitti_distance")
-    what.add_argument("--mode", choices=TRANSFER_MODES, default="linear",
-                      help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes")
+    what.add_argument("--protocol", choices=tuple(transfer_protocols.PROTOCOLS),
+                      default=transfer_protocols.DEFAULT_PROTOCOL,
+                      help="the whole protocol: vtab (the VTAB paper's lightweight sweep), vtab-md (VTAB+MD's), "
+                           "reference-script (task_adaptation's run_all_tasks.sh); see below")
+    what.add_argument("--mode", choices=TRANSFER_MODES, default=None,
+                      help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
+                           f"({protocol_default}: finetune)")
     what.add_argument("--backbone", choices=BACKBONES, default="resnet18", help="embedding network")
     what.add_argument("--init", type=_init_source, default="scratch", metavar="FILE|scratch",
                       help="starting weights: an MD trainer checkpoint, a torchvision state_dict (torch) or Keras "
                            "weights (tf) of the same backbone, or scratch")
     what.add_argument("--image-size", type=_int_at_least(8), default=224, metavar="PIXELS", help="image side")
-    what.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the weights and the batch order")
+    what.add_argument("--seed", type=_int_at_least(0), default=0,
+                      help="seed of the weights and the batch order (the first final run; the others' are hashed "
+                           "from it)")
     what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
 
-    sweep = parser.add_argument_group("the lightweight sweep (linear, finetune)")
-    sweep.add_argument("--lrs", nargs="+", type=_positive_float, default=list(SWEEP_LRS), metavar="LR",
-                       help="SGD (momentum 0.9) learning rates swept")
-    sweep.add_argument("--steps", nargs="+", type=_int_at_least(1), default=list(SWEEP_STEPS), metavar="T",
-                       help="training steps swept")
+    sweep = parser.add_argument_group("the sweep and the final runs (linear, finetune)")
+    sweep.add_argument("--lrs", nargs="+", type=_positive_float, default=None, metavar="LR",
+                       help=f"SGD (momentum 0.9, no weight decay) learning rates swept ({protocol_default})")
+    sweep.add_argument("--steps", nargs="+", type=_int_at_least(1), default=None, metavar="T",
+                       help=f"training steps swept ({protocol_default})")
     sweep.add_argument("--steps-scale", type=_positive_float, default=1.0, metavar="F",
-                       help="multiply every --steps value by F (at least 1 step), for small machines")
-    sweep.add_argument("--batch-size", type=_int_at_least(1), default=VTAB_BATCH_SIZE, help="images per step")
+                       help="multiply every step count by F (at least 1 step; warm-up and decay points follow), "
+                            "for small machines")
+    sweep.add_argument("--batch-size", type=_int_at_least(1), default=None,
+                       help=f"images per step ({protocol_default})")
+    sweep.add_argument("--decay", choices=tuple(transfer_protocols.DECAYS), default=None,
+                       help="where the rate drops /10: readme = after 30/60/90%% of the steps (task_adaptation's "
+                            "README and run_all_tasks.sh); paper = after 1/3, 2/3 and 9/10 (VTAB Appendix I; "
+                            f"9/10 for its 'shortly before the end') ({protocol_default})")
+    sweep.add_argument("--warmup", type=_fraction, default=None, metavar="F",
+                       help="linear warm-up from 0 over this fraction of the steps (run_all_tasks.sh: 80 of 1000 = "
+                            f"0.08) ({protocol_default})")
+    sweep.add_argument("--select", choices=SELECTIONS, default=None,
+                       help="per-task: each task's best setting (VTAB); all-tasks: one setting, the best mean "
+                            f"accuracy over the tasks (VTAB+MD) ({protocol_default})")
+    sweep.add_argument("--select-split", choices=transfer_protocols.SELECT_SPLITS, default=None,
+                       help="the split each setting (trained on train800) is scored on: val, the task's regular "
+                            "validation split (VTAB's 1000-example runs); val200 (the 800/200 variant); none: no "
+                            f"sweep, one setting goes straight to the final runs ({protocol_default})")
+    sweep.add_argument("--final-split", choices=transfer_protocols.FINAL_SPLITS, default=None,
+                       help="what the chosen setting is trained on before the test: train800val200 (VTAB-1k's "
+                            f"1000) or trainval1000 (run_all_tasks.sh's) ({protocol_default})")
+    sweep.add_argument("--runs", type=_int_at_least(1), default=None, metavar="N",
+                       help="final runs (seeds) per task; the test accuracy reported is their median, as the VTAB "
+                            f"paper reports ({protocol_default})")
     sweep.add_argument("--eval-batch-size", type=_int_at_least(1), default=256, metavar="N",
                        help="images per evaluation forward pass")
-    sweep.add_argument("--select", choices=SELECTIONS, default="all-tasks",
-                       help="all-tasks: one setting, best mean val200 accuracy over the tasks (VTAB+MD); "
-                            "per-task: each task's best")
 
     control = parser.add_argument_group("control baselines (linear, finetune)")
     control.add_argument("--role", choices=ROLES, default="model",
@@ -349,9 +403,13 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     control.add_argument("--regime", dest="regimes", action="append", type=_int_at_least(1), default=None,
                          metavar="N", help="a data regime of N training examples (repeatable): the sweep trains on "
                                            "its train part, picks on its val part, retrains on the whole regime and "
-                                           "tests on test (default: VTAB-1k's train800/val200)")
+                                           "tests on test (default: VTAB-1k's splits)")
     control.add_argument("--regime-seed", type=_int_at_least(0), default=None, metavar="S",
                          help="seed drawing the regimes (nested across N for one seed; default 0)")
+    control.add_argument("--regime-sampling", choices=REGIME_SAMPLINGS, default=None,
+                         help="how a regime's N examples are drawn from the task's train split: uniform (the "
+                              "control-baselines paper's random subsample) or stratified (one per class first; "
+                              "default: uniform)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--log-every", type=_int_at_least(1), default=100, metavar="N", help="progress every N steps")
@@ -360,8 +418,10 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
 
 
 def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Cross-argument checks, then the protocol's values filled in where no flag was given
+    (``args.overridden`` names the flags that were)."""
     for name in ("tasks", "lrs", "steps"):
-        values = getattr(args, name)
+        values = getattr(args, name) or []
         if len(set(values)) != len(values):
             parser.error(f"argument --{name}: got {' '.join(map(str, values))}, expected each value once")
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -379,8 +439,21 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
                      "(it trains on all of the task's training data)")
     if args.regime_seed is not None and not regimes:
         parser.error(f"argument --regime-seed: got {args.regime_seed}, expected it only with --regime N")
+    if args.regime_sampling is not None and not regimes:
+        parser.error(f"argument --regime-sampling: got {args.regime_sampling}, expected it only with --regime N")
+    values, overridden = transfer_protocols.resolve(args.protocol, {k: getattr(args, k) for k in PROTOCOL_FLAGS})
+    if values["select_split"] == "none" and args.mode != "protonet":
+        settings = len(values["lrs"]) * len(values["steps"])
+        if settings > 1:
+            source = "--select-split none" if "select_split" in overridden else f"--protocol {args.protocol}"
+            parser.error(f"arguments --lrs/--steps: got {settings} settings, but {source} trains one setting "
+                         "without a sweep; add --select-split val or val200 to choose among them")
+    for key, value in values.items():
+        setattr(args, key, value)
+    args.overridden = overridden
     args.regimes = sorted(regimes)
     args.regime_seed = args.regime_seed or 0
+    args.regime_sampling = args.regime_sampling or REGIME_SAMPLINGS[0]
 
 
 def parse_transfer_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:

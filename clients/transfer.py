@@ -3,29 +3,34 @@
 the final fit, evaluation, reports, summary, exit codes). A framework supplies a
 ``TransferLearner``: weights, a training step, predictions.
 
-The protocol (VTAB+MD Sec. 4, after the VTAB lightweight sweep of Zhai et al. 2019):
-every (lr, steps) of ``--lrs`` x ``--steps`` is trained on ``train800`` and scored
-top-1 on ``val200``; one setting is chosen for all tasks (best mean val200 accuracy,
-as VTAB+MD does) or, with ``--select per-task``, each task's best; ties go to the
-first setting in sweep order. The chosen setting is trained again on
-``train800val200`` and scored on ``test`` (the evaluation form: every example once).
-Optimiser: SGD, momentum 0.9, batch 512 by default, the reference's schedule scaled to
-the steps (``learning_rate``). Simplified against the reference: no weight decay (the
-VTAB paper uses none when fine-tuning), no augmentation, one ``--image-size`` for all
-tasks.
+The protocol is named by ``--protocol`` (``clients.transfer_protocols``: its values and
+their sources; each flag given overrides one value). Every (lr, steps) of ``--lrs`` x
+``--steps`` is trained on ``train800`` and scored top-1 on ``--select-split`` (``val``,
+the task's regular validation split, as the VTAB paper selects for its 1000-example
+runs; or ``val200``); each task's best setting is chosen (``--select per-task``) or one
+for all tasks (``all-tasks``: best mean accuracy, as VTAB+MD does); ties go to the first
+setting in sweep order. ``--select-split none`` skips the sweep (one setting, as the
+reference script trains). The chosen setting is trained again ``--runs`` times (seeds)
+on ``--final-split`` (``train800val200``, or the script's ``trainval1000``) and scored
+on ``test`` (the evaluation form: every example once); the test accuracy reported is
+the median of the runs (VTAB Sec. 3.1), each run kept in the summary. Optimiser: SGD,
+momentum 0.9, no weight decay, the protocol's schedule (``Schedule``: warm-up and /10
+decay points as fractions of the steps). Simplified against the reference: no
+augmentation, one ``--image-size`` for all tasks.
 
 Control baselines (issue 12): ``--role model|scratch|max`` is stored with every report.
 With ``--regime N`` (repeatable) and ``--regime-seed S`` the sweep runs once per data
 regime the server draws (``GetRegime``): trained on the regime's ``train`` part, scored on
 its ``val`` part, the chosen setting retrained on the whole regime (``trainval``: train
 and val) and tested on the task's ``test``; each regime's results are reported under its
-N and S. ``--role max`` trains on all of the task's training data: the sweep on ``train``,
+N and S. ``--regime-sampling`` (uniform or stratified) says how the server draws them. ``--role max`` trains on all of the task's training data: the sweep on ``train``,
 scored on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max``
 start from random init (``--init scratch``, checked when parsing).
 
 Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
-seed hashed from (--seed, task, split, lr, steps); batches come from the server's
-seeded shuffle; so two runs with the same arguments report the same accuracies
+seed hashed from (--seed, task, split, lr, steps, and the final run's seed after the
+first); batches come from the server's shuffle under ``--seed`` (the final runs after
+the first: seeds hashed from it); so two runs with the same arguments report the same accuracies
 (CPU; deterministic kernels are switched on by each framework).
 """
 
@@ -45,9 +50,8 @@ import numpy as np
 from clients.core import SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
 from clients.orchestration import UsageError, run_command
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
+from clients.transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
 
-MOMENTUM = 0.9
-SWEEP_SPLITS = ("train800", "val200", "train800val200", "test")
 MAX_SPLITS = ("train", "val", "trainval", "test")
 REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
 REGIME_POOL_SPLITS = ("train", "test")  # what regimes are drawn from and tested on
@@ -59,12 +63,12 @@ when asked by name): runs with --regime or --role max, not the VTAB-1k sweep."""
 
 @dataclass(frozen=True)
 class DataPoint:
-    """The data one sweep uses: its train, val, final-fit and test splits, and the regime
-    (0: the task's own splits) the first three belong to."""
+    """The data one sweep uses: its train, val (None: no sweep), final-fit and test splits,
+    and the regime (0: the task's own splits) the first three belong to."""
 
     regime: int
     train: str
-    val: str
+    val: str | None
     final: str
     test: str = "test"
 
@@ -72,12 +76,30 @@ class DataPoint:
         """The regime a split of this point is drawn from (the test never is)."""
         return self.regime if split != self.test else 0
 
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits this point reads: the sweep's (when there is one), the final fit's and the test."""
+        return ((self.train, self.val) if self.val else ()) + (self.final, self.test)
+
 
 def data_points(args: argparse.Namespace) -> list[DataPoint]:
-    """The sweeps of a run in order: one per ``--regime`` (ascending), else the role's splits."""
+    """The sweeps of a run in order: one per ``--regime`` (ascending), else the role's splits
+    (``--role max``) or the protocol's (``--select-split``, ``--final-split``). A regime's or
+    the max role's val part is its own; ``--select-split none`` drops the sweep everywhere."""
+    sweep = args.select_split != "none"
     if args.regimes:
-        return [DataPoint(n, *REGIME_SPLITS) for n in args.regimes]
-    return [DataPoint(0, *(MAX_SPLITS if args.role == "max" else SWEEP_SPLITS))]
+        train, val, final, test = REGIME_SPLITS
+        return [DataPoint(n, train, val if sweep else None, final, test) for n in args.regimes]
+    if args.role == "max":
+        train, val, final, test = MAX_SPLITS
+        return [DataPoint(0, train, val if sweep else None, final, test)]
+    return [DataPoint(0, SWEEP_TRAIN_SPLIT, args.select_split if sweep else None, args.final_split)]
+
+
+def run_seeds(args: argparse.Namespace) -> list[int]:
+    """The batch-order seeds of the final runs: ``--seed`` first (one run is the run it
+    always was), then seeds hashed from it."""
+    return [args.seed] + [derive_seed(args.seed, "final-run", r) for r in range(1, args.runs)]
 
 
 @dataclass(frozen=True)
@@ -98,20 +120,9 @@ def derive_seed(seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
-DECAY_AT = (0.3, 0.6, 0.9)  # fractions of the steps: the reference script's 300, 600, 900 of 1000
-WARMUP = 0.08  # ... and its 80 warm-up steps of 1000
-
-
-def learning_rate(base: float, step: int, total: int) -> float:
-    """The reference's schedule, scaled to ``total`` steps: a linear warm-up over the first
-    8%, then ``base`` divided by 10 after each of 30%, 60% and 90% of the steps (the VTAB
-    paper: after 1/3 and 2/3, and once more shortly before the end; the numbers are those
-    of the reference's run script, which trains 1000 steps). ``step`` counts from 0."""
-    warmup = int(round(WARMUP * total))
-    if step < warmup:
-        return base * step / warmup
-    drops = sum(step > round(fraction * total) for fraction in DECAY_AT)
-    return base * 0.1 ** drops
+def run_schedule(args: argparse.Namespace) -> Schedule:
+    """The run's step schedule: ``--decay``'s points and ``--warmup`` (protocol's or given)."""
+    return Schedule(DECAYS[args.decay], args.warmup)
 
 
 def sweep_settings(lrs: Sequence[float], steps: Sequence[int], scale: float) -> list[Setting]:
@@ -174,6 +185,7 @@ class TransferRun:
         self.learner, self.client, self.log = learner, client, log
         self.args = learner.args
         self.num_classes: dict[str, int] = {}
+        self.schedule = run_schedule(self.args)
 
     def check_tasks(self) -> None:
         """Every named task is served with the splits this mode reads (ListTasks) and every
@@ -184,7 +196,7 @@ class TransferRun:
         elif args.regimes:
             needed = REGIME_POOL_SPLITS
         else:
-            needed = MAX_SPLITS if args.role == "max" else SWEEP_SPLITS
+            needed = data_points(args)[0].splits
         served: dict[str, Any] = {}
         for summary in self.client.list_tasks():
             served.setdefault(summary.task, summary)
@@ -205,13 +217,14 @@ class TransferRun:
                 if split not in splits or not splits[split].available:
                     reason = splits[split].reason if split in splits else "not listed"
                     what = f"--role {args.role}" if args.role == "max" else (
-                        "--regime" if args.regimes else f"--mode {args.mode}")
+                        "--regime" if args.regimes else f"--mode {args.mode}" if args.mode == "protonet"
+                        else f"--protocol {args.protocol}")
                     raise UsageError(f"argument --tasks: task {task!r} has no usable {split} split on the server "
                                      f"({reason}); {what} needs {', '.join(needed)}")
             self.num_classes[task] = int(served[task].num_classes)
             for n in args.regimes or ():
                 try:
-                    self.client.get_regime(task, n, args.regime_seed, "train")
+                    self.client.get_regime(task, n, args.regime_seed, "train", sampling=args.regime_sampling)
                 except SamplerClientError as error:
                     if error.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
                         raise
@@ -223,17 +236,26 @@ class TransferRun:
         config.update(extra)
         return json.loads(json.dumps(config))
 
-    def fit(self, task: str, split: str, setting: Setting, regime: int = 0) -> float:
+    def _regime_keys(self, regime: int) -> dict[str, Any]:
+        """The request fields naming a data regime (none for the task's own splits)."""
+        if not regime:
+            return {"regime": 0}
+        return {"regime": regime, "regime_seed": self.args.regime_seed, "regime_sampling": self.args.regime_sampling}
+
+    def fit(self, task: str, split: str, setting: Setting, regime: int = 0, seed: int | None = None) -> float:
+        """Train a fresh head (and, finetuning, the backbone from ``--init``) for ``setting.steps``
+        steps on ``split``, batches shuffled under ``seed`` (default ``--seed``); the last loss."""
         args = self.args
-        where = (task, split, setting.lr, setting.steps) + ((f"regime={regime}", args.regime_seed) if regime else ())
+        seed = args.seed if seed is None else seed
+        where = ((task, split, setting.lr, setting.steps) + ((f"regime={regime}", args.regime_seed) if regime else ())
+                 + ((f"seed={seed}",) if seed != args.seed else ()))
         self.learner.reset(self.num_classes[task], derive_seed(args.seed, *where))
         loss = float("nan")
-        batches = self.client.task_batches(task, split, args.batch_size, seed=args.seed, count=setting.steps,
-                                           image_size=args.image_size, regime=regime,
-                                           regime_seed=args.regime_seed if regime else 0)
+        batches = self.client.task_batches(task, split, args.batch_size, seed=seed, count=setting.steps,
+                                           image_size=args.image_size, **self._regime_keys(regime))
         label = f"{task} {split}{f' (regime {regime})' if regime else ''} {setting.label}"
         for step, batch in enumerate(batches):
-            loss = self.learner.train_step(batch, learning_rate(setting.lr, step, setting.steps))
+            loss = self.learner.train_step(batch, self.schedule.learning_rate(setting.lr, step, setting.steps))
             if (step + 1) % args.log_every == 0:
                 self.log(f"{label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
         return loss
@@ -241,7 +263,7 @@ class TransferRun:
     def evaluate(self, task: str, split: str, regime: int = 0) -> tuple[float, int]:
         correct = total = 0
         for batch in self.client.eval_batches(task, split, self.args.eval_batch_size, image_size=self.args.image_size,
-                                              regime=regime, regime_seed=self.args.regime_seed if regime else 0):
+                                              **self._regime_keys(regime)):
             correct += int(np.sum(np.asarray(self.learner.predict(batch)) == batch.labels))
             total += len(batch.labels)
         return correct / max(total, 1), total
@@ -269,26 +291,46 @@ class TransferRun:
         args = self.args
         settings = sweep_settings(args.lrs, args.steps, args.steps_scale)
         points = data_points(args)
-        config = self.config({"settings": [s.label for s in settings]})
+        seeds = run_seeds(args)
+        protocol = self.protocol_values(settings, seeds)
+        config = self.config({"settings": [s.label for s in settings], **protocol})
         swept = [self._sweep_point(point, settings) for point in points]
         for point, (val, _, chosen) in zip(points, swept):
             key = "chosen" if not point.regime else f"chosen_regime_{point.regime}"
             config[key] = {task: s.label for task, s in chosen.items()}
-        summary: dict[str, Any] = {"run": args.run, "mode": args.mode, "select": args.select, "role": args.role,
+        summary: dict[str, Any] = {"run": args.run, "protocol": args.protocol, "mode": args.mode,
+                                   "select": args.select, "role": args.role, **protocol,
                                    "settings": [{"lr": s.lr, "steps": s.steps} for s in settings]}
-        parts = [self._final(point, settings, *result, config) for point, result in zip(points, swept)]
+        parts = [self._final(point, settings, *result, config, seeds) for point, result in zip(points, swept)]
         summary["config"] = config
         if args.regimes:
             summary["regime_seed"] = args.regime_seed
+            summary["regime_sampling"] = args.regime_sampling
             summary["regimes"] = parts
         else:
             summary.update(parts[0])
         return summary
 
+    def protocol_values(self, settings: Sequence[Setting], seeds: Sequence[int]) -> dict[str, Any]:
+        """Every value the run's protocol used (given or the protocol's), the flags that
+        overrode it, and each setting's schedule in steps: recorded in the summary and the
+        run configuration."""
+        args = self.args
+        values = {key: getattr(args, key) for key in ("mode", "lrs", "steps", "steps_scale", "batch_size", "decay",
+                                                      "warmup", "select", "select_split", "final_split", "runs")}
+        values.update(momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, decay_at=list(self.schedule.decay_at),
+                      sweep_split=SWEEP_TRAIN_SPLIT if args.select_split != "none" else None,
+                      regime_sampling=args.regime_sampling if args.regimes else None)
+        return {"protocol_values": values, "overridden": list(args.overridden), "run_seeds": list(seeds),
+                "schedules": {s.label: self.schedule.points(s.steps) for s in settings}}
+
     def _sweep_point(self, point: DataPoint, settings: Sequence[Setting]
                      ) -> tuple[dict[str, dict[str, float]], dict[str, int], dict[str, Setting]]:
-        """Every setting trained on the point's train split and scored on its val split; the choice."""
+        """Every setting trained on the point's train split and scored on its val split; the
+        choice. Without a val split (no sweep) the one setting is every task's."""
         args = self.args
+        if point.val is None:
+            return {}, {}, {task: settings[0] for task in args.tasks}
         val: dict[str, dict[str, float]] = {task: {} for task in args.tasks}
         val_examples: dict[str, int] = {}
         for setting in settings:
@@ -300,41 +342,53 @@ class TransferRun:
         return val, val_examples, choose(val, settings, args.select == "per-task")
 
     def _final(self, point: DataPoint, settings: Sequence[Setting], val: dict[str, dict[str, float]],
-               val_examples: dict[str, int], chosen: dict[str, Setting], config: dict[str, Any]) -> dict[str, Any]:
-        """The chosen settings retrained on the point's final split, tested, reported; its summary part."""
+               val_examples: dict[str, int], chosen: dict[str, Setting], config: dict[str, Any],
+               seeds: Sequence[int]) -> dict[str, Any]:
+        """The chosen settings trained on the point's final split once per seed, tested; the
+        median reported (and the val score of the choice); its summary part."""
         args = self.args
         keys = {"role": args.role, "regime": point.regime, "regime_seed": args.regime_seed if point.regime else 0}
         results: dict[str, Any] = {}
         for task in args.tasks:
             setting = chosen[task]
-            self.fit(task, point.final, setting, point.of(point.final))
-            accuracy, examples = self.evaluate(task, point.test)
-            self.client.report_task(args.run, task, point.val, val[task][setting.label], val_examples[task],
-                                    run_config=config, **keys)
+            runs = []
+            for seed in seeds:
+                self.fit(task, point.final, setting, point.of(point.final), seed=seed)
+                accuracy, examples = self.evaluate(task, point.test)
+                runs.append({"seed": seed, "test_accuracy": accuracy})
+                if len(seeds) > 1:
+                    self.log(f"{task} {setting.label} seed {seed}: test accuracy {accuracy:.4f}")
+            accuracy = median([run["test_accuracy"] for run in runs])
+            if point.val is not None:
+                self.client.report_task(args.run, task, point.val, val[task][setting.label], val_examples[task],
+                                        run_config=config, **keys)
             self.client.report_task(args.run, task, point.test, accuracy, examples, run_config=config, **keys)
-            results[task] = {"chosen": {"lr": setting.lr, "steps": setting.steps}, "val": val[task],
-                             "val_accuracy": val[task][setting.label], "val_split": point.val,
-                             "val_examples": val_examples[task], "test_accuracy": accuracy,
-                             "test_examples": examples}
-        part: dict[str, Any] = {
-            "mean_val": {s.label: float(np.mean([val[t][s.label] for t in args.tasks])) for s in settings},
-            "tasks": results}
+            results[task] = {"chosen": {"lr": setting.lr, "steps": setting.steps}, "final_split": point.final,
+                             "test_accuracy": accuracy, "test_examples": examples, "test_runs": runs}
+            if point.val is not None:
+                results[task].update({"val": val[task], "val_accuracy": val[task][setting.label],
+                                      "val_split": point.val, "val_examples": val_examples[task]})
+        part: dict[str, Any] = {"tasks": results}
+        if point.val is not None:
+            part["mean_val"] = {s.label: float(np.mean([val[t][s.label] for t in args.tasks])) for s in settings}
         if point.regime:
             part["n"] = point.regime
-        if args.select == "all-tasks":
+        if args.select == "all-tasks" or point.val is None:
             part["chosen"] = results[args.tasks[0]]["chosen"]
         return part
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
     role = summary.get("role", "model")
-    head = (f"run {summary['run']}: {summary['config'].get('framework', '?')} {summary['mode']} "
+    head = (f"run {summary['run']}: {summary['config'].get('framework', '?')} "
+            f"{summary.get('protocol', '?') + ' ' if summary['mode'] != 'protonet' else ''}{summary['mode']} "
             f"{summary['config'].get('backbone', '?')}" + (f", role {role}" if role != "model" else ""))
     parts = summary.get("regimes")
     if parts is None:
         return "\n".join([head + (f", chosen {summary['chosen']}" if "chosen" in summary else ""),
                           *_task_lines(summary["tasks"], "  ")])
-    lines = [head + f", regimes {', '.join(str(p['n']) for p in parts)} (seed {summary['regime_seed']})"]
+    lines = [head + f", regimes {', '.join(str(p['n']) for p in parts)} (seed {summary['regime_seed']}, "
+             f"{summary.get('regime_sampling', 'uniform')})"]
     for part in parts:
         lines.append(f"  regime {part['n']}" + (f", chosen {part['chosen']}" if "chosen" in part else ""))
         lines.extend(_task_lines(part["tasks"], "    "))
@@ -346,8 +400,11 @@ def _task_lines(tasks: Mapping[str, Any], indent: str) -> list[str]:
     for task, result in tasks.items():
         val = f"{result.get('val_split', 'val200')} {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
         chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
+        runs = result.get("test_runs", [])
+        scores = " ".join(f"{run['test_accuracy']:.4f}" for run in runs)
+        of_runs = f", median of {len(runs)}: {scores}" if len(runs) > 1 else ""
         lines.append(f"{indent}{task}{chosen} {val}test {result['test_accuracy']:.4f} "
-                     f"({result['test_examples']} examples)")
+                     f"({result['test_examples']} examples{of_runs})")
     return lines
 
 

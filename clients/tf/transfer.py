@@ -25,7 +25,8 @@ from clients.core import TaskBatchArrays, TaskEpisodeArrays
 from clients.orchestration import UsageError
 from clients.tf import models
 from clients.tf.trainer import select_device
-from clients.transfer import MOMENTUM, TransferLearner, derive_seed, run_transfer_main
+from clients.transfer import TransferLearner, derive_seed, run_transfer_main
+from clients.transfer_protocols import MOMENTUM
 
 keras = tf.keras
 

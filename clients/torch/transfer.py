@@ -30,7 +30,8 @@ from clients.orchestration import UsageError
 from clients.torch.dataset import task_batch_to_torch
 from clients.torch.models import build_backbone, parameter_count, prototype_logits
 from clients.torch.trainer import CHECKPOINT_FORMAT, _device
-from clients.transfer import MOMENTUM, TransferLearner, derive_seed, run_transfer_main
+from clients.transfer import TransferLearner, derive_seed, run_transfer_main
+from clients.transfer_protocols import MOMENTUM
 
 _TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
 

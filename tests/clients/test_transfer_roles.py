@@ -1,7 +1,8 @@
 """Control baselines in the transfer trainers (torch and tf): a model, a scratch and a max run
 on one small KITTI task at 3 regimes report through a real server, keyed by role, regime
 and regime seed; each regime's sweep is scored on its val part and tested on the task's test;
-bad role/regime arguments end in one line and exit 2."""
+the regime sampling asked for is recorded; bad role/regime arguments end in one line and exit 2.
+The runs use VTAB+MD's protocol (one final run each) to stay small."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from sampler_server.fixtures.tfds import DemoKitti
 SIZES = {"train": 60, "validation": 20, "test": 30}
 TASK = "kitti_distance"
 REGIMES = (8, 16, 32)
-SMALL = ["--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--batch-size", "8", "--eval-batch-size", "64",
+SMALL = ["--protocol", "vtab-md", "--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--batch-size", "8", "--eval-batch-size", "64",
          "--lrs", "0.1", "0.01", "--steps", "2", "--log-every", "1000"]
 AT_REGIMES = [arg for n in REGIMES for arg in ("--regime", str(n))] + ["--regime-seed", "4"]
 
@@ -63,7 +64,7 @@ def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
     model = _run(main, served, f"{framework}-model", tmp_path, *SMALL, "--mode", "linear", "--init", init,
                  "--role", "model", *AT_REGIMES)
     scratch = _run(main, served, f"{framework}-scratch", tmp_path, *SMALL, "--mode", "finetune", "--role", "scratch",
-                   *AT_REGIMES)
+                   *AT_REGIMES, "--regime-sampling", "stratified")
     # the max run trains a linear head on random-init features longer (the last --lrs/--steps
     # win): one stuck on the majority class would score exactly the blind guess, and
     # calibration is then undefined (refused)
@@ -72,6 +73,8 @@ def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
     with SamplerClient(served.address) as client:
         regimes = {n: {s: client.get_regime(TASK, n, 4, s) for s in ("train", "val")} for n in REGIMES}
         val_size = len(list(client.eval_batches(TASK, "val", 64, image_size=16)))
+    assert (model["regime_sampling"], scratch["regime_sampling"]) == ("uniform", "stratified")
+    assert scratch["config"]["regime_sampling"] == scratch["protocol_values"]["regime_sampling"] == "stratified"
     for summary, role in ((model, "model"), (scratch, "scratch")):
         assert summary["role"] == role and summary["regime_seed"] == 4 and summary["config"]["role"] == role
         assert [part["n"] for part in summary["regimes"]] == list(REGIMES)
