@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from sampler_server.core.regimes.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS, RiskEntry, calibrate
 from sampler_server.core.regimes.calibration import cci_seeds_label, notes, parse_entries

@@ -30,11 +30,11 @@ def test_the_default_regime_is_a_uniform_subsample_not_one_per_class_first():
     example with probability 2/100 (4 of 200 seeds expected), the stratified draw always."""
     uniform = [RARE in np.concatenate(regime_positions(IMBALANCED, task="t", key=KEY, n=2, seed=seed))
                for seed in range(200)]
+    assert sum(uniform) <= 15  # binomial(200, 0.02): P(> 15) < 1e-5; the seeds are fixed, so this never flakes
     stratified = [RARE in np.concatenate(regime_positions(IMBALANCED, task="t", key=KEY, n=2, seed=seed,
                                                           sampling="stratified"))
                   for seed in range(200)]
     assert sum(stratified) == 200
-    assert sum(uniform) <= 15  # binomial(200, 0.02): P(> 15) < 1e-5; the seeds are fixed, so this never flakes
 
 
 def test_each_position_is_equally_likely():
