@@ -115,7 +115,7 @@ class PackSummary:
 
     @property
     def images_per_second(self) -> float:
-        return self.manifest.num_records / self.seconds if self.seconds > 0 else 0.0
+        return self.manifest.total_records / self.seconds if self.seconds > 0 else 0.0  # validation included
 
 
 def _batched(plan: SourcePlan) -> Iterator[list[tuple[int, SourceItem]]]:
