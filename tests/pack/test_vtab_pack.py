@@ -74,6 +74,18 @@ def test_records_follow_one_example_slices_not_the_default_interleaved_read(tfds
         assert records.location(70 + index) == ("validation", index)
 
 
+def test_the_manifest_records_the_shard_layout_tfds_reads_by(tfds_dir, packed):
+    """trainval1000 (TFDS's default read order) follows from these; a store without them refuses it."""
+    for name in DATASETS:
+        info = tb.tfds.builder_from_directory(str(_version_dir(tfds_dir, name))).info
+        tfds_block = StoreReader(packed[name].store_dir).manifest.tfds
+        assert tfds_block["disable_shuffling"] is info.disable_shuffling is False
+        assert {split: block["shard_lengths"] for split, block in tfds_block["splits"].items()} == {
+            split: list(info.splits[split].shard_lengths) for split in info.splits}
+        layout = TfdsRecords(packed[name].store_dir).shard_layout()
+        assert layout.cycle_length == 16 and layout.shard_lengths["train"] == tuple(info.splits["train"].shard_lengths)
+
+
 def test_clevr_keeps_ragged_depths_for_its_two_tasks(tfds_dir, packed):
     records = TfdsRecords(packed["clevr"].store_dir)
     manifest = records.manifest
