@@ -6,7 +6,9 @@
 - ``calibrated_scratch_<task>.png``: each model run's cR_f against cR_scratch at the
   regimes both have, with the diagonal (no better than scratch); below it is better.
 
-A regime a run lacks leaves no point, never a made-up one.
+A run with several seeds at one n is drawn as the reference notebook's seaborn
+``lineplot`` draws it: one line through the mean cR over its seeds at each n (each seed's
+point shown as a small dot). A regime a run lacks leaves no point, never a made-up one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
 DPI = 100
 
 
+def mean_by_n(regimes: list[dict]) -> list[tuple[float, float | None, float]]:
+    """(n, cR_scratch, mean cR over the seeds at n) per n, ascending (per-seed or mean entries alike)."""
+    by_n: dict[float, list[dict]] = {}
+    for regime in regimes:
+        by_n.setdefault(regime["n"], []).append(regime)
+    return [(n, entries[0]["cR_scratch"], sum(e["cR"] for e in entries) / len(entries))
+            for n, entries in sorted(by_n.items())]
+
+
 def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
     """cR against n (log axis): the model runs, the scratch curve, the 0 and 1 lines."""
     value = report.calibration["tasks"][task]
@@ -36,7 +47,10 @@ def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
               label=f"scratch: {report.scratch_run}")
     for run, calibrated in value["runs"].items():
         regimes = calibrated["regimes"]
-        axes.plot([r["n"] for r in regimes], [r["cR"] for r in regimes], marker="o", label=run)
+        curve = mean_by_n(regimes)
+        line = axes.plot([n for n, _, _ in curve], [cr for _, _, cr in curve], marker="o", label=run)[0]
+        if len(curve) < len(regimes):
+            axes.scatter([r["n"] for r in regimes], [r["cR"] for r in regimes], s=8, color=line.get_color())
     axes.set_xscale("log")
     return finish_axes(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
                    f"{task}: cR against n", path)
@@ -51,7 +65,7 @@ def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> 
     low, high = min([0.0, *xs, *ys]), max([1.0, *xs, *ys])
     axes.plot([low, high], [low, high], color="grey", linewidth=1, linestyle="--", label="diagonal (= scratch)")
     for run, calibrated in value["runs"].items():
-        points = sorted((r["cR_scratch"], r["cR"]) for r in calibrated["regimes"] if r["cR_scratch"] is not None)
+        points = sorted((x, y) for _, x, y in mean_by_n(calibrated["regimes"]) if x is not None)
         cci = calibrated["cci"]
         label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI undefined)"
         axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)

@@ -10,7 +10,7 @@ import pytest
 
 from sampler_server.core.regimes.calibration import RiskEntry, calibrate
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from sampler_server.metrics.calibrated_plots import write_calibrated_plots
+from sampler_server.metrics.calibrated_plots import mean_by_n, write_calibrated_plots
 from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
 from sampler_server.metrics.store import MetricsStore, TaskResult
 
@@ -132,6 +132,13 @@ def test_table_and_markdown_show_every_row_and_the_notes(store):
     mean = render_calibrated_report(_report(store, cci_seeds="mean"), "markdown")
     assert "| cifar100 | crossing | 20 | mean | 58.00 | +0.600 | +0.500 |" in mean
     assert "CCI (--cci-seeds mean)" in mean and "mean risk over regime seeds: crossing on cifar100 at n=20" in mean
+
+
+def test_plots_draw_the_mean_over_seeds_at_each_n_as_the_reference_plot_does(store):
+    crossing = _report(store).calibration["tasks"]["cifar100"]["runs"]["crossing"]["regimes"]
+    assert mean_by_n(crossing) == [(10, pytest.approx(0.8), pytest.approx(-0.1)),
+                                   (20, pytest.approx(0.5), pytest.approx(0.6)),
+                                   (40, pytest.approx(0.2), pytest.approx(0.6))]
 
 
 def test_both_plots_of_each_task_are_written(store, tmp_path):
