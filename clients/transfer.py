@@ -23,15 +23,16 @@ With ``--regime N`` (repeatable) and ``--regime-seed S`` the sweep runs once per
 regime the server draws (``GetRegime``): trained on the regime's ``train`` part, scored on
 its ``val`` part, the chosen setting retrained on the whole regime (``trainval``: train
 and val) and tested on the task's ``test``; each regime's results are reported under its
-N and S. ``--regime-sampling`` (uniform or stratified) says how the server draws them. ``--role max`` trains on all of the task's training data: the sweep on ``train``,
-scored on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max``
-start from random init (``--init scratch``, checked when parsing).
+N and S; ``--regime-sampling`` (uniform or stratified) says how the server draws them.
+``--role max`` trains on all of the task's training data: the sweep on ``train``, scored
+on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max`` start
+from random init (``--init scratch``, checked when parsing).
 
 Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
 seed hashed from (--seed, task, split, lr, steps, and the final run's seed after the
 first); batches come from the server's shuffle under ``--seed`` (the final runs after
-the first: seeds hashed from it); so two runs with the same arguments report the same accuracies
-(CPU; deterministic kernels are switched on by each framework).
+the first: seeds hashed from it); so two runs with the same arguments report the same
+accuracies (CPU; deterministic kernels are switched on by each framework).
 """
 
 from __future__ import annotations
