@@ -6,7 +6,8 @@ imported here, on first use, and nowhere on the serving side.
 Canonical order is what TFDS slicing refers to: a split's shards in file-number
 order, each in file order (``train[i:i+1]`` is example i of that sequence). TFDS's
 default read interleaves shards (16 at a time, blocks of 16) even with
-``shuffle_files=False``, so the reader asks for ``interleave_cycle_length=1`` and,
+``shuffle_files=False`` (``core.vtab.read_order`` computes that order, for
+``trainval1000``), so the reader asks for ``interleave_cycle_length=1`` and,
 to be sure, checks every example's ``tfds_id`` (``<shard file>__<position>``)
 against the next expected one: an out-of-order read fails the pack instead of
 shuffling labels silently.

@@ -10,9 +10,9 @@ order. So ``record_id = start[split] + index`` whenever nothing was skipped at p
 The manifest's ``tfds`` block names the dataset, config and version, gives each TFDS
 split's size and shard lengths and whether the dataset disables shuffling (what TFDS's
 default read order, and so ``trainval1000``, follows from), the label attributes kept,
-and describes the columnar
-side file ``tfds_records.bin`` (``store.columns``): per record its ``tfds_index`` and
-every attribute, ragged lists (CLEVR and KITTI objects) via offsets. The file's size
+and describes the columnar side file ``tfds_records.bin`` (``store.columns``): per
+record its ``tfds_index`` and every attribute, ragged lists (CLEVR and KITTI objects)
+via offsets. The file's size
 and SHA-256 are in the manifest; the attribute values also enter the store's content
 fingerprint. No MD split is set on these classes, so the Meta-Dataset service lists
 such a store with zero classes per split and never samples an episode from it.
@@ -149,7 +149,7 @@ class TfdsRecords:
                 shard layouts were recorded.
             InvalidArgument: the split cannot be carved from these sizes.
         """
-        from sampler_server.core.vtab import READ_ORDER_SPLITS, resolve  # pure; see list_split
+        from sampler_server.core.vtab import READ_ORDER_SPLITS, resolve  # pure; imported here as in _shard_layout
 
         shards = self.shard_layout() if split in READ_ORDER_SPLITS else None
         return resolve(task, split, self.split_sizes(), shards)

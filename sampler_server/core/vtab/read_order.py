@@ -52,7 +52,8 @@ class ShardLayout:
     def __post_init__(self) -> None:
         for split, lengths in self.shard_lengths.items():
             if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in lengths):
-                raise InvalidArgument(f"shard lengths of split {split!r} must be non-negative ints, got {list(lengths)}")
+                raise InvalidArgument(f"shard lengths of split {split!r} must be non-negative ints, "
+                                      f"got {list(lengths)}")
 
     @property
     def cycle_length(self) -> int:
