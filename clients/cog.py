@@ -312,14 +312,19 @@ class CogRun:
 
     def levels(self) -> list[Any]:
         """The levels to evaluate, in the server's order; unknown names are one line, exit 2."""
-        served = list(self.client.cog_levels(level_size=self.args.level_size, min_images=self.args.min_images,
-                                             **self.files))
+        response = self.client.cog_levels_response(level_size=self.args.level_size,
+                                                   min_images=self.args.min_images, **self.files)
+        served, unavailable = list(response.levels), dict(response.unavailable)
         names = [summary.level for summary in served]
         if not self.args.levels:
+            for name, reason in sorted(unavailable.items()):  # e.g. IN-1K without validation images: said, not hidden
+                print(f"cog: level {name} left out: {reason}", file=sys.stderr, flush=True)
             if not served:
                 raise UsageError("the server serves no ImageNet-CoG level (no imagenet21k or ILSVRC store)")
             return served
         for name in self.args.levels:
+            if name in unavailable:
+                raise UsageError(f"argument --levels: {unavailable[name]}")
             if name not in names:
                 raise UsageError(f"argument --levels: got {name!r}, expected levels this server serves "
                                  f"({', '.join(names) or 'none'})")

@@ -37,7 +37,7 @@ from sampler_server.core.cog.splits import (
     seen_sizes,
     split_sizes,
 )
-from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sampler_server.service import messages
 from sampler_server.service.cog_files import CogFiles
 from sampler_server.service.registry import ServedStore
@@ -144,10 +144,14 @@ class CogHandlers:
         if ilsvrc is None and in21k is None:
             raise NotFound(f"the server has no {SOURCE} or {SEEN_SOURCE} store: ImageNet-CoG needs them (pack them "
                            f"with `sampler-server pack {SOURCE}` and `sampler-server pack {SEEN_SOURCE}`)")
-        if ilsvrc is not None:  # IN-1K's sizes: every train image, the validation images (none: FAILED_PRECONDITION)
-            sizes = seen_sizes(ilsvrc.manifest, ilsvrc.name)
-            response.levels.append(_summary(SEEN_LEVEL, seen_concepts(ilsvrc.manifest.classes), {}, (0.0, 0.0),
-                                            ilsvrc, sizes=sizes))
+        if ilsvrc is not None:  # IN-1K's sizes: every train image, the validation images
+            try:
+                sizes = seen_sizes(ilsvrc.manifest, ilsvrc.name)
+            except FailedPrecondition as error:  # no validation partition: listed as unavailable, L1..L5 still served
+                response.unavailable[SEEN_LEVEL] = str(error)
+            else:
+                response.levels.append(_summary(SEEN_LEVEL, seen_concepts(ilsvrc.manifest.classes), {}, (0.0, 0.0),
+                                                ilsvrc, sizes=sizes))
         files = self.files.load(request.levels_file, request.concepts_split_file)
         if in21k is not None and files is not None:  # the levels file's concepts, not ours
             summaries, response.levels_fingerprint = self.files.summaries(in21k, files)

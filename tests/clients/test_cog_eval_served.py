@@ -85,3 +85,29 @@ def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(ser
         assert cell["seeds"] == [1] and cell["mean"] == pytest.approx(result["accuracy"])
     config = table["configs"][run_id]
     assert config["framework"] == framework and config["checkpoint_sha256"] == summary["config"]["checkpoint_sha256"]
+
+
+def test_in1k_without_validation_images_is_named_not_evaluated_on_train_images(tmp_path, capsys):
+    """An ILSVRC store packed without --validation (e.g. the one MD uses) does not stop the
+    levels listing: IN-1K is left out with the server's reason, and asking for it is one line
+    naming the pack command, before any image is read."""
+    from clients.torch.cog import main
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    data = tmp_path / "data"
+    pack_fixture(generate_fixture("ilsvrc_2012", tmp_path, num_classes=2, images_per_class=3), data,
+                 name="ilsvrc_2012", converter_overrides={"validation": None})
+    server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=4, grace_seconds=0.5)).start()
+    try:
+        common = ["--server", server.address, "--run", "no-validation", "--feature-cache", str(tmp_path / "cache"),
+                  "--backbone", "builtin", "--device", "cpu"]
+        assert main([*common, "--levels", "IN-1K"]) == 2
+        err = capsys.readouterr().err
+        assert "argument --levels: level IN-1K: store ilsvrc_2012 has no validation partition" in err
+        assert "sampler-server pack ilsvrc_2012 --input TRAIN_DIR --validation VAL_DIR" in err
+        assert main(common) == 2
+        err = capsys.readouterr().err
+        assert "cog: level IN-1K left out: level IN-1K: store ilsvrc_2012 has no validation partition" in err
+        assert "the server serves no ImageNet-CoG level" in err
+    finally:
+        server.stop(grace=0.5)

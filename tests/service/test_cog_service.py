@@ -295,8 +295,9 @@ def test_in1k_test_split_holds_no_train_partition_record(cog, capsys):
 
 
 def test_in1k_without_a_validation_partition_is_failed_precondition_everywhere(tmp_path, capsys):
-    """Nothing falls back to train images: the levels listing, the split, its stream and the CLI
-    all refuse, naming the pack command that adds the validation images."""
+    """Nothing falls back to train images: the split, its stream and the CLI refuse, naming the
+    pack command that adds the validation images; the levels listing leaves IN-1K out and says
+    why in ``unavailable`` (so L1..L5 stay servable beside an MD store packed without it)."""
     from sampler_server.service.server import RunningServer, ServerConfig
 
     fixture = generate_fixture("ilsvrc_2012", tmp_path, num_classes=2, images_per_class=3)
@@ -309,8 +310,10 @@ def test_in1k_without_a_validation_partition_is_failed_precondition_everywhere(t
     try:
         with grpc.insecure_channel(server.address) as channel:
             stub = pb_grpc.SamplerStub(channel)
-            calls = [lambda: stub.ListCogLevels(pb.ListCogLevelsRequest()),
-                     lambda: stub.GetCogSplit(request("IN-1K", "test")),
+            listing = stub.ListCogLevels(pb.ListCogLevelsRequest())
+            assert [summary.level for summary in listing.levels] == []
+            assert dict(listing.unavailable) == {"IN-1K": text}
+            calls = [lambda: stub.GetCogSplit(request("IN-1K", "test")),
                      lambda: stub.GetCogSplit(request("IN-1K", "train", 2, 1)),
                      lambda: list(stub.StreamCogBatches(pb.StreamCogBatchesRequest(split=request("IN-1K", "test"),
                                                                                    images=SMALL)))]

@@ -688,18 +688,27 @@ class CogLevelSummary(_message.Message):
     def __init__(self, level: _Optional[str] = ..., wnids: _Optional[_Iterable[str]] = ..., train_size: _Optional[int] = ..., test_size: _Optional[int] = ..., similarity_min: _Optional[float] = ..., similarity_max: _Optional[float] = ..., store: _Optional[str] = ..., store_fingerprint: _Optional[str] = ...) -> None: ...
 
 class ListCogLevelsResponse(_message.Message):
-    __slots__ = ("levels", "level_size", "eligible", "min_images", "levels_fingerprint")
+    __slots__ = ("levels", "level_size", "eligible", "min_images", "levels_fingerprint", "unavailable")
+    class UnavailableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     LEVEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     ELIGIBLE_FIELD_NUMBER: _ClassVar[int]
     MIN_IMAGES_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     levels: _containers.RepeatedCompositeFieldContainer[CogLevelSummary]
     level_size: int
     eligible: int
     min_images: int
     levels_fingerprint: str
-    def __init__(self, levels: _Optional[_Iterable[_Union[CogLevelSummary, _Mapping]]] = ..., level_size: _Optional[int] = ..., eligible: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_fingerprint: _Optional[str] = ...) -> None: ...
+    unavailable: _containers.ScalarMap[str, str]
+    def __init__(self, levels: _Optional[_Iterable[_Union[CogLevelSummary, _Mapping]]] = ..., level_size: _Optional[int] = ..., eligible: _Optional[int] = ..., min_images: _Optional[int] = ..., levels_fingerprint: _Optional[str] = ..., unavailable: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CogSplitRequest(_message.Message):
     __slots__ = ("level", "split", "shots", "seed", "level_size", "min_images", "levels_file", "concepts_split_file")
