@@ -48,7 +48,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from clients.core import SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
+from clients.core import VTAB_RESIZE, SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
 from clients.orchestration import UsageError, run_command
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
 from clients.transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
@@ -319,7 +319,8 @@ class TransferRun:
         args = self.args
         values = {key: getattr(args, key) for key in ("mode", "lrs", "steps", "steps_scale", "batch_size", "decay",
                                                       "warmup", "select", "select_split", "final_split", "runs")}
-        values.update(momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, decay_at=list(self.schedule.decay_at),
+        values.update(image_size=args.image_size, resize=VTAB_RESIZE,  # the pixels asked for, as the server serves them
+                      momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, decay_at=list(self.schedule.decay_at),
                       sweep_split=SWEEP_TRAIN_SPLIT if args.select_split != "none" else None,
                       regime_sampling=args.regime_sampling if args.regimes else None)
         return {"protocol_values": values, "overridden": list(args.overridden), "run_seeds": list(seeds),

@@ -174,6 +174,7 @@ def test_torch_default_run_is_vtab_per_task_on_val_and_the_median_of_3_runs(torc
     assert (values["lrs"], values["steps"], values["warmup"], values["weight_decay"]) == ([0.1, 0.01],
                                                                                           [2500, 10000], 0.0, 0.0)
     assert summary["overridden"] == ["batch_size"] and values["batch_size"] == 16
+    assert values["resize"] == "legacy_bilinear"  # the reference's pixels, recorded with the run
     assert [(s["lr"], s["steps"]) for s in summary["settings"]] == [(0.1, 1), (0.1, 4), (0.01, 1), (0.01, 4)]
     assert summary["schedules"]["lr=0.1,steps=4"] == {"warmup_steps": 0, "decay_steps": [1, 2, 4]}
     result = summary["tasks"][TASK]
