@@ -1,10 +1,11 @@
 """The demo's VTAB leg at its smallest: test-built TFDS data of its two tasks packed into one
-data directory with the ``pack vtab`` code path, a one-step torch linear probe through the
-server, its row in the VTAB table; and the one-line skip when tensorflow-datasets is missing."""
+data directory with the ``pack vtab`` code path, the demo's VTAB-protocol runs (cut to one
+step) in torch and tf through the server, their rows in the VTAB table; and the one-line skip when tensorflow-datasets is missing."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import pytest
@@ -34,14 +35,18 @@ def test_vtab_leg_packs_its_tasks_and_torch_and_tf_probes_land_in_the_vtab_and_v
     server = RunningServer(ServerConfig(data_dir=store, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
-    try:  # the demo's probe flags, cut to one setting of one step (the last --lrs / --steps win)
+    try:  # the demo's VTAB protocol flags, cut to one setting of one step (the last --lrs / --steps win)
         assert transfer_main(["--server", server.address, "--run", "demo-vtab-torch", "--tasks", *demo_cmd.VTAB_TASKS,
-                              *demo_cmd.VTAB_PROBE, "--lrs", "1.0", "--steps", "1", "--device", "cpu"]) == 0
+                              *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1", "--device", "cpu",
+                              "--json-summary", str(tmp_path / "torch.json")]) == 0
         assert tf_transfer_main(["--server", server.address, "--run", "demo-vtab-tf", "--tasks", *demo_cmd.VTAB_TASKS,
-                                 *demo_cmd.VTAB_PROBE, "--lrs", "1.0", "--steps", "1"]) == 0
+                                 *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
         server.stop(grace=0.5)
+    summary = json.loads((tmp_path / "torch.json").read_text())
+    assert summary["protocol"] == "vtab" and summary["mode"] == "finetune"
+    assert summary["protocol_values"]["resize"] == "legacy_bilinear" and len(summary["run_seeds"]) == 3
     metrics = MetricsStore(store / "metrics.sqlite")
     runs = ["demo-vtab-torch", "demo-vtab-tf"]
     table = render_vtab_report(build_vtab_report(metrics, runs), "table")
