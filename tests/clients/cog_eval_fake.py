@@ -47,6 +47,10 @@ class FakeCogClient:
         return [SimpleNamespace(level=level, wnids=[f"n{i:08d}" for i in range(len(colours))])
                 for level, colours in self.colours.items()]
 
+    def cog_levels_response(self, level_size: int = 0, min_images: int = 0) -> Any:
+        """The ListCogLevels reply: every fake level served, none unavailable."""
+        return SimpleNamespace(levels=self.cog_levels(level_size, min_images), unavailable={})
+
     def _ids(self, level: str, split: str) -> tuple[np.ndarray, np.ndarray]:
         offset = 100_000 * (list(self.colours).index(level) + 1)
         ids, labels = [], []
