@@ -385,6 +385,10 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     head = (f"run {summary['run']}: {summary['config'].get('framework', '?')} "
             f"{summary.get('protocol', '?') + ' ' if summary['mode'] != 'protonet' else ''}{summary['mode']} "
             f"{summary['config'].get('backbone', '?')}" + (f", role {role}" if role != "model" else ""))
+    values = summary.get("protocol_values") or {}
+    if "resize" in values:  # the pixels trained on: VTAB's reference grid unless asked otherwise
+        head += f", {values['image_size']} px {values['resize']}"
+
     parts = summary.get("regimes")
     if parts is None:
         return "\n".join([head + (f", chosen {summary['chosen']}" if "chosen" in summary else ""),

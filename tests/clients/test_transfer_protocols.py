@@ -92,3 +92,12 @@ def test_bad_protocol_arguments_end_in_one_line_and_exit_2(extra, words):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0], done.stderr
     assert all(word in lines[0] for word in words), lines[0]
+
+
+def test_the_printed_summary_names_the_pixels_trained_on():
+    from clients.transfer import format_summary
+
+    summary = {"run": "r", "mode": "finetune", "protocol": "vtab", "config": {"framework": "torch", "backbone": "conv4"},
+               "protocol_values": {"image_size": 224, "resize": "legacy_bilinear"},
+               "tasks": {}}
+    assert format_summary(summary).splitlines()[0] == "run r: torch vtab finetune conv4, 224 px legacy_bilinear"
