@@ -149,7 +149,7 @@ class TfdsRecords:
                 shard layouts were recorded.
             InvalidArgument: the split cannot be carved from these sizes.
         """
-        from sampler_server.core.vtab import READ_ORDER_SPLITS, resolve  # pure; imported here as in _shard_layout
+        from sampler_server.core.vtab import READ_ORDER_SPLITS, resolve  # pure; imported here, as the shard layout reader does
 
         shards = self.shard_layout() if split in READ_ORDER_SPLITS else None
         return resolve(task, split, self.split_sizes(), shards)

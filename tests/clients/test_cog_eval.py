@@ -96,7 +96,7 @@ def test_torch_step_is_torch_sgd_with_momentum_and_coupled_weight_decay(tmp_path
     assert torch.allclose(backend.linear.weight, W, atol=1e-6) and torch.allclose(backend.linear.bias, B, atol=1e-6)
 
 
-def test_a_diverging_fit_stops_and_scores_nothing_in_the_search(tmp_path):
+def test_a_diverging_fit_stops_and_says_it_diverged(tmp_path):
     backend = TorchCogBackend(_args(tmp_path))
     x, y = separable()
     x = x * 1e30  # logits overflow at once
