@@ -18,6 +18,7 @@ import bisect
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from sampler_server.errors import DataLoss, InvalidArgument
@@ -121,36 +122,28 @@ class ShardedReader:
 
     def values_or_none(self, record_ids: Sequence[int]) -> list[bytes | None]:
         """Like ``read_values``, with None for a record missing from the data."""
-        by_shard: dict[int, list[int]] = {}
-        for position, record_id in enumerate(record_ids):
-            self._check_id(record_id)
-            by_shard.setdefault(bisect.bisect_right(self._starts, record_id) - 1, []).append(position)
-        out: list[bytes | None] = [None] * len(record_ids)
-        for shard, positions in by_shard.items():
-            start = self._starts[shard]
-            try:
-                values = self.shards[shard].values_or_none([record_ids[p] - start for p in positions])
-            except StoreUnreadable as error:
-                raise self._unreadable(error) from None
-            for position, value in zip(positions, values):
-                out[position] = value
-        return out
+        return self._per_shard(record_ids, "values_or_none")
 
     def origins(self, record_ids: Sequence[int]) -> list[str]:
         """Each record's origin (``StoreReader.origins``), one read transaction per shard touched."""
+        return self._per_shard(record_ids, "origins")
+
+    def _per_shard(self, record_ids: Sequence[int], method: str) -> list[Any]:
+        """``method`` of each shard's reader over that shard's records (one read transaction
+        per shard touched), answers put back in the order asked."""
         by_shard: dict[int, list[int]] = {}
         for position, record_id in enumerate(record_ids):
             self._check_id(record_id)
             by_shard.setdefault(bisect.bisect_right(self._starts, record_id) - 1, []).append(position)
-        out = [""] * len(record_ids)
+        out: list[Any] = [None] * len(record_ids)
         for shard, positions in by_shard.items():
             start = self._starts[shard]
             try:
-                origins = self.shards[shard].origins([record_ids[p] - start for p in positions])
+                answers = getattr(self.shards[shard], method)([record_ids[p] - start for p in positions])
             except StoreUnreadable as error:
                 raise self._unreadable(error) from None
-            for position, origin in zip(positions, origins):
-                out[position] = origin
+            for position, answer in zip(positions, answers):
+                out[position] = answer
         return out
 
     def read(self, record_id: int) -> Record:
