@@ -67,8 +67,11 @@ def test_cog_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     torch_dataset = pytest.importorskip("clients.torch.cog_dataset")
     from torch.utils.data import DataLoader
 
+    # The server runs in this process: forking beside its gRPC threads can crash the worker.
+    SPAWN = "spawn"  # noqa: N806
+
     dataset = torch_dataset.CogBatchDataset(address, "IN-1K", "test", batch_size=64, image_size=8)
-    assert [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1)] == [0, 1, 2]
+    assert [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=SPAWN)] == [0, 1, 2]
     assert [b["index"] for b in DataLoader(dataset, batch_size=None)] == [0, 1, 2]  # each pass is whole
     with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2))
+        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=SPAWN))

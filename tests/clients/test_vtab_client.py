@@ -63,8 +63,11 @@ def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     torch_dataset = pytest.importorskip("clients.torch.dataset")
     from torch.utils.data import DataLoader
 
+    # The server runs in this process: forking beside its gRPC threads can crash the worker.
+    SPAWN = "spawn"  # noqa: N806
+
     dataset = torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False, image_size=12)
-    one = [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1)]
+    one = [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=SPAWN)]
     assert one == [0, 1, 2]  # one worker reads the stream once
     with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2))
+        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=SPAWN))
