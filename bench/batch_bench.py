@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sampler_server.core.batches import BatchSampler  # noqa: E402
+from sampler_server.core.md.batches import BatchSampler  # noqa: E402
 from sampler_server.core.seeding import Protocol, derive_rng  # noqa: E402
 from sampler_server.core.spec import DatasetSpec  # noqa: E402
 from sampler_server.core.split import Split  # noqa: E402

@@ -20,10 +20,10 @@ from types import SimpleNamespace
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sampler_server.core.config import EpisodeConfig  # noqa: E402
-from sampler_server.core.imagenet_spec import imagenet_spec  # noqa: E402
-from sampler_server.core.sampling.multisource import MultiSourceSampler  # noqa: E402
-from sampler_server.core.sampling.presets import benchmark_sources  # noqa: E402
+from sampler_server.core.md.config import EpisodeConfig  # noqa: E402
+from sampler_server.core.md.imagenet_spec import imagenet_spec  # noqa: E402
+from sampler_server.core.md.multisource import MultiSourceSampler  # noqa: E402
+from sampler_server.core.md.presets import benchmark_sources  # noqa: E402
 from sampler_server.core.spec import DatasetSpec  # noqa: E402
 from sampler_server.core.split import Split  # noqa: E402
 

@@ -51,8 +51,8 @@ sys.path.insert(0, str(REPO))
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from sampler_server.assembly.assembler import Assembler  # noqa: E402
 from sampler_server.assembly.decode import record_pixels  # noqa: E402
-from sampler_server.core.config import EpisodeConfig  # noqa: E402
-from sampler_server.core.sampling.sampler import EpisodeSampler  # noqa: E402
+from sampler_server.core.md.config import EpisodeConfig  # noqa: E402
+from sampler_server.core.md.sampler import EpisodeSampler  # noqa: E402
 from sampler_server.core.spec import DatasetSpec  # noqa: E402
 from sampler_server.fixtures.base import class_image, rng_for  # noqa: E402
 from sampler_server.imaging import ResizeMethod  # noqa: E402

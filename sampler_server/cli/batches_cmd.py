@@ -17,10 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
-from sampler_server.core.batches import MAX_BATCH_SIZE, BatchSampler, LabelledBatch
-from sampler_server.core.imagenet_spec import spec_for_manifest
-from sampler_server.core.sampling.plan import parse_split
-from sampler_server.core.sampling.presets import IMAGENET_SPLIT, Benchmark
+from sampler_server.core.md.batches import MAX_BATCH_SIZE, BatchSampler, LabelledBatch
+from sampler_server.core.md.imagenet_spec import spec_for_manifest
+from sampler_server.core.md.plan import parse_split
+from sampler_server.core.md.presets import IMAGENET_SPLIT, Benchmark
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod

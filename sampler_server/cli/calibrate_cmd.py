@@ -4,9 +4,9 @@ FILE is a JSON list of ``{"task", "n", "role", "run", "risk"}`` objects (role ``
 ``scratch`` or ``max``; ``max`` has no ``n``) plus, per task, ``{"task", "role": "blind",
 "risk"}`` (``model`` and ``scratch`` entries may add an integer ``"seed"``); ``-`` reads
 standard input. FILE may also be the control-baselines reference's results CSV
-(``[,]domain,method,train_size,test_loss,seed``: ``core.regimes.reference_csv``); then
+(``[,]domain,method,train_size,test_loss,seed``: ``core.baselines.reference_csv``); then
 every method is calibrated, ``scratch`` included, as the reference's notebook tabulates it.
-The computation and the JSON are ``core.regimes.calibration``'s, the same the calibrated
+The computation and the JSON are ``core.baselines.calibration``'s, the same the calibrated
 report uses; ``--cci-seeds`` picks the reference's per-(n, seed) CCI (``points``, the
 default) or the seed-mean variant (``mean``), and the output names which.
 """
@@ -18,9 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from sampler_server.core.regimes.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS, RiskEntry, calibrate
-from sampler_server.core.regimes.calibration import cci_seeds_label, notes, parse_entries
-from sampler_server.core.regimes.reference_csv import is_reference_csv, parse_reference_csv
+from sampler_server.core.baselines.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS, RiskEntry, calibrate
+from sampler_server.core.baselines.calibration import cci_seeds_label, notes, parse_entries
+from sampler_server.core.baselines.reference_csv import is_reference_csv, parse_reference_csv
 from sampler_server.errors import InvalidArgument, NotFound
 
 

@@ -32,17 +32,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.hierarchy import MAX_SPAN_LEAVES
-from sampler_server.core.imagenet_spec import parse_variant, spec_for_manifest
-from sampler_server.core.sampling import (
+from sampler_server.core.md.imagenet_spec import parse_variant, spec_for_manifest
+from sampler_server.core.md import (
     Benchmark,
     Episode,
     MultiSourceSampler,
     benchmark_sources,
 )
-from sampler_server.core.sampling.plan import parse_split
-from sampler_server.core.sampling.presets import IMAGENET_SPLIT
+from sampler_server.core.md.plan import parse_split
+from sampler_server.core.md.presets import IMAGENET_SPLIT
 from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.hierarchy import MAX_SPAN_LEAVES
 from sampler_server.core.hierarchy.imagenet import (
     ImageNetSplit,

@@ -1,18 +1,18 @@
 """``sampler-server regime``: one data regime of a task, its records, labels and blind guess.
 
 A task is a VTAB task or ``source:<store>``, any packed classification source, split into
-fixed held-out train/val/test parts (``core.regimes.sources``; its store is opened as
+fixed held-out train/val/test parts (``core.baselines.sources``; its store is opened as
 ``serve`` opens it, sharded sources merged).
 
 Reads manifests and the stores' TFDS side files only (never an image): the task's
 "train" split is the pool and its "test" split scores the blind guess, both listed as
 ``sampler-server vtab split`` lists them (``store.vtab_records``); the regime itself is
-``core.regimes.build_regime``: the first n of a uniform random order of the pool (the
+``core.baselines.build_regime``: the first n of a uniform random order of the pool (the
 paper's random subsample), or with ``--regime-sampling stratified`` of the class-covering
 order (one example per class first). ``--n 0`` lists no records: it prints the task's pool size,
 default regimes and the blind guess of the whole pool (the R_blind of calibrated reports).
 ``--target ATTR [--loss l2|l1]`` adds the regression blind guess of a numeric per-record
-attribute of the store (``core.regimes.regime_regression``): the mean (l2) or median (l1)
+attribute of the store (``core.baselines.regime_regression``): the mean (l2) or median (l1)
 of the regime's train-part values, scored by mean squared or absolute error on the test split.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.cli.vtab_cmd import _pick_store
-from sampler_server.core.regimes import (
+from sampler_server.core.baselines import (
     DEFAULT_SAMPLING,
     POOL_SPLIT,
     REGIME_SPLITS,
@@ -38,7 +38,7 @@ from sampler_server.core.regimes import (
     parse_loss,
     regime_regression,
 )
-from sampler_server.core.regimes.sources import is_source_task
+from sampler_server.core.baselines.sources import is_source_task
 from sampler_server.core.vtab import TASKS, get_task
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted

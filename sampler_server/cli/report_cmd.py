@@ -20,7 +20,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from sampler_server.core.regimes.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS
+from sampler_server.core.baselines.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS
 from sampler_server.core.vtab.presets import VtabBenchmark
 from sampler_server.core.vtab.splits import SPLITS
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -167,10 +167,10 @@ def _run_cog(args: argparse.Namespace) -> int:
 
 def blind_risks_from_data(data: Path) -> Callable[[str], float]:
     """``task -> R_blind`` over the packed stores in ``data``: the blind guess of the task's whole
-    training pool scored on its test split (``core.regimes.blind_guess``), as the server computes it."""
+    training pool scored on its test split (``core.baselines.blind_guess``), as the server computes it."""
     from sampler_server.cli.vtab_cmd import _pick_store
-    from sampler_server.core.regimes import POOL_SPLIT, TEST_SPLIT, blind_guess
-    from sampler_server.core.regimes.sources import is_source_task
+    from sampler_server.core.baselines import POOL_SPLIT, TEST_SPLIT, blind_guess
+    from sampler_server.core.baselines.sources import is_source_task
     from sampler_server.core.vtab import get_task
     from sampler_server.store.vtab_records import list_split
 

@@ -40,8 +40,8 @@ class Protocol(str, enum.Enum):
     VTAB_1K = "vtab_1k"
     IMAGENET_COG = "imagenet_cog"
     META_DATASET_BATCHES = "meta_dataset_batches"  # plain labelled batches of an MD split
-    VTAB_REGIME = "vtab_regime"  # the keyed pool order data regimes are cut from (core.regimes)
-    SOURCE_HOLDOUT = "source_holdout"  # the fixed test/val holdout of a packed source task (core.regimes)
+    VTAB_REGIME = "vtab_regime"  # the keyed pool order data regimes are cut from (core.baselines)
+    SOURCE_HOLDOUT = "source_holdout"  # the fixed test/val holdout of a packed source task (core.baselines)
 
 
 def check_seed_and_index(seed: int, index: int) -> None:

@@ -5,7 +5,7 @@ count), split and (optionally) wnid or group, plus for WordNet-structured source
 the candidate internal nodes of each split (every node spanning at least 5 leaves;
 a request's span cap selects among them when its plan is built). It is built from a
 store's manifest (``DatasetSpec.from_manifest``), from the ImageNet glue
-(``core.imagenet_spec``) or in memory (``DatasetSpec.from_counts``) for tests;
+(``core.md.imagenet_spec``) or in memory (``DatasetSpec.from_counts``) for tests;
 samplers never see LMDB.
 
 Invariants checked on construction (``InvalidArgument`` otherwise):

@@ -11,7 +11,7 @@ results the server stored with their role and data regime:
 - cR_f = (R_f - R_max) / (R_blind - R_max) for each ``model`` run, cR_scratch(n) the
   ``scratch`` run's cR at n averaged over its seeds: 0 is the maximal-supervision level,
   1 the blind guess; a negative cR (better than ``max``) is reported as is, with a note;
-- CCI per (task, run), as ``core.regimes.calibration`` defines it: by default
+- CCI per (task, run), as ``core.baselines.calibration`` defines it: by default
   (``cci_seeds`` "points") as the reference notebook computes it, every (n, seed) of the
   run its own point against cR_scratch(n), in (n, seed) order; with "mean" the run's
   risk averaged over its seeds at each n first. 1: at the maximal-supervision level
@@ -20,7 +20,7 @@ results the server stored with their role and data regime:
 
 The numbers come from one place: the stored results become the entries of
 ``sampler-server calibrate --input`` (``{"task", "n", "role", "run", "risk"}``, and a
-``blind`` entry per task) and ``core.regimes.calibration.calibrate`` turns them into the
+``blind`` entry per task) and ``core.baselines.calibration.calibrate`` turns them into the
 JSON below, so the report's JSON equals that command's output on the same entries:
 ``{"tasks": {TASK: {"blind_risk", "max_risk", "runs": {RUN: {"cci", "regimes": [{"n",
 "seed", "risk", "cR", "cR_scratch"}]}}}}, "cci_seeds"}``, regimes sorted by (n, seed)
@@ -40,9 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sampler_server.core.regimes.calibration import DEFAULT_CCI_SEEDS, RiskEntry, calibrate, cci_seeds_label
-from sampler_server.core.regimes.calibration import check_cci_seeds, scratch_reference
-from sampler_server.core.regimes.calibration import notes as calibration_notes
+from sampler_server.core.baselines.calibration import DEFAULT_CCI_SEEDS, RiskEntry, calibrate, cci_seeds_label
+from sampler_server.core.baselines.calibration import check_cci_seeds, scratch_reference
+from sampler_server.core.baselines.calibration import notes as calibration_notes
 from sampler_server.errors import FailedPrecondition, InvalidArgument
 from sampler_server.metrics.report import FORMATS
 from sampler_server.metrics.store import MetricsStore
@@ -111,7 +111,7 @@ def build_calibrated_report(
 
     ``blind_risk(task)`` is the blind guess's test risk on a task (see the module); it is
     asked only for the tasks the model runs have regimes of. ``cci_seeds``: "points" (the
-    reference's CCI) or "mean" (``core.regimes.calibration``).
+    reference's CCI) or "mean" (``core.baselines.calibration``).
 
     Raises:
         InvalidArgument: no runs, a run given twice, a run also named as a control, or an

@@ -117,7 +117,7 @@ class TaskResult:
 
     def validate(self) -> TaskResult:
         """Itself; ``InvalidArgument`` naming the field and what is allowed otherwise."""
-        from sampler_server.core.regimes.sources import check_source_split, is_source_task, store_of
+        from sampler_server.core.baselines.sources import check_source_split, is_source_task, store_of
         from sampler_server.core.vtab.splits import check_split
         from sampler_server.core.vtab.tasks import get_task
 

@@ -471,7 +471,7 @@ def _precompute_wordnet_split(manifest: Manifest, directory: Path) -> None:
     so that a server starts serving it without loading WordNet (``store.wordnet_split``).
     Classes WordNet cannot split (a wnid it does not know) get no file: their episodes
     are refused when asked for, naming the class, as without it; other uses still work."""
-    from sampler_server.core.imagenet_spec import needs_wordnet_split, precompute_split
+    from sampler_server.core.md.imagenet_spec import needs_wordnet_split, precompute_split
 
     if not needs_wordnet_split(manifest):
         return

@@ -3,9 +3,9 @@
 ``run_ids`` are the model runs, ``scratch_run`` and ``max_run`` the controls (each run's
 stored role must match); the blind guess of each task is computed from the labels of
 the served store holding it (the most frequent label of the task's "train" split scored
-on its "test" split, ``core.regimes.blind_guess``; a ``source:<store>`` task's held-out splits), as ``sampler-server report
+on its "test" split, ``core.baselines.blind_guess``; a ``source:<store>`` task's held-out splits), as ``sampler-server report
 --calibrate --data`` computes it from the packed stores. ``cci_seeds`` picks the CCI: "points" (the
-default, the reference notebook's) or "mean" (``core.regimes.calibration``). Every refusal
+default, the reference notebook's) or "mean" (``core.baselines.calibration``). Every refusal
 is one line naming the field as the wire spells it.
 """
 
@@ -24,7 +24,7 @@ CALIBRATED_TABLE = "calibrated"
 
 def served_blind_risk(vtab: "VtabHandlers", name: str) -> float:
     """R_blind of a task over the served store holding it (its split listings are cached)."""
-    from sampler_server.core.regimes import POOL_SPLIT, TEST_SPLIT, blind_guess
+    from sampler_server.core.baselines import POOL_SPLIT, TEST_SPLIT, blind_guess
 
     task = vtab.handle(name)
     train, test = task.listing(POOL_SPLIT), task.listing(TEST_SPLIT)
@@ -42,7 +42,7 @@ def render_calibrated_table(metrics: Any, request: pb.GetReportRequest, vtab: "V
     for name in ("scratch_run", "max_run"):
         if not getattr(request, name):
             raise InvalidArgument(f"{name}: empty; table {CALIBRATED_TABLE!r} needs the {name.split('_')[0]} run")
-    from sampler_server.core.regimes.calibration import DEFAULT_CCI_SEEDS, check_cci_seeds
+    from sampler_server.core.baselines.calibration import DEFAULT_CCI_SEEDS, check_cci_seeds
 
     cci_seeds = check_cci_seeds(request.cci_seeds or DEFAULT_CCI_SEEDS)
     report = build_calibrated_report(metrics, list(request.run_ids), request.scratch_run, request.max_run,

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from sampler_server.assembly.assembler import PendingImages
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling.episode import Episode
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.episode import Episode
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod

@@ -1,15 +1,15 @@
 """Data regimes served (control baselines): ``GetRegime`` and the regime parts of ``StreamTaskBatches``.
 
-A regime of a task is defined by the pure core (``core.regimes``): the first n of a
+A regime of a task is defined by the pure core (``core.baselines``): the first n of a
 keyed order of the task's "train" split, split into train and val. The order is uniform
 (the paper's random subsample) unless the request's ``sampling`` (``GetRegime``) or
 ``regime_sampling`` (``StreamTaskBatches``) is "stratified" (one example per class
 first); the reply's ``Regime.sampling`` names it, and it enters the regime fingerprint. This
 module only reads the task's listings through the VTAB handlers (the same store choice,
-cache and errors as every VTAB RPC) and hands them to ``core.regimes.build_regime``.
+cache and errors as every VTAB RPC) and hands them to ``core.baselines.build_regime``.
 
 A task is a VTAB task or ``source:<store>``, any packed classification source that is not
-a TFDS store (``core.regimes.sources``: class ids as labels, fixed held-out "train", "val",
+a TFDS store (``core.baselines.sources``: class ids as labels, fixed held-out "train", "val",
 "trainval" and "test" splits). ``TaskHandle`` hides the difference from the RPCs: they list,
 batch and cut regimes from either through it.
 
@@ -22,7 +22,7 @@ fingerprint (``split_fingerprint`` of each batch), as ``sampler-server regime --
 prints it for train and val.
 
 A ``GetRegime`` request naming a ``target`` (a numeric per-record attribute of the store)
-also gets its regression blind guess (``core.regimes.regime_regression``) under ``loss``
+also gets its regression blind guess (``core.baselines.regime_regression``) under ``loss``
 ("l2", the default, or "l1"), as ``sampler-server regime --target --loss`` prints it.
 """
 
@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from sampler_server.core.regimes import DEFAULT_SAMPLING, POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit
-from sampler_server.core.regimes import RegressionLoss, build_regime, check_sampling, parse_loss, regime_fingerprint
-from sampler_server.core.regimes import regime_regression
-from sampler_server.core.regimes.sources import SOURCE_SPLITS, SourceSplit, is_source_task, split_source, store_of
+from sampler_server.core.baselines import DEFAULT_SAMPLING, POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit
+from sampler_server.core.baselines import RegressionLoss, build_regime, check_sampling, parse_loss, regime_fingerprint
+from sampler_server.core.baselines import regime_regression
+from sampler_server.core.baselines.sources import SOURCE_SPLITS, SourceSplit, is_source_task, split_source, store_of
 from sampler_server.core.vtab import Task, get_task
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.quoting import quoted

@@ -46,13 +46,13 @@ from pathlib import Path
 
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant
 from sampler_server.core.hierarchy.precomputed import SplitFileError, VariantSplit
-from sampler_server.core.imagenet_spec import (
+from sampler_server.core.md.imagenet_spec import (
     imagenet_spec,
     needs_wordnet_split,
     read_precomputed,
     spec_from_split,
 )
-from sampler_server.core.sampling.presets import (
+from sampler_server.core.md.presets import (
     IMAGENET_SPLIT,
     Benchmark,
     benchmark_sources,

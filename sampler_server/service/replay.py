@@ -13,8 +13,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from sampler_server.core.sampling.episode import Episode
-from sampler_server.core.sampling.multisource import MultiSourceSampler
+from sampler_server.core.md.episode import Episode
+from sampler_server.core.md.multisource import MultiSourceSampler
 from sampler_server.service import messages
 from sampler_server.service.registry import StoreRegistry
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb

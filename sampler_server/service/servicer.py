@@ -31,10 +31,10 @@ import numpy as np
 from google.protobuf import json_format
 
 from sampler_server.assembly.assembler import Assembler, PendingImages
-from sampler_server.core.batches import BatchSampler
-from sampler_server.core.sampling.presets import benchmark_sources
-from sampler_server.core.sampling.episode import Episode
-from sampler_server.core.sampling.multisource import MultiSourceSampler
+from sampler_server.core.md.batches import BatchSampler
+from sampler_server.core.md.presets import benchmark_sources
+from sampler_server.core.md.episode import Episode
+from sampler_server.core.md.multisource import MultiSourceSampler
 from sampler_server.errors import InvalidArgument, NotFound, ResourceExhausted, SamplerError
 from sampler_server.metrics.store import MetricsStore, StoredReport
 from sampler_server.quoting import quoted

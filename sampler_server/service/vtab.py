@@ -24,7 +24,7 @@ from sampler_server.imaging import ResizeMethod
 from sampler_server.metrics.store import ROLES, TaskResult
 from sampler_server.quoting import quoted
 from sampler_server.service import messages
-from sampler_server.core.regimes.sources import SOURCE_SPLITS, is_source_task, store_of
+from sampler_server.core.baselines.sources import SOURCE_SPLITS, is_source_task, store_of
 from sampler_server.service.regimes import RegimeHandlers, TaskHandle, check_regime_request, source_handle
 from sampler_server.store.vtab_records import SplitListing, TfdsRecords, is_tfds_store, list_split, version_matches
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb

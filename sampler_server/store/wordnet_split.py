@@ -1,7 +1,7 @@
 """The precomputed WordNet split beside a store's manifest: ``wordnet_split.json``.
 
 Stores whose classes are split by WordNet (ILSVRC-2012) get this file at pack time
-(``core.imagenet_spec.precompute_split``; layout and checks in
+(``core.md.imagenet_spec.precompute_split``; layout and checks in
 ``core.hierarchy.precomputed``), so a server builds their spec without loading WordNet.
 It is derived data: the manifest and the shipped WordNet file determine it, it enters
 no fingerprint, and a store without it (packed before it existed) or with one that

@@ -1,4 +1,4 @@
-"""``sampler-server calibrate --input FILE``: the JSON of core.regimes.calibration, the table, errors."""
+"""``sampler-server calibrate --input FILE``: the JSON of core.baselines.calibration, the table, errors."""
 
 from __future__ import annotations
 

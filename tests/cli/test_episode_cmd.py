@@ -15,9 +15,9 @@ import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture
 
 from sampler_server.cli.main import main
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import sample_episode
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec
+from sampler_server.core.md import sample_episode
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.fixtures import ilsvrc as ilsvrc_fixture

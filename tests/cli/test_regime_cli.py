@@ -12,7 +12,7 @@ import tfds_builders as tb
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from sampler_server.cli.main import main
-from sampler_server.core.regimes import default_regimes, val_count
+from sampler_server.core.baselines import default_regimes, val_count
 
 
 def _run(capsys, *argv):

@@ -24,10 +24,10 @@ from clients.buckets import (
     resolve_buckets,
 )
 from clients.core import EpisodeSpec
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler
-from sampler_server.core.sampling.presets import benchmark_sources
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec
+from sampler_server.core.md import EpisodeSampler, MultiSourceSampler
+from sampler_server.core.md.presets import benchmark_sources
 from sampler_server.core.spec import DatasetSpec, NodeSpec
 from sampler_server.errors import InvalidArgument
 from sampler_server.service.messages import config_from_wire

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from conftest import generate_fixture, pack_fixture
-from sampler_server.core.sampling.presets import benchmark_sources
+from sampler_server.core.md.presets import benchmark_sources
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc

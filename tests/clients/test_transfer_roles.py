@@ -16,7 +16,7 @@ import tfds_builders as tb
 
 from clients.core import SamplerClient
 from sampler_server.cli.main import main as server_cli
-from sampler_server.core.regimes import val_count
+from sampler_server.core.baselines import val_count
 from sampler_server.fixtures.tfds import DemoKitti
 
 SIZES = {"train": 60, "validation": 20, "test": 30}

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 from conftest import require_reference
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import (
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md import (
     ClassStructure,
     Episode,
     build_plan,

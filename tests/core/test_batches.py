@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.batches import BATCH_CONFIG_KIND, BatchSampler
+from sampler_server.core.md.batches import BATCH_CONFIG_KIND, BatchSampler
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument

@@ -7,8 +7,8 @@ import concurrent.futures as futures
 import multiprocessing
 import random
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling.sampler import EpisodeSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.sampler import EpisodeSampler
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sampler_server.core.config import MAX_COUNT, EpisodeConfig
+from sampler_server.core.md.config import MAX_COUNT, EpisodeConfig
 from sampler_server.errors import InvalidArgument
 
 DEFAULT_JSON = (

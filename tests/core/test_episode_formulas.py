@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling.examples import floyd_subset, portable_exp, query_size, shots, support_size
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.examples import floyd_subset, portable_exp, query_size, shots, support_size
 
 
 def test_portable_exp_is_accurate_and_pinned() -> None:

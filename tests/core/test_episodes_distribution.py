@@ -22,8 +22,8 @@ import pytest
 from episode_checks import spec_with_split
 from scipy import stats
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import EpisodeSampler, MultiSourceSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md import EpisodeSampler, MultiSourceSampler
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 

@@ -21,9 +21,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from episode_checks import ilsvrc_manifest, spec_with_split
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import Episode, MultiSourceSampler, sample_episode
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec
+from sampler_server.core.md import Episode, MultiSourceSampler, sample_episode
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 

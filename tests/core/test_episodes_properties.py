@@ -22,9 +22,9 @@ from episode_checks import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import (
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec
+from sampler_server.core.md import (
     EpisodeSampler,
     MultiSourceSampler,
     sample_episode,

@@ -7,8 +7,8 @@ import re
 import pytest
 from episode_checks import spec_with_split
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import (
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md import (
     EpisodeSampler,
     MultiSourceSampler,
     sample_episode,

@@ -11,9 +11,9 @@ import pytest
 from conftest import require_reference
 from episode_checks import ilsvrc_manifest
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec, needs_wordnet_split, spec_for_manifest
-from sampler_server.core.sampling import EpisodeSampler, build_plan
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec, needs_wordnet_split, spec_for_manifest
+from sampler_server.core.md import EpisodeSampler, build_plan
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument

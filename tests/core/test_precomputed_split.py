@@ -21,12 +21,12 @@ import pytest
 from conftest import require_reference
 from episode_checks import ilsvrc_manifest
 
-from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant
 from sampler_server.core.hierarchy.precomputed import SplitFileError, decode_split
 from sampler_server.core.hierarchy.wordnet import derived_file_digest
-from sampler_server.core.imagenet_spec import imagenet_spec, precompute_split, precomputed_spec, read_precomputed
-from sampler_server.core.sampling import sample_episode
+from sampler_server.core.md.imagenet_spec import imagenet_spec, precompute_split, precomputed_spec, read_precomputed
+from sampler_server.core.md import sample_episode
 from sampler_server.core.split import Split
 
 WHERE = "store 'x': wordnet_split.json"
@@ -70,7 +70,7 @@ def test_reading_it_does_not_load_networkx(tmp_path: Path) -> None:
     (tmp_path / "classes.json").write_text(json.dumps([[c.name, c.start, c.end, c.wnid] for c in manifest.classes]))
     code = (
         "import json, pathlib, sys, types\n"
-        "from sampler_server.core.imagenet_spec import precomputed_spec\n"
+        "from sampler_server.core.md.imagenet_spec import precomputed_spec\n"
         "from sampler_server.store.manifest import ClassInfo\n"
         "root = pathlib.Path(sys.argv[1])\n"
         "rows = json.loads((root / 'classes.json').read_text())\n"

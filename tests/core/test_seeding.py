@@ -115,8 +115,8 @@ def test_bad_source_split_protocol() -> None:
 
 
 _HASH_SEED_PROBE = """
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import MultiSourceSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md import MultiSourceSampler
 from sampler_server.core.seeding import Protocol, derivation_digest
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
@@ -148,7 +148,7 @@ def test_independent_of_python_hash_seed() -> None:
 def test_core_is_pure_at_import() -> None:
     probe = (
         "import sys\n"
-        "import sampler_server.core.sampling, sampler_server.core.imagenet_spec, sampler_server.core.config\n"
+        "import sampler_server.core.md, sampler_server.core.md.imagenet_spec, sampler_server.core.md.config\n"
         "bad = [m for m in ('lmdb', 'grpc', 'torch', 'tensorflow') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

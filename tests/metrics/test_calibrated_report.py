@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sampler_server.core.regimes.calibration import RiskEntry, calibrate
+from sampler_server.core.baselines.calibration import RiskEntry, calibrate
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.metrics.calibrated_plots import mean_by_n, write_calibrated_plots
 from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report

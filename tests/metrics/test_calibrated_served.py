@@ -11,7 +11,7 @@ import pytest
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from sampler_server.cli.main import main
-from sampler_server.core.regimes import blind_guess
+from sampler_server.core.baselines import blind_guess
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 

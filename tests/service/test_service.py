@@ -11,8 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sampler_server.assembly.assembler import decode_records
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling.multisource import MultiSourceSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.multisource import MultiSourceSampler
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.reader import StoreReader

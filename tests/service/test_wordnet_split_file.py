@@ -20,7 +20,7 @@ from conftest import generate_fixture, pack_fixture
 
 from clients.core import EpisodeSpec, SamplerClient
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant
-from sampler_server.core.imagenet_spec import imagenet_spec, precompute_split, precomputed_spec
+from sampler_server.core.md.imagenet_spec import imagenet_spec, precompute_split, precomputed_spec
 from sampler_server.service import registry as registry_module
 from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.server import RunningServer, ServerConfig

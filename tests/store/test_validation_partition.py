@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import generate_fixture, pack_fixture
 
-from sampler_server.core.batches import BatchSampler
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.imagenet_spec import imagenet_spec
-from sampler_server.core.sampling import sample_episode
+from sampler_server.core.md.batches import BatchSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.imagenet_spec import imagenet_spec
+from sampler_server.core.md import sample_episode
 from sampler_server.core.split import Split
 from sampler_server.errors import DataLoss
 from sampler_server.pack.pipeline import PackSummary

@@ -3,7 +3,7 @@
 Pure (no I/O): the caller passes the split's records and labels in split order (as
 ``store.vtab_records.list_split`` lists them). Shuffled batch b holds steps
 [b * B, (b + 1) * B) of the concatenated epochs, each epoch ordered by the same keyed
-Feistel permutation MD batches use (``core.batches.shuffled_positions``), keyed by
+Feistel permutation MD batches use (``core.md.batches.shuffled_positions``), keyed by
 (seed, ``Protocol.VTAB_1K``, "<task>:<split>", epoch): random access, resumable, O(B).
 Evaluation batch b holds positions [b * B, min((b + 1) * B, n)): every example exactly
 once, the last batch short. A batch's fingerprint hashes the task, split, the split's
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sampler_server.core.batches import MAX_BATCH_SIZE, shuffled_positions
+from sampler_server.core.md.batches import MAX_BATCH_SIZE, shuffled_positions
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
 from sampler_server.core.split import Split

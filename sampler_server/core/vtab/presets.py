@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from sampler_server.core.sampling.presets import Benchmark, benchmark_sources
+from sampler_server.core.md.presets import Benchmark, benchmark_sources
 from sampler_server.core.split import Split
 from sampler_server.core.vtab.splits import check_split
 from sampler_server.core.vtab.tasks import TASKS, Group, get_task

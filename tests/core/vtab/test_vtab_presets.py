@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from sampler_server.core.sampling.presets import Benchmark
+from sampler_server.core.md.presets import Benchmark
 from sampler_server.core.split import Split
 from sampler_server.core.vtab import TASKS, Group
 from sampler_server.core.vtab.presets import (

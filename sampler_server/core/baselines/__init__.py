@@ -13,7 +13,7 @@ and labels from its store (``store.vtab_records``) and pass label arrays in.
   held-out train/val/test splits.
 """
 
-from sampler_server.core.regimes.blind import (
+from sampler_server.core.baselines.blind import (
     BlindGuess,
     RegressionBlindGuess,
     RegressionLoss,
@@ -21,7 +21,7 @@ from sampler_server.core.regimes.blind import (
     parse_loss,
     regression_blind_guess,
 )
-from sampler_server.core.regimes.calibration import (
+from sampler_server.core.baselines.calibration import (
     ROLES,
     RiskEntry,
     calibrate,
@@ -32,7 +32,7 @@ from sampler_server.core.regimes.calibration import (
     notes,
     parse_entries,
 )
-from sampler_server.core.regimes.regimes import (
+from sampler_server.core.baselines.regimes import (
     DEFAULT_REGIME_COUNT,
     DEFAULT_SAMPLING,
     MIN_PER_CLASS,
@@ -55,7 +55,7 @@ from sampler_server.core.regimes.regimes import (
     regime_regression,
     val_count,
 )
-from sampler_server.core.regimes.sources import (
+from sampler_server.core.baselines.sources import (
     SOURCE_SPLITS,
     SOURCE_TASK_PREFIX,
     SourceSplit,

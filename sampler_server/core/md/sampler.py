@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling import examples
-from sampler_server.core.sampling.classes import sample_classes
-from sampler_server.core.sampling.episode import Episode, episode_fingerprint
-from sampler_server.core.sampling.plan import SamplingPlan, build_plan
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md import examples
+from sampler_server.core.md.classes import sample_classes
+from sampler_server.core.md.episode import Episode, episode_fingerprint
+from sampler_server.core.md.plan import SamplingPlan, build_plan
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from sampler_server.core.regimes.calibration import RiskEntry, calibrate
+from sampler_server.core.baselines.calibration import RiskEntry, calibrate
 from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
 from sampler_server.metrics.store import MetricsStore, TaskResult

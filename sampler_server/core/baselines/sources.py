@@ -17,7 +17,7 @@ served as the task ``source:<store name>``:
   test example (fewer than 5 left: no val example), so every class is in "train".
 - Each split lists its records in record-id order (so classes in id order).
 - Regimes of the task are cut from its "train" split and tested on its "test" split, as for a
-  VTAB task (``core.regimes.regimes``); the split fingerprint hashes (store fingerprint,
+  VTAB task (``core.baselines.regimes``); the split fingerprint hashes (store fingerprint,
   task, split, ordered record ids, labels).
 
 Pure: a function of the store's fingerprint and class sizes only.

@@ -23,7 +23,7 @@ import dataclasses
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.sampling.presets import Benchmark
+from sampler_server.core.md.presets import Benchmark
 from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
 from sampler_server.core.shuffle import epoch_permutation
 from sampler_server.core.spec import DatasetSpec

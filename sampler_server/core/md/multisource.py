@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sampler_server.core.config import EpisodeConfig
-from sampler_server.core.sampling.episode import Episode
-from sampler_server.core.sampling.plan import parse_split
-from sampler_server.core.sampling.sampler import EpisodeSampler
+from sampler_server.core.md.config import EpisodeConfig
+from sampler_server.core.md.episode import Episode
+from sampler_server.core.md.plan import parse_split
+from sampler_server.core.md.sampler import EpisodeSampler
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sampler_server.core.sampling.plan import ClassStructure, SamplingPlan
+from sampler_server.core.md.plan import ClassStructure, SamplingPlan
 
 
 def sample_classes(plan: SamplingPlan, rng: np.random.RandomState) -> tuple[tuple[int, ...], str | None]:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.regimes import RegressionLoss, blind_guess, regression_blind_guess
+from sampler_server.core.baselines import RegressionLoss, blind_guess, regression_blind_guess
 from sampler_server.errors import InvalidArgument
 
 labels = st.lists(st.integers(0, 9), min_size=1, max_size=60)

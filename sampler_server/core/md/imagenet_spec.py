@@ -8,7 +8,7 @@ MD: valid = leaves under carnivore, test = leaves under device, train = the rest
 split's internal nodes spanning at least 5 leaves, with NO upper bound, become
 ``NodeSpec``s sorted by wnid, their leaves sorted class ids: the span cap is a
 per-request choice (``EpisodeConfig.max_span_leaves``, default the reference's 392)
-that ``sampling.plan`` applies, so one cached spec per (store, variant) serves every
+that ``md.plan`` applies, so one cached spec per (store, variant) serves every
 cap. Splits already present in a manifest are ignored: the hierarchy is the only
 authority for these sources. The result is a pure function of the manifest, the
 variant and the graph.

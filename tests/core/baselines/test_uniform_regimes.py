@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sampler_server.core.regimes import build_regime, pool_order, regime_positions
+from sampler_server.core.baselines import build_regime, pool_order, regime_positions
 from sampler_server.core.seeding import Protocol, derive_rng
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.md.config import EpisodeConfig
 
 
 def query_size(config: EpisodeConfig, counts: Sequence[int]) -> int:

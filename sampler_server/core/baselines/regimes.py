@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.regimes.blind import BlindGuess, RegressionBlindGuess, RegressionLoss, blind_guess
-from sampler_server.core.regimes.blind import regression_blind_guess
+from sampler_server.core.baselines.blind import BlindGuess, RegressionBlindGuess, RegressionLoss, blind_guess
+from sampler_server.core.baselines.blind import regression_blind_guess
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.regimes.calibration import (
+from sampler_server.core.baselines.calibration import (
     POINT_KEYS,
     REGIME_KEYS,
     RUN_KEYS,

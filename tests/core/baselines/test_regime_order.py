@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.regimes import (
+from sampler_server.core.baselines import (
     VAL_FRACTION,
     blind_guess,
     build_regime,

@@ -20,7 +20,7 @@ import csv
 import io
 import math
 
-from sampler_server.core.regimes.calibration import RiskEntry
+from sampler_server.core.baselines.calibration import RiskEntry
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from sampler_server.core.config import EpisodeConfig
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.spec import ClassSpec, DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sampler_server.core.regimes import SOURCE_SPLITS, build_regime, split_source, store_of
-from sampler_server.core.regimes.sources import holdout_count, source_task
+from sampler_server.core.baselines import SOURCE_SPLITS, build_regime, split_source, store_of
+from sampler_server.core.baselines.sources import holdout_count, source_task
 from sampler_server.errors import InvalidArgument
 
 counts = st.lists(st.integers(1, 40), min_size=1, max_size=12)

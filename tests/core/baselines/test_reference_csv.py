@@ -1,4 +1,4 @@
-"""The control-baselines reference's results CSV (``core.regimes.reference_csv``): its rows as
+"""The control-baselines reference's results CSV (``core.baselines.reference_csv``): its rows as
 calibration entries (duplicates averaged as the notebook's groupby mean, fractional regime
 sizes kept, the scratch method calibrated too), and one-line refusals naming the row."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sampler_server.core.regimes.calibration import RiskEntry, calibrate
-from sampler_server.core.regimes.reference_csv import is_reference_csv, parse_reference_csv
+from sampler_server.core.baselines.calibration import RiskEntry, calibrate
+from sampler_server.core.baselines.reference_csv import is_reference_csv, parse_reference_csv
 from sampler_server.errors import InvalidArgument
 
 REFERENCE_CCI = 2 / 3  # the hand-computed case of test_reference_cci.py (rows 2-10 below)

@@ -9,23 +9,23 @@
 - ``episode``: the ``Episode`` value and its fingerprint.
 """
 
-from sampler_server.core.sampling.episode import Episode, episode_fingerprint
-from sampler_server.core.sampling.multisource import (
+from sampler_server.core.md.episode import Episode, episode_fingerprint
+from sampler_server.core.md.multisource import (
     MultiSourceSampler,
     sample_multisource,
 )
-from sampler_server.core.sampling.plan import (
+from sampler_server.core.md.plan import (
     ClassStructure,
     Group,
     SamplingPlan,
     build_plan,
 )
-from sampler_server.core.sampling.presets import (
+from sampler_server.core.md.presets import (
     BENCHMARK_SOURCES,
     Benchmark,
     benchmark_sources,
 )
-from sampler_server.core.sampling.sampler import EpisodeSampler, sample_episode
+from sampler_server.core.md.sampler import EpisodeSampler, sample_episode
 
 __all__ = [
     "BENCHMARK_SOURCES",
