@@ -9,5 +9,6 @@ NumPy only; the server's dependencies (LMDB, OpenCV, SciPy, ...) come with the
   sampler_server.wire.codegen`` writes it);
 - ``wire.tensors``: the packed tensor codec of replies;
 - ``wire.segments``: the same-host transport's shared-memory segments;
-- ``intervals``: the one 95% confidence interval of reports and trainers.
+- ``intervals``: the one 95% confidence interval of reports and trainers;
+- ``protocols``: the protocol ids of metric reports, defined once for both sides.
 """
