@@ -8,7 +8,7 @@ The attribute names are the contract with the packer (``ATTRIBUTE_NAMES``):
 - ``label_azimuth`` (0..17), ``label_elevation`` (0..8): smallNORB;
 - ``objects_type`` (ints), ``objects_location_z`` (floats): KITTI, one per object.
 
-Rules (the reference's, in ``/work/shared/reference/vtab.md``):
+Rules (the reference's, in ``../shared/reference/vtab.md``):
 
 - ``RAW``: the attribute itself;
 - ``OBJECT_COUNT``: number of objects - 3 (CLEVR scenes hold 3 to 10);

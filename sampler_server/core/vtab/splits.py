@@ -1,6 +1,6 @@
 """VTAB's split names and how each dataset carves them out of its TFDS splits.
 
-Four carvings cover the 19 tasks (``/work/shared/reference/vtab.md``):
+Four carvings cover the 19 tasks (``../shared/reference/vtab.md``):
 
 - ``VALIDATION_SPLIT``: the TFDS ``validation`` split is VTAB's val;
 - ``TAIL_OF_TRAIN``: val is ``train[T:]`` with ``T = pct * |train| // 100``; the test

@@ -7,7 +7,7 @@ indices within those TFDS splits, so the packer and the samplers agree with
 ``tfds.load(f"{task.tfds_name}:{task.version}", split=task.spec(split, sizes))``.
 The one exception, ``trainval1000``, is the order TFDS reads trainval in, a pure
 function of the shard lengths too (``read_order``).
-Figures are the reference's (``/work/shared/reference/vtab.md``, task_adaptation).
+Figures are the reference's (``../shared/reference/vtab.md``, task_adaptation).
 """
 
 from __future__ import annotations
