@@ -13,38 +13,30 @@ Modules:
 - ``levels``: ranking, the five levels, canonical JSON, counts from manifests;
 - ``official_files``: naver/cog's published level and split pickles, read by a
   restricted unpickler; ``official_levels``: levels and splits from them, and how our
-  computed levels compare.
-
-The constants below are shared by every CoG part (splits, service, trainers, reports).
+  computed levels compare;
+- ``constants``: what every CoG part shares (splits, service, trainers, reports), re-exported here.
 """
 
 from __future__ import annotations
 
-SOURCE = "imagenet21k"
-"""Source kind (manifest.source) of the IN-21K store the levels are drawn from."""
-MIN_IMAGES = 782
-"""Eligibility: a concept needs at least this many images (the fewest of any IN-1K class)."""
-LEVEL_SIZE = 1000
-"""Concepts per level L1..L5, as many as IN-1K has."""
-NUM_LEVELS = 5
-LEVEL_NAMES: tuple[str, ...] = ("L1", "L2", "L3", "L4", "L5")
-"""From most to least similar to IN-1K."""
-SEEN_LEVEL = "IN-1K"
-"""The seen concepts, served from an ILSVRC-2012 store, evaluated beside L1..L5."""
-PERSON_WNID = "n00007846"
-"""person, individual, someone...: its whole subtree is left out (offensive concepts)."""
-TEST_PER_CONCEPT = 50
-MAX_TRAIN_PER_CONCEPT = 1300
-SHOTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-SEEDS: tuple[int, ...] = (1, 2, 3, 4, 5)
-VAL_FRACTION = 0.2
-RULES: tuple[str, ...] = ("in1k", "in1k_ancestor", "too_few_images", "person", "not_leaf", "listed")
-"""Eligibility rules in the order they apply; the keys of ``CogLevels.excluded``."""
-
-# Re-exports come after the constants: the submodules import them from here.
-from sampler_server.core.cog.eligibility import Eligibility, select_eligible  # noqa: E402
-from sampler_server.core.cog.in1k import in1k_wnids  # noqa: E402
-from sampler_server.core.cog.levels import (  # noqa: E402
+from sampler_server.core.cog.constants import (
+    LEVEL_NAMES,
+    LEVEL_SIZE,
+    MAX_TRAIN_PER_CONCEPT,
+    MIN_IMAGES,
+    NUM_LEVELS,
+    PERSON_WNID,
+    RULES,
+    SEEDS,
+    SEEN_LEVEL,
+    SHOTS,
+    SOURCE,
+    TEST_PER_CONCEPT,
+    VAL_FRACTION,
+)
+from sampler_server.core.cog.eligibility import Eligibility, select_eligible
+from sampler_server.core.cog.in1k import in1k_wnids
+from sampler_server.core.cog.levels import (
     CogLevels,
     Level,
     compute_levels,
@@ -52,8 +44,8 @@ from sampler_server.core.cog.levels import (  # noqa: E402
     parse_counts,
     validate_counts,
 )
-from sampler_server.core.cog.listed import LISTED_WNIDS  # noqa: E402
-from sampler_server.core.cog.similarity import Fragment  # noqa: E402
+from sampler_server.core.cog.listed import LISTED_WNIDS
+from sampler_server.core.cog.similarity import Fragment
 
 __all__ = [
     "LEVEL_NAMES",

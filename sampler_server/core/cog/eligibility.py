@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from sampler_server.core.cog import PERSON_WNID, RULES
+from sampler_server.core.cog.constants import PERSON_WNID, RULES
 from sampler_server.core.cog.in1k import in1k_wnids
 from sampler_server.core.cog.listed import LISTED_WNIDS
 

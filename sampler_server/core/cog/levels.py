@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sampler_server.core.cog import LEVEL_NAMES, LEVEL_SIZE, MIN_IMAGES, NUM_LEVELS, SOURCE
+from sampler_server.core.cog.constants import LEVEL_NAMES, LEVEL_SIZE, MIN_IMAGES, NUM_LEVELS, SOURCE
 from sampler_server.core.cog.eligibility import select_eligible
 from sampler_server.core.cog.in1k import in1k_wnids
 from sampler_server.core.cog.similarity import Fragment
