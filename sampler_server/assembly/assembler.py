@@ -51,7 +51,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import shared_memory
-from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -541,9 +540,3 @@ def _raw_payloads(reader: Reader, ids: list[int], size: int) -> list[memoryview]
             raise DataLoss(f"store {reader.manifest.name!r}, record {record_id}: not a {size}x{size}x3 raw record")
         out.append(memoryview(value)[offset:])
     return out
-
-
-def stores_from_dir(data_dir: Path) -> dict[str, StoreReader]:
-    from sampler_server.store.reader import find_stores
-
-    return {path.name: StoreReader(path) for path in find_stores(data_dir)}

@@ -122,10 +122,3 @@ def _open_with_pillow(payload: memoryview, draft_side: int = 0) -> Image.Image:
     except (OSError, SyntaxError, ValueError) as error:
         raise DataLoss(f"cannot decode stored image ({error})") from None
     return image
-
-
-def decode_into(out: np.ndarray, values: list[bytes], method: ResizeMethod = ResizeMethod.BILINEAR) -> None:
-    """Fill ``out`` (N x S x S x 3) with the decoded records, in order."""
-    size = out.shape[1]
-    for position, value in enumerate(values):
-        record_pixels(value, size, method, out[position])

@@ -126,11 +126,6 @@ def encode_record(record: Record) -> bytes:
     return bytes(value)
 
 
-def layout_version(value: bytes | memoryview) -> int:
-    """The layout version byte of a stored value (0 when too short to have one)."""
-    return value[2] if len(value) > 2 else 0
-
-
 def read_header(value: bytes | memoryview) -> tuple[Encoding, int, int, int, int]:
     """(encoding, width, height, channels, payload offset), without copying the payload.
 
