@@ -1,4 +1,4 @@
-# The two commands the README gives: `make demo` and `make test`.
+# The two commands the README gives: `make demo` and `make test` (and `make proto` after a .proto change).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ DEMO_DIR ?= demo-data
 export TF_CPP_MIN_LOG_LEVEL := 2
 export TF_ENABLE_ONEDNN_OPTS := 0
 
-.PHONY: demo test install wordnet postgresql clean
+.PHONY: demo test install proto wordnet postgresql clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ postgresql:
 
 test: install wordnet postgresql
 	$(BIN)/python -m pytest -q
+
+# Regenerate sampler_common/wire/gen from protos/ after a .proto change (commit the result;
+# tests/wire/test_codegen.py fails while it is stale).
+proto: install
+	$(BIN)/python tools/codegen.py
 
 demo: install
 	$(BIN)/sampler-server demo --workdir $(DEMO_DIR)

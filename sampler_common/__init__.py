@@ -5,8 +5,8 @@ NumPy only; the server's dependencies (LMDB, OpenCV, SciPy, ...) come with the
 ``[server]`` extra. Nothing here imports ``sampler_server`` or ``clients``
 (tests/test_import_contract.py holds both sides to it).
 
-- ``wire.gen``: the generated gRPC code of ``protos/`` (``python -m
-  sampler_server.wire.codegen`` writes it);
+- ``wire.gen``: the generated gRPC code of ``protos/`` (``make proto``, that is
+  ``python tools/codegen.py``, writes it);
 - ``wire.tensors``: the packed tensor codec of replies;
 - ``wire.segments``: the same-host transport's shared-memory segments;
 - ``intervals``: the one 95% confidence interval of reports and trainers;
