@@ -23,9 +23,10 @@ from pathlib import Path
 
 import lmdb
 
-from sampler_server.errors import DataLoss, InvalidArgument, NotFound
+from sampler_server.errors import DataLoss, NotFound
 from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, load_manifest
 from sampler_server.store.record import Record, decode_record, record_key, record_origin
+from sampler_server.store.record_reader import RecordReader
 
 
 class StoreUnreadable(DataLoss):
@@ -101,72 +102,38 @@ def _drop_inherited_environments() -> None:
 os.register_at_fork(after_in_child=_drop_inherited_environments)
 
 
-class StoreReader:
-    """Random access to records by id; the manifest is loaded eagerly, data lazily."""
+class StoreReader(RecordReader):
+    """Random access to one store's records by id; the manifest is loaded eagerly, data lazily."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.manifest: Manifest = load_manifest(self.directory)
-
-    @property
-    def num_records(self) -> int:
-        """Every record the data holds (the classes', then a validation partition's)."""
-        return self.manifest.total_records
 
     def _environment(self) -> lmdb.Environment:
         # named by its directory, as the server serves it (a copied store keeps its manifest name)
         return _environment_for(self.directory, self.directory.resolve().name, self.manifest.data_size)
 
     def data_bytes(self) -> int:
-        """Size of the data file now (0 when it cannot be read): what a record costs on average."""
         try:
             return (self.directory / DATA_NAME).stat().st_size
         except OSError:
             return 0
 
     def check_data(self) -> None:
-        """Open the data file now and check its size (start-up).
-
-        Raises:
-            StoreUnreadable: missing, not LMDB, shorter than its pages, or not the size
-                the manifest records.
-        """
+        """Raises ``StoreUnreadable`` also for a data file not the size the manifest records."""
         self._environment()
 
     def stored_entries(self) -> int:
         """Records the LMDB data holds (its entry count), whatever the manifest says (``verify``)."""
         return int(self._environment().stat()["entries"])
 
-    def _check_id(self, record_id: int) -> None:
-        if not 0 <= record_id < self.num_records:
-            raise InvalidArgument(
-                f"record id {record_id} is out of range for store {self.manifest.name!r}; "
-                f"allowed: 0 to {self.num_records - 1}"
-            )
-
-    def read_value(self, record_id: int) -> bytes:
-        """The raw stored value (header + metadata + payload)."""
-        return self.read_values([record_id])[0]
-
-    def read_values(self, record_ids: Sequence[int]) -> list[bytes]:
-        """Several values in one read transaction, in the order asked."""
-        out: list[bytes] = []
-        for record_id, value in zip(record_ids, self.values_or_none(record_ids)):
-            if value is None:
-                raise DataLoss(f"store {self.manifest.name!r}: record {record_id} is missing from its LMDB data")
-            out.append(value)
-        return out
-
     def values_or_none(self, record_ids: Sequence[int]) -> list[bytes | None]:
-        """Like ``read_values``, with None for a record missing from the data (for ``verify``)."""
         for record_id in record_ids:
             self._check_id(record_id)
         with self._environment().begin(buffers=False) as txn:
             return [txn.get(record_key(record_id)) for record_id in record_ids]
 
     def origins(self, record_ids: Sequence[int]) -> list[str]:
-        """Each record's origin (its original file), from its metadata only: no payload is
-        copied, so listing a large class's files touches one page per record."""
         for record_id in record_ids:
             self._check_id(record_id)
         out: list[str] = []
@@ -174,29 +141,22 @@ class StoreReader:
             for record_id in record_ids:
                 value = txn.get(record_key(record_id))
                 if value is None:
-                    raise DataLoss(f"store {self.manifest.name!r}: record {record_id} is missing from its LMDB data")
+                    raise self._missing(record_id)
                 try:
                     out.append(record_origin(value))
                 except DataLoss as error:
-                    raise DataLoss(f"store {self.manifest.name!r}, record {record_id}: {error}") from None
+                    raise self._malformed(record_id, error) from None
         return out
 
-    def read(self, record_id: int) -> Record:
-        try:
-            return decode_record(self.read_value(record_id))
-        except DataLoss as error:
-            raise DataLoss(f"store {self.manifest.name!r}, record {record_id}: {error}") from None
-
     def iter_records(self) -> Iterator[tuple[int, Record]]:
-        """Every record in id order (one cursor pass; for inspection and tests)."""
+        """One cursor pass."""
         with self._environment().begin(buffers=False) as txn:
             for key, value in txn.cursor():
                 record_id = int.from_bytes(key, "big")
                 try:
                     yield record_id, decode_record(value)
                 except DataLoss as error:
-                    raise DataLoss(f"store {self.manifest.name!r}, record {record_id}: {error}") from None
-
+                    raise self._malformed(record_id, error) from None
 
 
 def open_store(directory: str | os.PathLike[str]) -> StoreReader:

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
 
-from sampler_server.errors import DataLoss, InvalidArgument
+from sampler_server.errors import DataLoss
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.reader import StoreReader, StoreUnreadable
-from sampler_server.store.record import Record, decode_record
+from sampler_server.store.record import Record
+from sampler_server.store.record_reader import RecordReader
 from sampler_server.store.shards import merge_shards
 
 
@@ -52,7 +53,7 @@ def reader_location(reader: "StoreReader | ShardedReader") -> ReaderLocation:
     return ReaderLocation((str(reader.directory),))
 
 
-class ShardedReader:
+class ShardedReader(RecordReader):
     """Random access to the records of all shards by global id; the merged manifest is
     built (and checked) on construction, data is opened lazily per shard."""
 
@@ -77,55 +78,27 @@ class ShardedReader:
     def directories(self) -> tuple[Path, ...]:
         return tuple(reader.directory for reader in self.shards)
 
-    @property
-    def num_records(self) -> int:
-        return self.manifest.num_records
-
     def data_bytes(self) -> int:
-        """Bytes of all shards' data files (what a record costs on average, for budgets)."""
+        """Bytes of all shards' data files."""
         return sum(reader.data_bytes() for reader in self.shards)
 
     def _unreadable(self, error: StoreUnreadable) -> StoreUnreadable:
         return StoreUnreadable(f"{error} (a shard of {self.name!r}, which is served only whole)", self.name)
 
     def check_data(self) -> None:
-        """Open every shard's data file now and check its size (start-up).
-
-        Raises:
-            StoreUnreadable: a shard's data file is missing, not LMDB or truncated
-                (naming this merged store).
-        """
+        """Every shard's; the ``StoreUnreadable`` names this merged store."""
         for reader in self.shards:
             try:
                 reader.check_data()
             except StoreUnreadable as error:
                 raise self._unreadable(error) from None
 
-    def _check_id(self, record_id: int) -> None:
-        if not 0 <= record_id < self.num_records:
-            raise InvalidArgument(
-                f"record id {record_id} is out of range for store {self.name!r}; "
-                f"allowed: 0 to {self.num_records - 1}"
-            )
-
-    def read_value(self, record_id: int) -> bytes:
-        return self.read_values([record_id])[0]
-
-    def read_values(self, record_ids: Sequence[int]) -> list[bytes]:
-        """Several values, one read transaction per shard touched, in the order asked."""
-        out: list[bytes] = []
-        for record_id, value in zip(record_ids, self.values_or_none(record_ids)):
-            if value is None:
-                raise DataLoss(f"store {self.name!r}: record {record_id} is missing from its LMDB data")
-            out.append(value)
-        return out
-
     def values_or_none(self, record_ids: Sequence[int]) -> list[bytes | None]:
-        """Like ``read_values``, with None for a record missing from the data."""
+        """One read transaction per shard touched."""
         return self._per_shard(record_ids, "values_or_none")
 
     def origins(self, record_ids: Sequence[int]) -> list[str]:
-        """Each record's origin (``StoreReader.origins``), one read transaction per shard touched."""
+        """One read transaction per shard touched."""
         return self._per_shard(record_ids, "origins")
 
     def _per_shard(self, record_ids: Sequence[int], method: str) -> list[Any]:
@@ -146,16 +119,8 @@ class ShardedReader:
                 out[position] = answer
         return out
 
-    def read(self, record_id: int) -> Record:
-        try:
-            return decode_record(self.read_value(record_id))
-        except DataLoss as error:
-            if isinstance(error, StoreUnreadable):
-                raise
-            raise DataLoss(f"store {self.name!r}, record {record_id}: {error}") from None
-
     def iter_records(self) -> Iterator[tuple[int, Record]]:
-        """Every record in global id order (one cursor pass per shard)."""
+        """In global id order (one cursor pass per shard)."""
         for start, reader in zip(self._starts, self.shards):
             try:
                 for record_id, record in reader.iter_records():
