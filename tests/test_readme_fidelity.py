@@ -1,5 +1,6 @@
-"""The README's Fidelity tables name the tests that check each row: every one named must
-exist, so a renamed or removed test cannot leave a row claiming a check that is gone."""
+"""Each protocol page of docs/protocols/ ends with a Fidelity table naming the tests that
+check each row: every one named must exist, so a renamed or removed test cannot leave a
+row claiming a check that is gone."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+PROTOCOL_PAGES = {"md": "**Meta-Dataset**", "vtab": "**VTAB-1k**", "cog": "**ImageNet-CoG**",
+                  "baselines": "**Control baselines**"}
 
 
-def _fidelity_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("\n## Fidelity\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+def _fidelity_section(protocol: str) -> str:
+    text = (ROOT / "docs" / "protocols" / f"{protocol}.md").read_text()
+    assert text.count("\n## Fidelity\n") == 1, f"docs/protocols/{protocol}.md has no single '## Fidelity' section"
+    section = text.split("\n## Fidelity\n", 1)[1]
+    return section.split("\n## ", 1)[0]
 
 
 def _test_names(path: Path) -> set[str]:
@@ -23,16 +28,17 @@ def _test_names(path: Path) -> set[str]:
 
 
 def test_every_test_the_fidelity_tables_name_exists():
-    section = _fidelity_section()
-    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", section)
-    assert len(named) >= 15, section
+    named = [found for protocol in PROTOCOL_PAGES
+             for found in re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", _fidelity_section(protocol))]
+    assert len(named) >= 15, named
     for path, name in named:
         assert (ROOT / path).is_file(), path
         if name:
             assert name in _test_names(ROOT / path), f"{path}::{name}"
 
 
-def test_each_protocol_has_its_table():
-    section = _fidelity_section()
-    for protocol in ("**Meta-Dataset**", "**VTAB-1k**", "**ImageNet-CoG**", "**Control baselines**"):
-        assert protocol in section
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_PAGES))
+def test_each_protocol_page_has_its_table(protocol):
+    section = _fidelity_section(protocol)
+    assert PROTOCOL_PAGES[protocol] in section
+    assert re.search(r"^\| what \| computed as the reference \| checked by \|$", section, re.MULTILINE), protocol
