@@ -1,13 +1,15 @@
 """``sampler-server report --run RUN [--run RUN2 ...]``: the Meta-Dataset, VTAB-1k, VTAB+MD or ImageNet-CoG table.
 
-Reads the metrics the server stored (SQLite). ``--table md`` (the default) recomputes
-each reported episode's composition from the packed stores, so trainers need to report
-only accuracies; ``--table vtab``, ``--table vtab-md`` and ``--table cog`` read stored
-numbers only and need no packed stores, just the metrics file. ``--table cog
---baseline RUN`` adds each cell's difference from RUN's same cell.
+Reads the metrics the server stored (SQLite, or the PostgreSQL URL the servers were
+given). The tables, their options and their refusals are the report registry's
+(``metrics.registry``), the same the ``GetReport`` RPC reads: ``--table md`` (the
+default) recomputes each reported episode's composition from the packed stores, so
+trainers need to report only accuracies; ``--table vtab``, ``--table vtab-md`` and
+``--table cog`` read stored numbers only and need no packed stores, just the metrics
+file. ``--table cog --baseline RUN`` adds each cell's difference from RUN's same cell.
 
 ``--calibrate --run A [--run B] --scratch RUN --max RUN`` is the control baselines'
-calibrated report (``metrics.calibrated_report``): risk, cR and cR_scratch per VTAB task
+calibrated report (``metrics.baselines.report``): risk, cR and cR_scratch per VTAB task
 and regime, and each run's CCI (``--cci-seeds points``, the default: the reference
 notebook's; ``mean``: each run averaged over its seeds first). It needs ``--data`` too: the blind guess of each task is
 computed from the labels of its packed store (the most frequent label of the task's
@@ -17,20 +19,18 @@ computed from the labels of its packed store (the most frequent label of the tas
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from sampler_server.core.baselines.calibration import CCI_SEEDS, DEFAULT_CCI_SEEDS
-from sampler_server.core.vtab.presets import VtabBenchmark
-from sampler_server.core.vtab.splits import SPLITS
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from sampler_server.metrics.report import FORMATS, build_report, render_report
+from sampler_server.errors import InvalidArgument, NotFound
+from sampler_server.metrics import registry
 from sampler_server.metrics.store import MetricsStore, metrics_target
-
-TABLES = ("md", "vtab", "vtab-md", "cog")
+from sampler_server.metrics.tables import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    tables = registry.tables()
     parser = subparsers.add_parser(
         "report",
         help="per-source accuracy with 95%% CI, average ranks, robustness plots; VTAB-1k, VTAB+MD and "
@@ -46,35 +46,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
     parser.add_argument("--data", type=Path,
-                        help="the server's data directory (packed stores); required for --table md")
+                        help="the server's data directory (packed stores); required for "
+                        + " and ".join(table.spelled(registry.Entry.COMMAND) for table in tables
+                                       if table.needs_stores))
     parser.add_argument("--metrics", metavar="FILE|URL",
                         help="metrics SQLite file (default DATA/metrics.sqlite), or the postgresql:// URL the servers "
                         "were given")
     parser.add_argument("--format", choices=FORMATS, default="table")
-    parser.add_argument("--table", choices=TABLES, default="md",
-                        help="md: Meta-Dataset episodes (default); vtab: VTAB-1k tasks; vtab-md: the VTAB+MD aggregate; "
-                        "cog: ImageNet-CoG levels and N")
-    parser.add_argument("--vtab-benchmark", choices=[b.value for b in VtabBenchmark],
-                        help="task set of --table vtab (default vtab-v1; vtab-md always uses vtab-v2)")
-    parser.add_argument("--vtab-split", choices=SPLITS,
-                        help="VTAB split whose results --table vtab shows (default test)")
-    parser.add_argument("--baseline", metavar="RUN",
-                        help="--table cog: show each cell also relative to this run's same cell (points)")
+    by_table = [table for table in tables if not table.flag]
+    parser.add_argument("--table", choices=[table.name for table in by_table], default=registry.default_table().name,
+                        help="; ".join(f"{table.name}: {table.help}" for table in by_table))
     parser.add_argument("--plots", type=Path, help="write the plots (PNG) into this directory")
-    parser.add_argument("--plots-per-n", action="store_true",
-                        help="--table cog with --plots: also an accuracy-vs-level plot for each few-shot N")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="the calibrated report of the control baselines: per VTAB task and regime the risk, "
-                        "cR = (R - R_max) / (R_blind - R_max) and cR_scratch, and each run's CCI; needs --scratch, "
-                        "--max and --data (the blind guess comes from the packed labels); --plots writes cR-vs-n and "
-                        "cR-vs-cR_scratch plots per task")
-    parser.add_argument("--scratch", metavar="RUN", help="--calibrate: the scratch run (role scratch)")
-    parser.add_argument("--max", metavar="RUN", dest="max_run", help="--calibrate: the max run (role max)")
-    parser.add_argument("--cci-seeds", choices=CCI_SEEDS,
-                        help="--calibrate: points (default) is the reference notebook's CCI, every (n, seed) of a run "
-                        "its own point against the scratch risk averaged over seeds; mean averages each run over its "
-                        "seeds at each n first")
+    for table in tables:
+        if table.flag:
+            parser.add_argument(table.flag, action="store_true", dest=_flag_dest(table), help=table.help)
+        for option in table.options:
+            if option.switch:
+                parser.add_argument(option.flag, action="store_true", dest=option.name, help=option.help)
+            else:
+                parser.add_argument(option.flag, dest=option.name, metavar=option.metavar, choices=option.choices,
+                                    help=option.help)
     parser.set_defaults(func=run)
+
+
+def _flag_dest(table: registry.ReportTable) -> str:
+    return "table_" + table.flag.lstrip("-").replace("-", "_")
+
+
+def _chosen_table(args: argparse.Namespace) -> registry.ReportTable:
+    """The table a flag picks (``--calibrate``), else ``--table``'s; a flag with another ``--table`` is refused."""
+    for table in registry.tables():
+        if table.flag and getattr(args, _flag_dest(table)):
+            if args.table != registry.default_table().name:
+                refusal = table.refusal[1] if table.refusal is not None else "{flag}: not with " + table.flag
+                raise InvalidArgument(refusal.format(flag=f"--table {args.table}"))
+            return table
+    return registry.table(args.table)
+
+
+def _query(args: argparse.Namespace) -> registry.ReportQuery:
+    values = {option.name: getattr(args, option.name) for option in registry.options()}
+    return registry.ReportQuery(run_ids=tuple(args.run), format=args.format, plots=args.plots,
+                                **{name: value for name, value in values.items() if value is not None})
 
 
 def _open_metrics(args: argparse.Namespace) -> MetricsStore:
@@ -87,131 +100,67 @@ def _open_metrics(args: argparse.Namespace) -> MetricsStore:
     return MetricsStore(target)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.calibrate:
-        return _run_calibrated(args)
-    if args.scratch or args.max_run or args.cci_seeds:
-        given = "--scratch" if args.scratch else "--max" if args.max_run else "--cci-seeds"
-        raise InvalidArgument(f"{given}: only with --calibrate")
-    if args.table != "vtab" and (args.vtab_benchmark or args.vtab_split):
-        given = "--vtab-benchmark" if args.vtab_benchmark else "--vtab-split"
-        raise InvalidArgument(f"{given}: only with --table vtab (--table {args.table} uses its own fixed plan)")
-    if args.table != "cog" and (args.baseline or args.plots_per_n):
-        given = "--baseline" if args.baseline else "--plots-per-n"
-        raise InvalidArgument(f"{given}: only with --table cog (got --table {args.table})")
-    if args.table == "cog":
-        return _run_cog(args)
-    if args.table != "md":
-        return _run_vtab(args)
-    if args.data is None:
-        raise InvalidArgument("--data: required for --table md (episodes are recomputed from the packed stores)")
-    from sampler_server.service.registry import StoreRegistry
-    from sampler_server.service.replay import EpisodeReplayer
+class StoresContext:
+    """What a report needs from the packed stores of a data directory (``registry.ReportContext``):
+    episodes recomputed as the server replays them, and the blind guess of a task over the
+    labels the server would serve. The stores are opened when first needed; without
+    ``--data`` (``data`` None) only the tables that read stored numbers alone can run."""
 
-    store = _open_metrics(args)
-    replayer = EpisodeReplayer(StoreRegistry.from_data_dir(args.data))
-    report = build_report(store, args.run, replayer)
-    print(render_report(report, args.format))
-    if args.plots is not None:
-        from sampler_server.metrics.plots import write_plots
+    def __init__(self, data: Path | None) -> None:
+        self.data = data
+        self._replayer: Any = None
 
-        written = write_plots(report, args.plots)
-        if args.format != "json":
-            print(f"\nplots: {len(written)} PNG files in {args.plots}")
-    if report.mismatches:
-        raise FailedPrecondition(
-            f"{len(report.mismatches)} reported episodes do not match the stores' episodes (first: {report.mismatches[0]})"
-        )
-    return 0
+    def _stores(self, why: str) -> Path:
+        if self.data is None:
+            raise InvalidArgument(f"--data: not given; {why} needs the packed stores")
+        return self.data
 
+    def episode(self, request: Any | Mapping[str, Any], seed: int, index: int) -> Any:
+        data = self._stores("recomputing an episode")
+        if self._replayer is None:
+            from sampler_server.catalog.registry import StoreRegistry
+            from sampler_server.catalog.replay import EpisodeReplayer
 
-def _run_vtab(args: argparse.Namespace) -> int:
-    """``--table vtab`` / ``--table vtab-md``: stored numbers only, no packed stores needed."""
-    from sampler_server.metrics import vtab_report
+            self._replayer = EpisodeReplayer(StoreRegistry.from_data_dir(data))
+        return self._replayer.episode(request, seed, index)
 
-    store = _open_metrics(args)
-    if args.table == "vtab":
-        report = vtab_report.build_vtab_report(store, args.run, args.vtab_benchmark or "vtab-v1",
-                                               args.vtab_split or "test")
-        print(vtab_report.render_vtab_report(report, args.format))
-        scores = report.scores
-    else:
-        combined = vtab_report.build_vtab_md_report(store, args.run)
-        print(vtab_report.render_vtab_md_report(combined, args.format))
-        scores = combined.vtab
-    if args.plots is not None:
-        from sampler_server.metrics.vtab_plots import write_vtab_plots
+    def blind_risk(self, task: str) -> float:
+        from sampler_server.catalog.tasks import pick_tfds_store, source_handle, tfds_stores_in
+        from sampler_server.core.baselines.sources import is_source_task
+        from sampler_server.core.vtab import get_task
+        from sampler_server.metrics.baselines.report import blind_risk
+        from sampler_server.store.vtab_records import list_split
 
-        written = write_vtab_plots(scores, args.plots)
-        if args.format != "json":
-            print(f"\nplots: {len(written)} PNG files in {args.plots}")
-    return 0
+        data = self._stores("the blind guess of a task")
+        if is_source_task(task):
+            from sampler_server.catalog.registry import StoreRegistry
 
-
-def _run_cog(args: argparse.Namespace) -> int:
-    """``--table cog``: stored numbers only, no packed stores needed."""
-    from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
-
-    if args.plots_per_n and args.plots is None:
-        raise InvalidArgument("--plots-per-n: only with --plots DIR (it adds plots to that directory)")
-    report = build_cog_report(_open_metrics(args), args.run, args.baseline)
-    print(render_cog_report(report, args.format))
-    if args.plots is not None:
-        from sampler_server.metrics.cog_plots import write_cog_plots
-
-        written = write_cog_plots(report, args.plots, per_shots=args.plots_per_n)
-        if args.format != "json":
-            print(f"\nplots: {len(written)} PNG files in {args.plots}")
-    return 0
+            return blind_risk(task, source_handle(StoreRegistry.from_data_dir(data), task).listing)
+        vtab_task = get_task(task)
+        records = pick_tfds_store(tfds_stores_in(data), vtab_task, None, where=f"in {data}", field="--store")
+        return blind_risk(task, lambda split: list_split(records, vtab_task, split))
 
 
 def blind_risks_from_data(data: Path) -> Callable[[str], float]:
-    """``task -> R_blind`` over the packed stores in ``data``: the blind guess of the task's whole
-    training pool scored on its test split (``core.baselines.blind_guess``), as the server computes it."""
-    from sampler_server.cli.vtab_cmd import _pick_store
-    from sampler_server.core.baselines import POOL_SPLIT, TEST_SPLIT, blind_guess
-    from sampler_server.core.baselines.sources import is_source_task
-    from sampler_server.core.vtab import get_task
-    from sampler_server.store.vtab_records import list_split
-
-    def risk(name: str) -> float:
-        if is_source_task(name):
-            from sampler_server.cli.regime_cmd import source_task_handle
-
-            handle = source_task_handle(data, name)
-            train, test = handle.listing(POOL_SPLIT), handle.listing(TEST_SPLIT)
-            return blind_guess(train.labels, test.labels, task=name).risk
-        task = get_task(name)
-        records = _pick_store(data, task, None)
-        train, test = list_split(records, task, POOL_SPLIT), list_split(records, task, TEST_SPLIT)
-        return blind_guess(train.labels, test.labels, task=name).risk
-
-    return risk
+    """``task -> R_blind`` over the packed stores in ``data``, as the server computes it."""
+    return StoresContext(data).blind_risk
 
 
-def _run_calibrated(args: argparse.Namespace) -> int:
-    """``--calibrate``: the calibrated report over stored results and the packed labels."""
-    from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
-
-    for given, name in ((args.table != "md", f"--table {args.table}"), (args.baseline, "--baseline"),
-                        (args.plots_per_n, "--plots-per-n"), (args.vtab_benchmark, "--vtab-benchmark"),
-                        (args.vtab_split, "--vtab-split")):
-        if given:
-            raise InvalidArgument(f"{name}: not with --calibrate (it reads VTAB test results at every regime)")
-    for value, name in ((args.scratch, "--scratch"), (args.max_run, "--max")):
-        if not value:
-            raise InvalidArgument(f"{name}: required with --calibrate (the {name[2:]} run the others are "
-                                  "calibrated against)")
-    if args.data is None:
-        raise InvalidArgument("--data: required with --calibrate (the blind guess is computed from the packed "
-                              "tasks' labels)")
-    report = build_calibrated_report(_open_metrics(args), args.run, args.scratch, args.max_run,
-                                     blind_risks_from_data(args.data), args.cci_seeds or DEFAULT_CCI_SEEDS)
-    print(render_calibrated_report(report, args.format))
-    if args.plots is not None:
-        from sampler_server.metrics.calibrated_plots import write_calibrated_plots
-
-        written = write_calibrated_plots(report, args.plots)
+def run(args: argparse.Namespace) -> int:
+    table = _chosen_table(args)
+    query = _query(args)
+    registry.check_query(table, query, registry.Entry.COMMAND)
+    if table.needs_stores and args.data is None:
+        where = f"with {table.flag}" if table.flag else f"for --table {table.name}"
+        raise InvalidArgument(f"--data: required {where} ({table.needs_stores})")
+    report = table.build(_open_metrics(args), query, StoresContext(args.data))
+    print(table.render(report, args.format))
+    if args.plots is not None and table.plot is not None:
+        written = table.plot(report, args.plots, query)
         if args.format != "json":
             print(f"\nplots: {len(written)} PNG files in {args.plots}")
+    failure = table.failure(report) if table.failure is not None else None
+    if failure is not None:
+        raise failure
     return 0
+

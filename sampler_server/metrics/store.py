@@ -57,16 +57,16 @@ from pathlib import Path
 from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from sampler_server.metrics.cog_results import CogResult
+from sampler_server.metrics.cog.results import CogResult
 from sampler_server.metrics.store_postgres import PostgresDatabase, is_postgres_url, parse_url
 from sampler_server.metrics.store_sql import MAX_INTEGER, REPORT_COLUMNS, SCHEMA_VERSION, TASK_COLUMNS, Database
 from sampler_server.metrics.store_sqlite import SqliteDatabase
+from sampler_server.metrics.vtab.results import TaskResult
 from sampler_server.quoting import quoted
 
-__all__ = ["SCHEMA_VERSION", "ROLES", "CogResult", "MetricsStore", "StoredReport", "TaskResult", "metrics_target",
+__all__ = ["SCHEMA_VERSION", "CogResult", "MetricsStore", "StoredReport", "TaskResult", "metrics_target",
            "validate_run_id"]
 
-ROLES = ("model", "scratch", "max")
 MAX_RUN_ID = 200
 
 
@@ -85,70 +85,6 @@ class StoredReport:
 
     def key(self) -> tuple[str, str, str, str, int, int]:
         return (self.run_id, self.protocol, self.source, self.split, self.seed, self.index)
-
-
-@dataclass(frozen=True)
-class TaskResult:
-    """One VTAB-1k task evaluated by a run: top-1 accuracy over ``examples`` examples of ``split``.
-
-    ``split`` is the VTAB split evaluated (``"test"`` for the reported score, ``"val200"``
-    when choosing hyperparameters); ``examples`` lets a reader check the whole split was
-    evaluated. ``regime`` is the number of training examples of the data regime the run
-    trained on (0: the task's usual training split; then ``regime_seed`` is 0 too) and
-    ``role`` the run's role in a calibrated report (``ROLES``).
-    """
-
-    run_id: str
-    task: str
-    split: str
-    accuracy: float
-    examples: int
-    regime: int = 0
-    regime_seed: int = 0
-    role: str = "model"
-
-    def key(self) -> tuple[str, str, str, int, int]:
-        return (self.run_id, self.task, self.split, self.regime, self.regime_seed)
-
-    def where(self) -> str:
-        regime = f" regime {self.regime} seed {self.regime_seed}" if self.regime else ""
-        kind = "task" if self.task.startswith("source:") else "VTAB task"
-        return f"{kind} {self.task} split {self.split}{regime}"
-
-    def validate(self) -> TaskResult:
-        """Itself; ``InvalidArgument`` naming the field and what is allowed otherwise."""
-        from sampler_server.core.baselines.sources import check_source_split, is_source_task, store_of
-        from sampler_server.core.vtab.splits import check_split
-        from sampler_server.core.vtab.tasks import get_task
-
-        validate_run_id(self.run_id)
-        if is_source_task(self.task):  # a packed source as a transfer task (control baselines)
-            store_of(self.task)
-            check_source_split(self.task, self.split)
-        else:
-            get_task(self.task)
-            check_split(self.split)
-        number = isinstance(self.accuracy, (int, float)) and not isinstance(self.accuracy, bool)
-        if not number or not 0.0 <= float(self.accuracy) <= 1.0:
-            raise InvalidArgument(f"accuracy: got {quoted(self.accuracy)} for task {self.task}, expected 0 to 1")
-        if isinstance(self.examples, bool) or not isinstance(self.examples, int) or self.examples < 1:
-            raise InvalidArgument(
-                f"examples: got {quoted(self.examples)} for task {self.task}, expected an integer >= 1"
-            )
-        if self.role not in ROLES:
-            raise InvalidArgument(f"role: got {quoted(self.role)} for task {self.task}, expected one of "
-                                  f"{', '.join(ROLES)}")
-        for name in ("regime", "regime_seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-                raise InvalidArgument(f"{name}: got {quoted(value)} for task {self.task}, expected an integer >= 0")
-        if self.regime == 0 and self.regime_seed != 0:
-            raise InvalidArgument(f"regime_seed: got {self.regime_seed} for task {self.task} without a regime, "
-                                  "expected 0 (a seed draws a regime; regime 0 is the usual training split)")
-        if self.role == "max" and self.regime != 0:
-            raise InvalidArgument(f"regime: got {self.regime} for task {self.task} of a max run, expected 0 "
-                                  "(a max run trains on all training data)")
-        return self
 
 
 def validate_run_id(run_id: str) -> str:

@@ -1,42 +1,26 @@
-"""ImageNet-CoG reports over the wire: a ``MetricReport`` of protocol "cog" checked into a
-``CogResult``, and the "cog" table of ``GetReport``.
-
-A cog report is keyed by (run_id, cog_level, shots, seed); ``metrics["accuracy"]`` is
-the test top-1 in [0, 1] and ``examples`` the number of test images it is over;
-``metrics`` may also carry "val_accuracy", "learning_rate" and "weight_decay" (what
-the hyper-parameter search chose), nothing else. source, split, index, fingerprint,
-request, task and task_split are unused. Every refusal is one INVALID_ARGUMENT line
-naming the field as the wire spells it (``reports.cog_level`` ...) and what it allows.
-"""
+"""The CoG report entry points the servicer calls until it delegates its metrics RPCs to
+``service.metrics``; the rules are the report registry's (``metrics.cog.protocol``).
+This module goes when the servicer wires ``MetricsHandlers``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sampler_server.errors import InvalidArgument
-from sampler_server.metrics.cog_results import COG_EXTRAS, CogResult
+from sampler_server.metrics import registry
+from sampler_server.metrics.cog.protocol import parse_cog_report
+from sampler_server.metrics.cog.results import CogResult
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-PROTOCOL_COG = "cog"
 COG_TABLE = "cog"
 
 
 def cog_result(report: pb.MetricReport) -> CogResult:
-    """The checked result a cog report carries; ``InvalidArgument`` otherwise."""
-    if "accuracy" not in report.metrics:
-        raise InvalidArgument("reports.metrics: a cog report needs \"accuracy\" (test top-1 in [0, 1]); optional: "
-                              f"{', '.join(COG_EXTRAS)}")
-    extras = {name: value for name, value in report.metrics.items() if name != "accuracy"}
-    return CogResult(run_id=report.run_id, level=report.cog_level, shots=report.shots, seed=report.seed,
-                     accuracy=report.metrics["accuracy"], examples=report.examples, extras=extras).validate("reports.")
+    """The checked result a cog report carries (``metrics.cog.protocol.parse_cog_report``)."""
+    return parse_cog_report(report, None)  # type: ignore[arg-type]  # a cog report needs no context
 
 
 def render_cog_table(metrics: Any, request: pb.GetReportRequest) -> str:
-    """The CoG table of ``request.run_ids`` (relative to ``request.baseline_run`` when given)."""
-    from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
-
-    for name in ("vtab_benchmark", "vtab_split"):
-        if getattr(request, name):
-            raise InvalidArgument(f"{name}: only with table vtab (table cog has no VTAB benchmark or split)")
-    report = build_cog_report(metrics, list(request.run_ids), request.baseline_run or None)
-    return render_cog_report(report, request.format or "table")
+    """The "cog" table of ``request``, as ``service.metrics.MetricsHandlers.get_report`` builds it."""
+    table, query = registry.table(COG_TABLE), registry.query_from_wire(request)
+    registry.check_query(table, query, registry.Entry.WIRE)
+    return table.render(table.build(metrics, query, None), query.format)  # type: ignore[arg-type]

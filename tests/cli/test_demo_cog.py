@@ -16,7 +16,7 @@ def test_cog_leg_packs_shards_prints_levels_and_its_evaluation_reaches_the_cog_t
     from clients.torch.cog import main as cog_main
     from sampler_server.core.cog.levels import compute_levels
     from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
-    from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
+    from sampler_server.metrics.cog.report import build_cog_report, render_cog_report
     from sampler_server.metrics.store import MetricsStore
     from sampler_server.service.server import RunningServer, ServerConfig
 

@@ -21,7 +21,7 @@ def test_vtab_leg_packs_its_tasks_and_torch_and_tf_probes_land_in_the_vtab_and_v
     from clients.tf.transfer import main as tf_transfer_main
     from clients.torch.transfer import main as transfer_main
     from sampler_server.metrics.store import MetricsStore
-    from sampler_server.metrics.vtab_report import (
+    from sampler_server.metrics.vtab.report import (
         build_vtab_md_report,
         build_vtab_report,
         render_vtab_md_report,

@@ -10,8 +10,8 @@ import pytest
 
 from sampler_server.core.baselines.calibration import RiskEntry, calibrate
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from sampler_server.metrics.calibrated_plots import mean_by_n, write_calibrated_plots
-from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
+from sampler_server.metrics.baselines.plots import mean_by_n, write_calibrated_plots
+from sampler_server.metrics.baselines.report import build_calibrated_report, render_calibrated_report
 from sampler_server.metrics.store import MetricsStore, TaskResult
 
 BLIND, MAX = 0.9, 0.1  # R_blind - R_max = 0.8

@@ -52,7 +52,7 @@ def test_a_run_has_one_role_and_nothing_of_a_refused_batch_is_stored(metrics_tar
 
 @pytest.mark.parametrize(("result", "words"), [
     (_result(role="teacher"), "role: got 'teacher' for task cifar100, expected one of model, scratch, max"),
-    (_result(regime=0, seed=3), "regime_seed: got 3 for task cifar100 without a regime, expected 0"),
+    (_result(regime=0, seed=3), "regime_seed: got 3 for task cifar100 with regime 0, expected 0"),
     (_result(regime=100, role="max"), "regime: got 100 for task cifar100 of a max run, expected 0"),
     (_result(regime=-1), "regime: got -1 for task cifar100, expected an integer >= 0"),
 ])

@@ -12,8 +12,8 @@ from PIL import Image
 
 from sampler_server.cli.main import main
 from sampler_server.errors import InvalidArgument, NotFound
-from sampler_server.metrics.cog_plots import write_cog_plots
-from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
+from sampler_server.metrics.cog.plots import write_cog_plots
+from sampler_server.metrics.cog.report import build_cog_report, render_cog_report
 from sampler_server.metrics.store import CogResult, MetricsStore
 
 # (run, level, shots) -> accuracy per seed 1, 2, ... (or {seed: accuracy})

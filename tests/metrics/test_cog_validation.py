@@ -9,8 +9,14 @@ import pytest
 
 from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import QUOTE_LIMIT
-from sampler_server.service.cog_reports import cog_result
+from sampler_server.metrics import registry
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+
+def cog_result(report: pb.MetricReport):
+    """The stored result of one cog report, parsed as ReportMetrics parses it (a cog report needs no context)."""
+    (result,) = registry.parse_reports([report], context=None)
+    return result
 
 
 def _report(**fields) -> pb.MetricReport:

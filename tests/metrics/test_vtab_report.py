@@ -11,10 +11,10 @@ from PIL import Image
 from sampler_server.cli.main import main
 from sampler_server.core.vtab import TASKS
 from sampler_server.errors import InvalidArgument, NotFound
-from sampler_server.metrics.report import FORMATS
+from sampler_server.metrics.tables import FORMATS
 from sampler_server.metrics.store import MetricsStore, StoredReport, TaskResult
-from sampler_server.metrics.vtab_plots import write_vtab_plots
-from sampler_server.metrics.vtab_report import (
+from sampler_server.metrics.vtab.plots import write_vtab_plots
+from sampler_server.metrics.vtab.report import (
     build_vtab_md_report,
     build_vtab_report,
     render_vtab_md_report,

@@ -13,7 +13,7 @@ import pytest
 
 from sampler_server.core.baselines.calibration import RiskEntry, calibrate
 from sampler_server.errors import InvalidArgument
-from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
+from sampler_server.metrics.baselines.report import build_calibrated_report, render_calibrated_report
 from sampler_server.metrics.store import MetricsStore, TaskResult
 
 # R_blind 1, R_max 0: cR = risk. (n, seed) -> risk.

@@ -9,13 +9,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-import matplotlib
+from sampler_server.metrics.plotting import file_safe_name  # first: it selects matplotlib's file backend
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from sampler_common.intervals import mean_ci95
-from sampler_server.metrics.report import ClassPoint, EpisodePoint, Report  # noqa: E402
+from sampler_common.intervals import mean_ci95  # noqa: E402
+from sampler_server.metrics.md.report import ClassPoint, EpisodePoint, Report  # noqa: E402
 
 SHOT_BINS = (1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 31, 51, 101)
 
@@ -59,23 +57,6 @@ def _plot(series: dict[str, list[tuple[int, float, float]]], xlabel: str, ylabel
     figure.savefig(path, format="png")
     plt.close(figure)
     return path
-
-
-def finish_axes(axes: plt.Axes, figure: plt.Figure, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
-    """Labels, grid and legend of one figure, written to ``path`` as PNG and closed (every plot module's ending)."""
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title, fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, format="png")
-    plt.close(figure)
-    return path
-
-
-def file_safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 def write_plots(report: Report, directory: Path) -> list[Path]:

@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from sampler_server.metrics.plotting import file_safe_name, finish_axes  # first: it selects the file backend
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from sampler_server.metrics.calibrated_report import CalibratedReport  # noqa: E402 (after the Agg backend)
-from sampler_server.metrics.plots import file_safe_name, finish_axes  # noqa: E402
+from sampler_server.metrics.baselines.report import CalibratedReport  # noqa: E402
 
 FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
 DPI = 100

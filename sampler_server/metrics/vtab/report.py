@@ -29,13 +29,11 @@ from typing import Any
 from sampler_server.core.vtab.presets import VTAB_MD_PLAN, VtabBenchmark, VtabMdPlan, vtab_groups
 from sampler_server.core.vtab.splits import check_split
 from sampler_server.core.vtab.tasks import Group
-from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.ranks import Estimate, estimate
-from sampler_server.metrics.report import FORMATS, estimate_cell
-from sampler_server.metrics.store import MetricsStore, TaskResult
-from sampler_server.metrics.tables import render_grid
-
-MD_PROTOCOL = "md-episode"
+from sampler_server.metrics.store import MetricsStore
+from sampler_server.metrics.tables import check_format, check_runs, estimate_cell, render_grid
+from sampler_server.metrics.vtab.results import TaskResult
+from sampler_common import protocols
 
 
 @dataclass(frozen=True)
@@ -109,14 +107,6 @@ class VtabReport:
     scores: dict[str, VtabScore]
 
 
-def _check_runs(run_ids: Sequence[str]) -> None:
-    if not run_ids:
-        raise InvalidArgument("run: none given; expected at least one run id")
-    repeated = sorted({r for r in run_ids if list(run_ids).count(r) > 1})
-    if repeated:
-        raise InvalidArgument(f"run: {repeated[0]!r} given twice")
-
-
 def build_vtab_report(
     store: MetricsStore, run_ids: Sequence[str], benchmark: VtabBenchmark | str = VtabBenchmark.VTAB_V1,
     split: str = "test",
@@ -127,7 +117,7 @@ def build_vtab_report(
         InvalidArgument: no runs, a run given twice, an unknown benchmark or split.
         NotFound: a run the store does not have.
     """
-    _check_runs(run_ids)
+    check_runs(run_ids)
     chosen = VtabBenchmark.parse(benchmark)
     check_split(split)
     report = VtabReport(runs=list(run_ids), benchmark=chosen, split=split, configs={}, scores={})
@@ -166,14 +156,9 @@ _MEAN_NOTE = ("means: unweighted over tasks (overall: over all tasks, not over g
               "some of the benchmark's tasks, so the mean is over those it has and not comparable with a complete one")
 
 
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
-
-
 def render_vtab_report(report: VtabReport, fmt: str = "table") -> str:
-    """The VTAB table as ``fmt`` (one of ``FORMATS``)."""
-    _check_format(fmt)
+    """The VTAB table as ``fmt`` (one of ``tables.FORMATS``)."""
+    check_format(fmt)
     if fmt == "json":
         return json.dumps(vtab_report_json(report), indent=1)
     scores = [report.scores[run] for run in report.runs]
@@ -240,13 +225,13 @@ def build_vtab_md_report(store: MetricsStore, run_ids: Sequence[str], plan: Vtab
         InvalidArgument: no runs or a run given twice.
         NotFound: a run the store does not have.
     """
-    _check_runs(run_ids)
+    check_runs(run_ids)
     report = VtabMdReport(runs=list(run_ids), plan=plan, configs={})
     for run in run_ids:
         report.configs[run] = store.run_config(run)
         accuracies: dict[str, list[float]] = defaultdict(list)
         for stored in store.reports(run):
-            if stored.protocol == MD_PROTOCOL and stored.split == plan.md_test_split.value \
+            if stored.protocol == protocols.MD and stored.split == plan.md_test_split.value \
                     and "accuracy" in stored.metrics:
                 accuracies[stored.source].append(float(stored.metrics["accuracy"]))
         report.md[run] = md_score(accuracies, plan.md_test_sources)
@@ -256,7 +241,7 @@ def build_vtab_md_report(store: MetricsStore, run_ids: Sequence[str], plan: Vtab
 
 def render_vtab_md_report(report: VtabMdReport, fmt: str = "table") -> str:
     """The VTAB+MD aggregate, then per-source and per-task detail, as ``fmt``."""
-    _check_format(fmt)
+    check_format(fmt)
     if fmt == "json":
         return json.dumps(vtab_md_report_json(report), indent=1)
     plan, runs = report.plan, report.runs

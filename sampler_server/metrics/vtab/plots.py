@@ -10,15 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from sampler_server.metrics.plotting import file_safe_name  # first: it selects matplotlib's file backend
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
 from sampler_server.core.vtab.presets import vtab_groups  # noqa: E402
 from sampler_server.core.vtab.tasks import Group  # noqa: E402
-from sampler_server.metrics.plots import file_safe_name  # noqa: E402 (after the Agg backend is chosen)
-from sampler_server.metrics.vtab_report import VtabScore  # noqa: E402
+from sampler_server.metrics.vtab.report import VtabScore  # noqa: E402
 
 GROUP_COLOURS = {Group.NATURAL: "tab:green", Group.SPECIALIZED: "tab:purple", Group.STRUCTURED: "tab:orange"}
 FIGURE_SIZE = (10, 4)  # inches, at DPI below: 1000 x 400 pixels

@@ -44,11 +44,19 @@ from sampler_server.core.baselines.calibration import DEFAULT_CCI_SEEDS, RiskEnt
 from sampler_server.core.baselines.calibration import check_cci_seeds, scratch_reference
 from sampler_server.core.baselines.calibration import notes as calibration_notes
 from sampler_server.errors import FailedPrecondition, InvalidArgument
-from sampler_server.metrics.report import FORMATS
 from sampler_server.metrics.store import MetricsStore
-from sampler_server.metrics.tables import render_grid
+from sampler_server.metrics.tables import check_format, check_runs, render_grid
 
 QUERY_SPLIT = "test"
+
+
+def blind_risk(task: str, listing: Callable[[str], Any]) -> float:
+    """R_blind of ``task`` from its split listings (``listing(split).labels``): the most
+    frequent label of its training pool scored on its test split (``core.baselines.blind_guess``).
+    The server and the report command both compute it here, over their own listings."""
+    from sampler_server.core.baselines import POOL_SPLIT, TEST_SPLIT, blind_guess
+
+    return blind_guess(listing(POOL_SPLIT).labels, listing(TEST_SPLIT).labels, task=task).risk
 
 
 # ---- the report over stored results ---------------------------------------------------------
@@ -69,15 +77,12 @@ class CalibratedReport:
         return list(self.calibration["tasks"])
 
 
-def _check_runs(run_ids: Sequence[str], scratch_run: str, max_run: str) -> None:
-    if not run_ids:
-        raise InvalidArgument("run: none given; expected at least one run id")
+def _check_controls(run_ids: Sequence[str], scratch_run: str, max_run: str) -> None:
+    """Both controls given, different, and neither among the model runs (``tables.check_runs`` first)."""
+    check_runs(run_ids)
     for name, value in (("scratch", scratch_run), ("max", max_run)):
         if not value:
             raise InvalidArgument(f"{name}: no {name} run given; a calibrated report needs one")
-    repeated = sorted({r for r in run_ids if list(run_ids).count(r) > 1})
-    if repeated:
-        raise InvalidArgument(f"run: {repeated[0]!r} given twice")
     if scratch_run == max_run:
         raise InvalidArgument(f"max: {max_run!r} is also the scratch run; expected two different runs")
     for run in run_ids:
@@ -120,7 +125,7 @@ def build_calibrated_report(
         FailedPrecondition: a run of another role, a task without a scratch or max
             result, or R_blind == R_max.
     """
-    _check_runs(run_ids, scratch_run, max_run)
+    _check_controls(run_ids, scratch_run, max_run)
     check_cci_seeds(cci_seeds)
     max_risks = _risks(store, max_run, "max", "max")
     scratch_risks = _risks(store, scratch_run, "scratch", "scratch")
@@ -171,10 +176,8 @@ def _number(value: float | None, places: int) -> str:
 
 
 def render_calibrated_report(report: CalibratedReport, fmt: str = "table") -> str:
-    """The calibrated table as ``fmt`` (one of ``FORMATS``); JSON is ``calibrate``'s."""
-    if fmt not in FORMATS:
-        raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
-    if fmt == "json":
+    """The calibrated table as ``fmt`` (one of ``tables.FORMATS``); JSON is ``calibrate``'s."""
+    if check_format(fmt) == "json":
         return json.dumps(report.calibration, indent=1)
     rows: list[list[str]] = []
     averaged = sorted({key for key, count in report.seeds.items() if count > 1})

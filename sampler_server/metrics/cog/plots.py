@@ -9,7 +9,7 @@ The two views the CoG paper draws (Figs. 3, 4, 10, 11):
   run's mean minus the baseline's, in points, with the baseline as the zero line (the
   paper's relative plots); its error bars are the run's own std over seeds.
 
-Error bars are the population standard deviation over seeds of ``cog_report`` (none for
+Error bars are the population standard deviation over seeds of ``cog.report`` (none for
 a single seed); a cell a run lacks leaves a gap in its line, never a made-up point.
 """
 
@@ -18,14 +18,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+from sampler_server.metrics.plotting import file_safe_name, finish_axes  # first: it selects the file backend
+import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from sampler_server.metrics.cog_report import SHOTS_ALL, CogReport  # noqa: E402 (after the Agg backend is chosen)
-from sampler_server.metrics.cog_results import shots_name  # noqa: E402
-from sampler_server.metrics.plots import file_safe_name, finish_axes  # noqa: E402
+from sampler_server.metrics.cog.report import SHOTS_ALL, CogReport  # noqa: E402
+from sampler_server.metrics.cog.results import shots_name  # noqa: E402
 
 FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
 DPI = 100

@@ -18,12 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.ranks import Estimate, average_ranks, estimate, ranks_for_source
 from sampler_server.metrics.store import MetricsStore
-from sampler_server.metrics.tables import render_grid
-
-FORMATS = ("table", "markdown", "json")
+from sampler_server.metrics.tables import check_format, check_runs, estimate_cell, render_grid
 
 
 @dataclass(frozen=True)
@@ -60,10 +57,7 @@ class Report:
 
 
 def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | None = None) -> Report:
-    if not run_ids:
-        raise InvalidArgument("run: none given; expected at least one run id")
-    if len(set(run_ids)) != len(run_ids):
-        raise InvalidArgument(f"run: {sorted(r for r in run_ids if list(run_ids).count(r) > 1)[0]!r} given twice")
+    check_runs(run_ids)
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     losses: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     report = Report(runs=list(run_ids), configs={}, accuracy={}, loss={}, checked=replayer is not None)
@@ -117,16 +111,8 @@ def _analyse(report: Report, replayer: Any, stored: Any) -> None:
             report.classes.append(ClassPoint(stored.run_id, stored.source, len(episode.support[label]), precision))
 
 
-def estimate_cell(e: Estimate) -> str:
-    """``mean ± ci (episodes)`` in percent, as every MD table cell reads."""
-    ci = e.ci95
-    return f"{100 * e.mean:.2f} ± {100 * ci:.2f} ({e.episodes})" if ci is not None else f"{100 * e.mean:.2f} (1)"
-
-
 def render_report(report: Report, fmt: str = "table") -> str:
-    if fmt not in FORMATS:
-        raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
-    if fmt == "json":
+    if check_format(fmt) == "json":
         return json.dumps(report_json(report), indent=1)
     with_chance = bool(report.chance)
     header = ["source"] + report.runs + (["chance"] if with_chance else [])

@@ -37,11 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sampler_server.errors import InvalidArgument
-from sampler_server.metrics.cog_results import CogResult, cog_levels, shots_name
-from sampler_server.metrics.report import FORMATS
+from sampler_server.metrics.cog.results import CogResult, cog_levels, shots_name
 from sampler_server.metrics.store import MetricsStore
-from sampler_server.metrics.tables import render_grid
+from sampler_server.metrics.tables import check_format, check_runs, render_grid
 
 SHOTS_ALL = 0
 
@@ -127,14 +125,6 @@ class CogReport:
         return relative(self.cells[run][key], self.cells[self.baseline].get(key))
 
 
-def _check_runs(run_ids: Sequence[str]) -> None:
-    if not run_ids:
-        raise InvalidArgument("run: none given; expected at least one run id")
-    repeated = sorted({r for r in run_ids if list(run_ids).count(r) > 1})
-    if repeated:
-        raise InvalidArgument(f"run: {repeated[0]!r} given twice")
-
-
 def build_cog_report(store: MetricsStore, run_ids: Sequence[str], baseline: str | None = None) -> CogReport:
     """The CoG table of ``run_ids`` (and of ``baseline``, the run the others are compared with).
 
@@ -142,7 +132,7 @@ def build_cog_report(store: MetricsStore, run_ids: Sequence[str], baseline: str 
         InvalidArgument: no runs, or a run given twice.
         NotFound: a run (or the baseline) the store does not have.
     """
-    _check_runs(run_ids)
+    check_runs(run_ids)
     report = CogReport(runs=list(run_ids), baseline=baseline or None, configs={}, cells={}, levels=(), shots=())
     for run in report.blocks:
         report.configs[run] = store.run_config(run)  # NotFound names an unknown run
@@ -164,14 +154,9 @@ def _cell_text(report: CogReport, run: str, key: tuple[str, int]) -> str:
     return f"{text} {versus.cell() if versus is not None else 'Δ -'}"
 
 
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise InvalidArgument(f"format: got {fmt!r}, expected one of {', '.join(FORMATS)}")
-
-
 def render_cog_report(report: CogReport, fmt: str = "table") -> str:
-    """The CoG table as ``fmt`` (one of ``FORMATS``)."""
-    _check_format(fmt)
+    """The CoG table as ``fmt`` (one of ``tables.FORMATS``)."""
+    check_format(fmt)
     if fmt == "json":
         return json.dumps(cog_report_json(report), indent=1)
     rows = []
