@@ -1,6 +1,7 @@
 """The report protocols and report tables, each registered once, in its protocol's package.
 
-A protocol registers its report parser (``ReportProtocol``: a wire ``MetricReport`` ->
+A protocol registers (in its package's ``protocol`` module, listed once in
+``PROTOCOL_PACKAGES``) its report parser (``ReportProtocol``: a wire ``MetricReport`` ->
 the result the metrics store keeps, refused with one line naming the field) under its
 id from ``sampler_common.protocols``; a table registers its builder, renderer, plots and
 the options it reads (``ReportTable``). ``ReportMetrics``, ``GetReport`` and
@@ -33,8 +34,9 @@ from sampler_server.quoting import quoted
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 PROTOCOL_PACKAGES = ("md", "vtab", "cog", "baselines")
-"""The packages under ``sampler_server.metrics`` whose ``protocol`` module registers a
-protocol's parser and tables, in the order tables and protocols are listed."""
+"""The packages under ``sampler_server.metrics`` whose ``protocol`` module declares a
+protocol's registration: ``PROTOCOLS`` (its parsers) and ``TABLES``, registered in this
+order when the registry is first read (importing a ``protocol`` module registers nothing)."""
 
 
 class ReportContext(Protocol):
@@ -169,7 +171,11 @@ def _loaded() -> _Registry:
         if not _REGISTRY.loaded:
             _REGISTRY.loaded = True
             for package in PROTOCOL_PACKAGES:
-                importlib.import_module(f"sampler_server.metrics.{package}.protocol")
+                module = importlib.import_module(f"sampler_server.metrics.{package}.protocol")
+                for protocol in module.PROTOCOLS:
+                    register_protocol(protocol)
+                for table in module.TABLES:
+                    register_table(table)
         return _REGISTRY
 
 

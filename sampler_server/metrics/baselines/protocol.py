@@ -37,29 +37,30 @@ def _plot(report: CalibratedReport, directory: Path, query: registry.ReportQuery
 def _required(name: str, flag: str, role: str) -> registry.Requirement:
     return registry.Requirement(name, f"{name}: empty; table 'calibrated' needs the {role} run",
                                 f"{flag}: required with --calibrate (the {role} run the others are calibrated against)")
-
-
-registry.register_table(registry.ReportTable(
-    name="calibrated",
-    help="the calibrated report of the control baselines: per VTAB task and regime the risk, cR = (R - R_max) / "
-    "(R_blind - R_max) and cR_scratch, and each run's CCI; needs --scratch, --max and --data (the blind guess comes "
-    "from the packed labels); --plots writes cR-vs-n and cR-vs-cR_scratch plots per task",
-    build=_build,
-    render=render_calibrated_report,
-    options=(
-        registry.ReportOption("scratch_run", "--scratch", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, metavar="RUN",
-                              help="--calibrate: the scratch run (role scratch)", names_run=True),
-        registry.ReportOption("max_run", "--max", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, metavar="RUN",
-                              help="--calibrate: the max run (role max)", names_run=True),
-        registry.ReportOption("cci_seeds", "--cci-seeds", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, choices=CCI_SEEDS,
-                              help="--calibrate: points (default) is the reference notebook's CCI, every (n, seed) "
-                              "of a run its own point against the scratch risk averaged over seeds; mean averages "
-                              "each run over its seeds at each n first"),
+TABLES = (
+    registry.ReportTable(
+        name="calibrated",
+        help="the calibrated report of the control baselines: per VTAB task and regime the risk, cR = (R - R_max) / "
+        "(R_blind - R_max) and cR_scratch, and each run's CCI; needs --scratch, --max and --data (the blind guess comes "
+        "from the packed labels); --plots writes cR-vs-n and cR-vs-cR_scratch plots per task",
+        build=_build,
+        render=render_calibrated_report,
+        options=(
+            registry.ReportOption("scratch_run", "--scratch", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, metavar="RUN",
+                                  help="--calibrate: the scratch run (role scratch)", names_run=True),
+            registry.ReportOption("max_run", "--max", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, metavar="RUN",
+                                  help="--calibrate: the max run (role max)", names_run=True),
+            registry.ReportOption("cci_seeds", "--cci-seeds", CALIBRATED_ONLY, CALIBRATED_ONLY_COMMAND, choices=CCI_SEEDS,
+                                  help="--calibrate: points (default) is the reference notebook's CCI, every (n, seed) "
+                                  "of a run its own point against the scratch risk averaged over seeds; mean averages "
+                                  "each run over its seeds at each n first"),
+        ),
+        required=(_required("scratch_run", "--scratch", "scratch"), _required("max_run", "--max", "max")),
+        refusal=("{name}: not with table 'calibrated' (it reads VTAB test results at every regime against scratch_run "
+                 "and max_run)", "{flag}: not with --calibrate (it reads VTAB test results at every regime)"),
+        plot=_plot,
+        needs_stores="the blind guess is computed from the packed tasks' labels",
+        flag="--calibrate",
     ),
-    required=(_required("scratch_run", "--scratch", "scratch"), _required("max_run", "--max", "max")),
-    refusal=("{name}: not with table 'calibrated' (it reads VTAB test results at every regime against scratch_run "
-             "and max_run)", "{flag}: not with --calibrate (it reads VTAB test results at every regime)"),
-    plot=_plot,
-    needs_stores="the blind guess is computed from the packed tasks' labels",
-    flag="--calibrate",
-))
+)
+PROTOCOLS: tuple[registry.ReportProtocol, ...] = ()  # they report as VTAB tasks (metrics.vtab)

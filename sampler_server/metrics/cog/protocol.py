@@ -44,19 +44,21 @@ def _plot(report: CogReport, directory: Path, query: registry.ReportQuery) -> li
     return write_cog_plots(report, directory, per_shots=query.plots_per_n)
 
 
-registry.register_protocol(registry.ReportProtocol(protocols.COG, parse_cog_report))
-registry.register_table(registry.ReportTable(
-    name="cog",
-    help="ImageNet-CoG levels and N",
-    build=_build,
-    render=render_cog_report,
-    options=(
-        registry.ReportOption("baseline_run", "--baseline", COG_ONLY, COG_ONLY_COMMAND, metavar="RUN",
-                              help="--table cog: show each cell also relative to this run's same cell (points)",
-                              names_run=True),
-        registry.ReportOption("plots_per_n", "--plots-per-n", COG_ONLY, COG_ONLY_COMMAND, switch=True, on_wire=False,
-                              with_plots=True,
-                              help="--table cog with --plots: also an accuracy-vs-level plot for each few-shot N"),
+PROTOCOLS = (registry.ReportProtocol(protocols.COG, parse_cog_report),)
+TABLES = (
+    registry.ReportTable(
+        name="cog",
+        help="ImageNet-CoG levels and N",
+        build=_build,
+        render=render_cog_report,
+        options=(
+            registry.ReportOption("baseline_run", "--baseline", COG_ONLY, COG_ONLY_COMMAND, metavar="RUN",
+                                  help="--table cog: show each cell also relative to this run's same cell (points)",
+                                  names_run=True),
+            registry.ReportOption("plots_per_n", "--plots-per-n", COG_ONLY, COG_ONLY_COMMAND, switch=True, on_wire=False,
+                                  with_plots=True,
+                                  help="--table cog with --plots: also an accuracy-vs-level plot for each few-shot N"),
+        ),
+        plot=_plot,
     ),
-    plot=_plot,
-))
+)

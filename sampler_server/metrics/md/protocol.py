@@ -60,15 +60,17 @@ def _failure(report: Report) -> SamplerError | None:
                               f"(first: {report.mismatches[0]})")
 
 
-registry.register_protocol(registry.ReportProtocol(protocols.MD, parse_episode_report))
-registry.register_table(registry.ReportTable(
-    name="md",
-    help="Meta-Dataset episodes (default)",
-    build=_build,
-    render=render_report,
-    wire_ignores=("vtab_benchmark", "vtab_split"),
-    plot=_plot,
-    failure=_failure,
-    needs_stores="episodes are recomputed from the packed stores",
-    default=True,
-))
+PROTOCOLS = (registry.ReportProtocol(protocols.MD, parse_episode_report),)
+TABLES = (
+    registry.ReportTable(
+        name="md",
+        help="Meta-Dataset episodes (default)",
+        build=_build,
+        render=render_report,
+        wire_ignores=("vtab_benchmark", "vtab_split"),
+        plot=_plot,
+        failure=_failure,
+        needs_stores="episodes are recomputed from the packed stores",
+        default=True,
+    ),
+)

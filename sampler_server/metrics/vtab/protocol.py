@@ -62,26 +62,28 @@ def _plot_vtab_md(report: VtabMdReport, directory: Path, query: registry.ReportQ
     return write_vtab_plots(report.vtab, directory)
 
 
-registry.register_protocol(registry.ReportProtocol(protocols.VTAB, parse_task_report))
-registry.register_table(registry.ReportTable(
-    name="vtab",
-    help="VTAB-1k tasks",
-    build=_build_vtab,
-    render=render_vtab_report,
-    options=(
-        registry.ReportOption("vtab_benchmark", "--vtab-benchmark", VTAB_ONLY, VTAB_ONLY_COMMAND,
-                              help="task set of --table vtab (default vtab-v1; vtab-md always uses vtab-v2)",
-                              choices=tuple(b.value for b in VtabBenchmark)),
-        registry.ReportOption("vtab_split", "--vtab-split", VTAB_ONLY, VTAB_ONLY_COMMAND,
-                              help="VTAB split whose results --table vtab shows (default test)", choices=SPLITS),
+PROTOCOLS = (registry.ReportProtocol(protocols.VTAB, parse_task_report),)
+TABLES = (
+    registry.ReportTable(
+        name="vtab",
+        help="VTAB-1k tasks",
+        build=_build_vtab,
+        render=render_vtab_report,
+        options=(
+            registry.ReportOption("vtab_benchmark", "--vtab-benchmark", VTAB_ONLY, VTAB_ONLY_COMMAND,
+                                  help="task set of --table vtab (default vtab-v1; vtab-md always uses vtab-v2)",
+                                  choices=tuple(b.value for b in VtabBenchmark)),
+            registry.ReportOption("vtab_split", "--vtab-split", VTAB_ONLY, VTAB_ONLY_COMMAND,
+                                  help="VTAB split whose results --table vtab shows (default test)", choices=SPLITS),
+        ),
+        plot=_plot_vtab,
     ),
-    plot=_plot_vtab,
-))
-registry.register_table(registry.ReportTable(
-    name="vtab-md",
-    help="the VTAB+MD aggregate",
-    build=_build_vtab_md,
-    render=render_vtab_md_report,
-    wire_ignores=("vtab_benchmark", "vtab_split"),
-    plot=_plot_vtab_md,
-))
+    registry.ReportTable(
+        name="vtab-md",
+        help="the VTAB+MD aggregate",
+        build=_build_vtab_md,
+        render=render_vtab_md_report,
+        wire_ignores=("vtab_benchmark", "vtab_split"),
+        plot=_plot_vtab_md,
+    ),
+)
