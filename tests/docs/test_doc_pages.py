@@ -99,3 +99,21 @@ def test_every_python_block_is_run_by_a_test_or_says_why_not():
     assert not orphans, f"python blocks no test runs (title one and run it with python_block, or mark it "\
                         f"<!-- not run: why -->): {orphans}"
     assert run <= {(b.page, b.title) for b in python}, "a test runs a block that no page has"
+
+
+def test_the_readme_layout_map_names_folders_that_exist():
+    (layout,) = [b for b in all_blocks() if b.page == "README.md" and b.language == "text"]
+    named, parent = [], ""
+    for line in layout.code.splitlines():
+        match = re.match(r"^(?P<indent> *)(?P<folders>[\w.-]+/(?:, [\w.-]+/)*)\s", line)
+        if match is None:
+            continue
+        folders = [folder.rstrip("/") for folder in match["folders"].split(", ")]
+        if not match["indent"]:
+            parent = folders[0]
+            named.append(parent)
+        else:
+            named.extend(f"{parent}/{folder}" for folder in folders)
+    assert len(named) >= 20, named
+    missing = [folder for folder in named if not (REPO_ROOT / folder).is_dir()]
+    assert not missing, f"README.md's layout names folders that do not exist: {missing}"
