@@ -71,7 +71,7 @@ class ServedData:
 
     def __init__(self, root: Path, *, max_message_bytes: int = 32 << 20, max_streams: int = 8) -> None:
         from sampler_server.service.server import RunningServer, ServerConfig
-        from sampler_server.service.servicer import ServiceLimits
+        from sampler_server.service.limits import ServiceLimits
 
         self.root = root
         self.fixture = generate_fixture("image_folder", root, num_classes=24, images_per_class=12)

@@ -28,7 +28,7 @@ from sampler_server.core.cog import LEVEL_SIZE, MIN_IMAGES, RULES, SOURCE
 from sampler_server.core.cog.levels import CogLevels, compute_levels, counts_from_manifests, parse_counts
 from sampler_server.core.cog.official_levels import SHOWN, compare_levels
 from sampler_server.errors import InputFormatError, InvalidArgument, NotFound
-from sampler_server.service.cog_files import CogFileSet, CogFiles
+from sampler_server.catalog.cog_files import CogFileSet, CogFiles
 
 FILES_FORMAT = "imagenet-cog-levels-file/1"
 

@@ -1,9 +1,8 @@
 """``sampler-server cog split``: one ImageNet-CoG level split's records in order, without a server.
 
-Reads manifests only (no image): the levels L1..L5 come from the IN-21K store's class
-counts (``core.cog.levels``), IN-1K from the ILSVRC store's classes, and the split
-from ``core.cog.splits``; the server's GetCogSplit gives the same records and
-fingerprint for the same request.
+Reads manifests only (no image): the split is resolved by ``catalog.cog`` over the stores
+of ``--data``, exactly as the server's GetCogSplit resolves it over the stores it serves, so
+both give the same records and fingerprint for the same request.
 """
 
 from __future__ import annotations
@@ -12,20 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sampler_server.core.cog import LEVEL_SIZE, MIN_IMAGES, SEEN_LEVEL, SHOTS
-from sampler_server.core.cog.splits import (
-    LEVELS,
-    SPLITS,
-    CogSplit,
-    SplitRequest,
-    build_split,
-    held_out_test,
-    level_config,
-    level_source,
-    missing_store,
-    records_by_wnid,
-    seen_concepts,
-)
+from sampler_server.core.cog import LEVEL_SIZE, MIN_IMAGES, SHOTS
+from sampler_server.core.cog.splits import LEVELS, SPLITS, CogSplit, SplitRequest, level_config, missing_store
 from sampler_server.errors import NotFound
 
 
@@ -59,38 +46,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_split)
 
 
-def split_of(request: SplitRequest, data: Path, level_size: int, min_images: int) -> tuple[CogSplit, str]:
-    """The split a request names over the stores under ``data`` (read through the registry,
-    so a sharded IN-21K pack is one store), and the name of the store serving it."""
-    from sampler_server.core.cog.levels import compute_levels
-    from sampler_server.service.registry import StoreRegistry
+def split_in_data_dir(request: SplitRequest, data: Path, level_size: int, min_images: int,
+                      levels_file: Path | None = None, concepts_split_file: Path | None = None) -> tuple[CogSplit, str]:
+    """The split a request names over the stores under ``data`` (read through the registry, so a
+    sharded IN-21K pack is one store), as the server resolves it (``catalog.cog``), and the name
+    of the store serving it. Relative file paths are relative to the working directory."""
+    from sampler_server.catalog.cog import CogCatalog
+    from sampler_server.catalog.cog_files import CogFiles
+    from sampler_server.catalog.registry import StoreRegistry
 
+    where = f"--data {data}"
     try:
-        store = StoreRegistry.from_data_dir(data).get(level_source(request.level))
+        registry = StoreRegistry.from_data_dir(data)
     except NotFound:
-        raise missing_store(request.level, f"--data {data}") from None
-    manifest = store.manifest
-    held_out = None  # IN-1K tests on the store's validation partition; none is FAILED_PRECONDITION
-    if request.level == SEEN_LEVEL:
-        concepts, held_out = seen_concepts(manifest.classes), held_out_test(manifest, store.name)
-    else:
-        counts = {c.wnid: c.count for c in manifest.classes if c.wnid}
-        levels = compute_levels(counts, level_size=level_size, min_images=min_images, source=f"store {store.name}")
-        concepts = levels.level(request.level).concepts
-    split = build_split(manifest.fingerprint, records_by_wnid(manifest.classes), concepts, request,
-                        level_size=level_size, min_images=min_images, held_out=held_out)
+        raise missing_store(request.level, where) from None
+    catalog = CogCatalog(registry, CogFiles(Path.cwd(), ("--levels-file", "--concepts-split-file")), where)
+    split, store = catalog.split(request, level_size, min_images, str(levels_file or ""),
+                                 str(concepts_split_file or ""))
     return split, store.name
 
 
 def run_split(args: argparse.Namespace) -> int:
     level_size, min_images = level_config(args.level_size, args.min_images)
     request = SplitRequest.parse(args.level, args.split, args.shots, args.seed)
-    if request.level != SEEN_LEVEL and (args.levels_file or args.concepts_split_file):  # naver/cog's files
-        from sampler_server.service.cog_files import split_in_data_dir
-
-        split, store = split_in_data_dir(args.data, request, args.levels_file, args.concepts_split_file)
-    else:
-        split, store = split_of(request, args.data, level_size, min_images)
+    split, store = split_in_data_dir(request, args.data, level_size, min_images, args.levels_file,
+                                     args.concepts_split_file)
     if args.json:
         print(json.dumps({"store": store, **split.to_json()}, indent=1))
         return 0

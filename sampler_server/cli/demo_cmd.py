@@ -301,11 +301,11 @@ def run(args: argparse.Namespace) -> int:
     tables = ", then the VTAB table" if args.vtab else ""
     tables += ", then the CoG table" if args.cog else ""
     _step(f"{total}/{total} the Meta-Dataset table for both runs" + tables)
-    from sampler_server.metrics.plots import write_plots
-    from sampler_server.metrics.report import build_report, render_report
+    from sampler_server.metrics.md.plots import write_plots
+    from sampler_server.metrics.md.report import build_report, render_report
     from sampler_server.metrics.store import MetricsStore
-    from sampler_server.service.registry import StoreRegistry
-    from sampler_server.service.replay import EpisodeReplayer
+    from sampler_server.catalog.registry import StoreRegistry
+    from sampler_server.catalog.replay import EpisodeReplayer
 
     metrics = MetricsStore(store / "metrics.sqlite")
     report = build_report(
@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     plots = write_plots(report, args.workdir / "plots")
     print(f"\nplots: {len(plots)} PNG files in {args.workdir / 'plots'}")
     if args.vtab:
-        from sampler_server.metrics.vtab_report import build_vtab_report, render_vtab_report
+        from sampler_server.metrics.vtab.report import build_vtab_report, render_vtab_report
 
         vtab = build_vtab_report(metrics, [f"demo-vtab-{framework}" for framework in args.frameworks])
         print("\n" + render_vtab_report(vtab, "table"))
@@ -324,8 +324,8 @@ def run(args: argparse.Namespace) -> int:
             print_calibrated(metrics, store, args.workdir / "plots-calibrated")
         print(f"\nVTAB leg (data, pack, probes, control baselines) took {vtab_seconds:.0f} s")
     if args.cog:
-        from sampler_server.metrics.cog_plots import write_cog_plots
-        from sampler_server.metrics.cog_report import build_cog_report, render_cog_report
+        from sampler_server.metrics.cog.plots import write_cog_plots
+        from sampler_server.metrics.cog.report import build_cog_report, render_cog_report
 
         runs = [f"demo-cog-{framework}" for framework in args.frameworks]
         cog = build_cog_report(metrics, runs, baseline=runs[0])
@@ -340,8 +340,8 @@ def run(args: argparse.Namespace) -> int:
 def print_calibrated(metrics: object, store: Path, plots_dir: Path) -> None:
     """The calibrated table of the demo's model run against its scratch and max runs, and its plots."""
     from sampler_server.cli.report_cmd import blind_risks_from_data
-    from sampler_server.metrics.calibrated_plots import write_calibrated_plots
-    from sampler_server.metrics.calibrated_report import build_calibrated_report, render_calibrated_report
+    from sampler_server.metrics.baselines.plots import write_calibrated_plots
+    from sampler_server.metrics.baselines.report import build_calibrated_report, render_calibrated_report
 
     report = build_calibrated_report(metrics, ["demo-control-model"], "demo-control-scratch", "demo-control-max",
                                      blind_risks_from_data(store))

@@ -23,7 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sampler_server.cli.vtab_cmd import _pick_store
+from sampler_server.catalog.registry import StoreRegistry
+from sampler_server.catalog.tasks import TaskHandle, pick_tfds_store, source_handle, tfds_stores_in
 from sampler_server.core.baselines import (
     DEFAULT_SAMPLING,
     POOL_SPLIT,
@@ -97,7 +98,7 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     if is_source_task(task_name):
         return _load_source_regime(data, task_name, n, seed, split, store, target, sampling)
     task = get_task(task_name)
-    records = _pick_store(data, task, store)
+    records = pick_tfds_store(tfds_stores_in(data), task, store, where=f"in {data}", field="--store")
     pool = list_split(records, task, POOL_SPLIT)
     test = list_split(records, task, TEST_SPLIT)
     regime = build_regime(
@@ -116,12 +117,9 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     return regime, pool, pool.store, regression
 
 
-def source_task_handle(data: Path, task: str) -> Any:
-    """The ``source:<store>`` task over the stores in ``data`` (``service.regimes.TaskHandle``), opened
-    as ``serve`` opens them (sharded sources merged, broken stores refused)."""
-    from sampler_server.service.regimes import source_handle
-    from sampler_server.service.registry import StoreRegistry
-
+def source_task_handle(data: Path, task: str) -> TaskHandle:
+    """The ``source:<store>`` task over the stores in ``data`` (``catalog.tasks``), opened as
+    ``serve`` opens them (sharded sources merged, broken stores refused)."""
     return source_handle(StoreRegistry.from_data_dir(data), task)
 
 

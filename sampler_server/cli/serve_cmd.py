@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     metrics = metrics_target(args.metrics) if args.metrics is not None else None  # a bad URL fails before stores load
     from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     config = ServerConfig(
         data_dir=args.data,

@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sampler_server.catalog.tasks import pick_tfds_store, split_availability, tasks_of, tfds_stores_in
 from sampler_server.core.vtab import SPLITS, TASKS, get_task
-from sampler_server.errors import InvalidArgument, NotFound, SamplerError
+from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
-from sampler_server.store.manifest import load_manifest
-from sampler_server.store.vtab_records import TfdsRecords, is_tfds_store, list_split, version_matches
+from sampler_server.store.vtab_records import list_split
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,37 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     split.set_defaults(func=run_split)
 
 
-def tfds_stores(data: Path) -> list[TfdsRecords]:
-    """Every TFDS (VTAB) store under ``data``, sorted by store name."""
-    from sampler_server.store.reader import find_stores  # LMDB at the edge, only to list stores
-
-    out = []
-    for path in find_stores(data):
-        manifest = load_manifest(path)
-        if is_tfds_store(manifest):
-            out.append(TfdsRecords(path, manifest))
-    return out
-
-
-def _split_sizes(task: Any, records: TfdsRecords) -> tuple[dict[str, int], dict[str, str]]:
-    """VTAB split -> example count, and the splits this store cannot carve (with why)."""
-    counts, unavailable = {}, {}
-    for split in SPLITS:
-        try:
-            counts[split] = len(records.examples(task, split))
-        except SamplerError as error:
-            unavailable[split] = str(error)
-    return counts, unavailable
-
-
 def task_entries(data: Path) -> list[dict[str, Any]]:
     entries = []
-    for records in tfds_stores(data):
+    for records in tfds_stores_in(data):
         sizes = records.split_sizes()
-        for task in TASKS.values():
-            if task.tfds_name != records.name or not version_matches(records.version, task.version):
-                continue
-            counts, unavailable = _split_sizes(task, records)
+        for task in tasks_of(records):
+            counts, unavailable = split_availability(task, records)
             entries.append({
                 "task": task.name, "group": task.group.value, "store": records.manifest.name,
                 "tfds": f"{records.name}:{records.version}", "num_classes": task.num_classes,
@@ -101,27 +76,12 @@ def run_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pick_store(data: Path, task: Any, wanted: str | None) -> TfdsRecords:
-    stores = tfds_stores(data)
-    if wanted is not None:
-        for records in stores:
-            if records.manifest.name == wanted:
-                return records
-        raise NotFound(f"--store: no TFDS store {quoted(wanted)} in {data}; TFDS stores: "
-                       f"{', '.join(r.manifest.name for r in stores) or 'none'}")
-    holding = [r for r in stores if r.name == task.tfds_name]
-    if not holding:
-        raise NotFound(f"task {task.name}: no store in {data} holds TFDS dataset {task.tfds_name!r} "
-                       f"(pack it with `sampler-server pack vtab --tfds-name {task.tfds_name}`)")
-    fitting = [r for r in holding if version_matches(r.version, task.version)]
-    return (fitting or holding)[0]  # none fitting: list_split names both versions
-
-
 def run_split(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     if args.split not in SPLITS:
         raise InvalidArgument(f"--split: got {quoted(args.split)}, expected one of {', '.join(SPLITS)}")
-    listing = list_split(_pick_store(args.data, task, args.store), task, args.split)
+    records = pick_tfds_store(tfds_stores_in(args.data), task, args.store, where=f"in {args.data}", field="--store")
+    listing = list_split(records, task, args.split)
     if args.json:
         print(json.dumps({
             "task": listing.task, "split": listing.split, "store": listing.store,

@@ -24,12 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sampler_server.assembly.assembler import Assembler
+from sampler_server.catalog.registry import StoreRegistry
 from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.store import MetricsStore
 from sampler_server.service.auth import AuthInterceptor, load_tokens
 from sampler_server.service.handlers import sampler_handler
-from sampler_server.service.registry import StoreRegistry
-from sampler_server.service.servicer import SamplerServicer, ServiceLimits
+from sampler_server.service.limits import ServiceLimits
+from sampler_server.service.servicer import SamplerServicer
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 log = logging.getLogger("sampler_server.service")

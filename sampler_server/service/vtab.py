@@ -1,49 +1,44 @@
 """VTAB-1k handlers behind the one servicer: task listing, task batches, the full-way episode, task results.
 
 The servicer delegates its VTAB RPCs here; this module only unpacks requests, asks the
-pure core (``core.vtab``) and the store's TFDS side file (``store.vtab_records``) for
-records and labels, and packs replies through the servicer's shared stream machinery
-(admission, lookahead and send budgets, ``Prepared``), so VTAB streams are bounded
-exactly as MD streams are. A split's listing is computed once per (store, task, split)
-and cached: it holds only ids and labels (8 + 8 bytes per example).
+task catalog (``catalog.tasks``: the store of a task, its split listings, cached) for
+records and labels, and packs replies through the stream engine (``service.stream``:
+admission, lookahead and send budgets, ``Prepared``), so VTAB streams are bounded
+exactly as MD streams are. A batch stream naming a regime reads that regime's part from
+the control baselines (``service.baselines``).
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from sampler_server.catalog import wire_values
+from sampler_server.catalog.tasks import TaskCatalog, TaskHandle, split_availability, tasks_of
+from sampler_server.catalog.wire_values import ImageRequest, resize_to_wire
+from sampler_server.core.baselines.sources import SOURCE_SPLITS, is_source_task, store_of
 from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task
 from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SamplerError
-from sampler_server.imaging import ResizeMethod
-from sampler_server.metrics.store import ROLES, TaskResult
+from sampler_server.errors import InvalidArgument
+from sampler_server.metrics.vtab.results import ROLES, TaskResult
 from sampler_server.quoting import quoted
 from sampler_server.service import messages
-from sampler_server.core.baselines.sources import SOURCE_SPLITS, is_source_task, store_of
-from sampler_server.service.regimes import RegimeHandlers, TaskHandle, check_regime_request, source_handle
-from sampler_server.store.vtab_records import SplitListing, TfdsRecords, is_tfds_store, list_split, version_matches
+from sampler_server.service.baselines import BaselineHandlers, check_regime_request
+from sampler_server.service.stream import IMAGES, Prepared, StreamEnd, StreamEngine, stream_window
+from sampler_server.store.vtab_records import TfdsRecords
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-if TYPE_CHECKING:
-    from sampler_server.service.servicer import Prepared, SamplerServicer
-
-PROTOCOL_VTAB_TASK = "vtab-task"
 DEFAULT_IMAGE_SIZE = 224  # task_adaptation's default
 DEFAULT_CHUNK = 256
 MAX_CHUNK = 4096
 SUPPORT_SPLIT = "train800val200"
 QUERY_SPLIT = "test"
 TABLES = ("md", "vtab", "vtab-md")
-TASK_BATCH_IMAGES = pb.TaskBatch.DESCRIPTOR.fields_by_name["images"].number
-CHUNK_IMAGES = pb.TaskEpisodeChunk.DESCRIPTOR.fields_by_name["images"].number
 
 
-def images_from_wire(message: pb.ImageOptions) -> messages.ImageRequest:
+def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
     """VTAB's defaults where the request leaves them: 224 px and the reference's resize,
     ``tf.compat.v1.image.resize``'s legacy grid (task_adaptation's data_loader)."""
     options = pb.ImageOptions()
@@ -52,7 +47,7 @@ def images_from_wire(message: pb.ImageOptions) -> messages.ImageRequest:
         options.image_size = DEFAULT_IMAGE_SIZE
     if options.resize == pb.RESIZE_METHOD_UNSPECIFIED:
         options.resize = pb.RESIZE_METHOD_LEGACY_BILINEAR
-    return messages.images_from_wire(options)
+    return wire_values.images_from_wire(options)
 
 
 def check_split(split: str, field: str) -> str:
@@ -62,95 +57,31 @@ def check_split(split: str, field: str) -> str:
 
 
 def split_sizes(task: Task, records: TfdsRecords) -> list[pb.TaskSplitSize]:
-    out = []
-    for split in SPLITS:
-        try:
-            out.append(pb.TaskSplitSize(split=split, size=len(records.examples(task, split)), available=True))
-        except SamplerError as error:
-            out.append(pb.TaskSplitSize(split=split, available=False, reason=str(error)))
-    return out
+    counts, unavailable = split_availability(task, records)
+    return [pb.TaskSplitSize(split=split, size=counts[split], available=True) if split in counts
+            else pb.TaskSplitSize(split=split, available=False, reason=unavailable[split]) for split in SPLITS]
 
 
 class VtabHandlers:
-    """The VTAB RPCs of one servicer (its registry, assembler, metrics and stream machinery)."""
+    """The VTAB RPCs over the tasks of ``tasks``, streamed by ``streams``; a batch stream naming a
+    regime reads its records from ``baselines``."""
 
-    def __init__(self, servicer: "SamplerServicer") -> None:
-        self.servicer = servicer
-        self._lock = threading.Lock()
-        self._records: dict[str, TfdsRecords] = {}
-        self.regimes = RegimeHandlers(self)  # control baselines: GetRegime and regime batches
-
-    # ---- stores and listings ---------------------------------------------------------
-
-    def tfds_stores(self) -> list[TfdsRecords]:
-        """Every served TFDS store, sorted by name (its side file opened once)."""
-        out = []
-        for name in sorted(self.servicer.registry.stores):
-            store = self.servicer.registry.stores[name]
-            if not is_tfds_store(store.manifest):
-                continue
-            with self._lock:
-                if name not in self._records:
-                    self._records[name] = TfdsRecords(store.reader.directory, store.manifest)
-                out.append(self._records[name])
-        return out
-
-    def store_for(self, task: Task, wanted: str = "") -> TfdsRecords:
-        """The store serving ``task``: the one named, else the first by name holding its dataset."""
-        stores = self.tfds_stores()
-        if wanted:
-            for records in stores:
-                if records.manifest.name == wanted:
-                    records.check_task(task)  # FAILED_PRECONDITION: another dataset or version
-                    return records
-            raise NotFound(f"store: no TFDS store {quoted(wanted)} is served; TFDS stores: "
-                           f"{', '.join(r.manifest.name for r in stores) or 'none'}")
-        fitting = [r for r in stores if r.name == task.tfds_name and version_matches(r.version, task.version)]
-        if not fitting:
-            raise NotFound(
-                f"task {task.name}: no served store holds TFDS {task.builder} (pack it with `sampler-server pack "
-                f"vtab --tfds-name {task.tfds_name}`); served tasks: {', '.join(self.served_tasks()) or 'none'}")
-        return fitting[0]
-
-    def handle(self, name: str, store: str = "") -> TaskHandle:
-        """A VTAB task (over the store named, else the first holding its dataset) or ``source:<store>``."""
-        if is_source_task(name):
-            handle = source_handle(self.servicer.registry, name)
-            if store and store != handle.store:
-                raise InvalidArgument(f"store: got {quoted(store)} with task {name}, which names its store "
-                                      f"({handle.store!r}); leave store empty")
-            return handle
-        task = get_task(name)
-        records = self.store_for(task, store)
-        return TaskHandle(name=task.name, num_classes=task.num_classes, store=records.manifest.name, splits=SPLITS,
-                          listing=lambda split: self.listing(records, task, split), records=records, task=task)
-
-    def served_tasks(self) -> list[str]:
-        names = {(r.name, r.version) for r in self.tfds_stores()}
-        return sorted(t.name for t in TASKS.values()
-                      if any(n == t.tfds_name and version_matches(v, t.version) for n, v in names))
-
-    def listing(self, records: TfdsRecords, task: Task, split: str) -> SplitListing:
-        """The split's ids and labels (cached); FAILED_PRECONDITION when these sizes cannot carve it."""
-        try:
-            return _cached_listing(records, task.name, split)
-        except InvalidArgument as error:
-            raise FailedPrecondition(f"split {split!r} of task {task.name} is not available in store "
-                                     f"{records.manifest.name!r}: {error}") from None
+    def __init__(self, tasks: TaskCatalog, streams: StreamEngine, baselines: BaselineHandlers) -> None:
+        self.tasks = tasks
+        self.streams = streams
+        self.baselines = baselines
 
     # ---- RPCs ------------------------------------------------------------------------
 
     def list_tasks(self, request: pb.ListTasksRequest) -> pb.ListTasksResponse:
         if is_source_task(request.task):
-            return pb.ListTasksResponse(tasks=[self._source_summary(self.handle(request.task))])
+            return pb.ListTasksResponse(tasks=[self._source_summary(self.tasks.handle(request.task))])
         wanted = get_task(request.task) if request.task else None
         response = pb.ListTasksResponse()
-        for records in self.tfds_stores():
+        for records in self.tasks.tfds_stores():
             sizes = records.split_sizes()
-            for task in TASKS.values():
+            for task in tasks_of(records):
                 if wanted is not None and task.name != wanted.name:
-                    continue
-                if task.tfds_name != records.name or not version_matches(records.version, task.version):
                     continue
                 response.tasks.append(pb.TaskSummary(
                     task=task.name, group=task.group.value, store=records.manifest.name,
@@ -160,7 +91,7 @@ class VtabHandlers:
                 ))
         response.tasks.sort(key=lambda t: (t.task, t.store))
         if wanted is not None and not response.tasks:
-            self.store_for(wanted)  # NOT_FOUND naming what is served
+            self.tasks.store_for(wanted)  # NOT_FOUND naming what is served
         return response
 
     def _source_summary(self, task: TaskHandle) -> pb.TaskSummary:
@@ -171,66 +102,38 @@ class VtabHandlers:
         return pb.TaskSummary(task=task.name, group="source", store=task.store, num_classes=task.num_classes,
                               splits=splits, store_fingerprint=fingerprint)
 
-    def _pixels_or_encoded(self, header: Any, store: str, ids: list[int], images: messages.ImageRequest,
-                           field: int) -> "Prepared":
-        from sampler_server.service.servicer import Prepared
-
-        assembler = self.servicer.assembler
-        if images.encoded:
-            def read() -> tuple[Callable[[], bytes], None, int]:
-                header.encoded.CopyFrom(messages.encoded_images(assembler.encoded(store, ids)))
-                return header.SerializeToString, None, header.ByteSize()
-
-            return Prepared(header, self.servicer._record_bytes(store) * len(ids), read)
-        pixel_bytes = len(ids) * images.size * images.size * 3
-
-        def decode() -> tuple[Callable[[], bytes], Any, int]:
-            pending = assembler.submit(store, ids, images.size, images.resize)
-            return (lambda: messages.pixels_reply(header, [field], pending, [len(ids)], images.size)), pending, pixel_bytes
-
-        return Prepared(header, pixel_bytes, decode)
-
-    def _check_message(self, images: messages.ImageRequest, count: int, what: str) -> None:
-        limit = self.servicer.limits.max_message_bytes
-        pixel_bytes = count * images.size * images.size * 3
-        if not images.encoded and pixel_bytes > limit:
-            raise ResourceExhausted(f"{what} of {count} at image_size {images.size} needs {pixel_bytes} bytes; "
-                                    f"the server's message limit is {limit}")
-
-    def _serving_store(self, task: TaskHandle, images: messages.ImageRequest) -> str:
-        self.servicer.registry.get(task.store, images.size, images.resize.value)  # quarantined: FAILED_PRECONDITION
+    def _serving_store(self, task: TaskHandle, images: ImageRequest) -> str:
+        self.tasks.registry.get(task.store, images.size, images.resize.value)  # quarantined: FAILED_PRECONDITION
         return task.store
 
-    def stream_task_batches(self, request: pb.StreamTaskBatchesRequest, end: Any) -> Iterator[Any]:
-        from sampler_server.service.servicer import _stream_window
-
+    def stream_task_batches(self, request: pb.StreamTaskBatchesRequest, end: StreamEnd) -> Iterator[Any]:
         if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
             get_task(request.task)
             check_split(request.split, "split")
         images = images_from_wire(request.images)
-        task = self.handle(request.task, request.store)
+        task = self.tasks.handle(request.task, request.store)
         split = task.check_split(request.split)
-        # control baselines: with regime > 0 the split names a part of that data regime (service.regimes)
+        # control baselines: with regime > 0 the split names a part of that data regime (service.baselines)
         check_regime_request(request)
         if request.regime:
-            listing: Any = self.regimes.part(task, request.regime, request.regime_seed, split, request.regime_sampling)
+            listing: Any = self.baselines.part(task, request.regime, request.regime_seed, split, request.regime_sampling)
             shuffle_split = listing.shuffle_split
         else:
             listing, shuffle_split = task.listing(split), split
         store = self._serving_store(task, images)
         sampler = TaskBatchSampler(task.name, shuffle_split, listing.fingerprint, listing.record_ids, listing.labels,
                                    request.batch_size, shuffle=request.shuffle)
-        self._check_message(images, sampler.batch_size, "batch_size")
+        self.streams.check_message(images, sampler.batch_size, f"batch_size {sampler.batch_size}")
         last_index = sampler.max_index
         count = request.count
         if not sampler.shuffle and count == 0:
             count = max(0, last_index + 1 - request.start_index) or 1  # past the end: start_index names the range
-        start, count, step = _stream_window(request.start_index, count, 1, last_index,
-                                            f" (the last batch of {split} at batch_size {sampler.batch_size})")
+        start, count, step = stream_window(request.start_index, count, 1, last_index,
+                                           f" (the last batch of {split} at batch_size {sampler.batch_size})")
         seed = request.seed
-        resize = messages._RESIZE_BACK[images.resize]
+        resize = resize_to_wire(images.resize)
 
-        def prepare(index: int) -> "Prepared":
+        def prepare(index: int) -> Prepared:
             batch = sampler.sample(seed, index)
             header = pb.TaskBatch(
                 task=task.name, split=split, seed=seed, index=index, epoch=batch.epoch, fingerprint=batch.fingerprint,
@@ -241,27 +144,25 @@ class VtabHandlers:
             if not sampler.shuffle and index == last_index:
                 header.last = True
             messages.fill_tensor(header.labels, np.asarray(batch.labels, dtype=np.int64))
-            return self._pixels_or_encoded(header, store, list(batch.record_ids), images, TASK_BATCH_IMAGES)
+            return self.streams.prepared_images(header, store, images, [(IMAGES, list(batch.record_ids))])
 
         label = f"{task.name} {split}{f' regime={request.regime}/{request.regime_seed}' if request.regime else ''} " \
                 f"{'shuffled' if sampler.shuffle else 'in-order'} seed={seed} batch_size={sampler.batch_size}"
-        yield from self.servicer._stream(end, prepare, start, count, step, label, last_index)
+        yield from self.streams.stream(end, prepare, start, count, step, label, last_index)
 
-    def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: Any) -> Iterator[Any]:
-        from sampler_server.service.servicer import _stream_window
-
+    def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: StreamEnd) -> Iterator[Any]:
         if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
             get_task(request.task)
             check_split(request.support_split or SUPPORT_SPLIT, "support_split")
             check_split(request.query_split or QUERY_SPLIT, "query_split")
-        task = self.handle(request.task, request.store)
+        task = self.tasks.handle(request.task, request.store)
         support_split = task.check_split(request.support_split or SUPPORT_SPLIT, "support_split")
         query_split = task.check_split(request.query_split or QUERY_SPLIT, "query_split")
         images = images_from_wire(request.images)
         chunk = request.chunk_size or DEFAULT_CHUNK
         if not 1 <= chunk <= MAX_CHUNK:
             raise InvalidArgument(f"chunk_size: got {chunk}, expected 1 to {MAX_CHUNK} (0 = {DEFAULT_CHUNK})")
-        self._check_message(images, chunk, "chunk_size")
+        self.streams.check_message(images, chunk, f"chunk_size {chunk}")
         support = task.listing(support_split)
         query = task.listing(query_split)
         store = self._serving_store(task, images)
@@ -269,12 +170,12 @@ class VtabHandlers:
         counts = [-(-len(listing.record_ids) // chunk) for _, listing in parts]
         num_chunks = sum(counts)
         last_index = num_chunks - 1
-        start, count, step = _stream_window(request.start_index, max(1, num_chunks - request.start_index), 1,
-                                            last_index, f" (the episode has {num_chunks} chunks of {chunk})")
+        start, count, step = stream_window(request.start_index, max(1, num_chunks - request.start_index), 1,
+                                           last_index, f" (the episode has {num_chunks} chunks of {chunk})")
         fingerprint = episode_fingerprint(task.name, support.fingerprint, query.fingerprint)
-        resize = messages._RESIZE_BACK[images.resize]
+        resize = resize_to_wire(images.resize)
 
-        def prepare(index: int) -> "Prepared":
+        def prepare(index: int) -> Prepared:
             part, listing = parts[0] if index < counts[0] else parts[1]
             offset = (index if index < counts[0] else index - counts[0]) * chunk
             ids = list(listing.record_ids[offset: offset + chunk])
@@ -286,10 +187,10 @@ class VtabHandlers:
                 last=index == last_index, store=store, image_size=images.size, resize=resize,
             )
             messages.fill_tensor(header.labels, np.asarray(listing.labels[offset: offset + chunk], dtype=np.int64))
-            return self._pixels_or_encoded(header, store, ids, images, CHUNK_IMAGES)
+            return self.streams.prepared_images(header, store, images, [(IMAGES, ids)])
 
         label = f"{task.name} episode {support_split}+{query_split} chunk_size={chunk}"
-        yield from self.servicer._stream(end, prepare, start, count, step, label, last_index)
+        yield from self.streams.stream(end, prepare, start, count, step, label, last_index)
 
     # ---- metrics -----------------------------------------------------------------------
 
@@ -323,7 +224,7 @@ class VtabHandlers:
 
     @staticmethod
     def render_table(metrics: Any, request: pb.GetReportRequest) -> str:
-        from sampler_server.metrics.vtab_report import (
+        from sampler_server.metrics.vtab.report import (
             build_vtab_md_report, build_vtab_report, render_vtab_md_report, render_vtab_report,
         )
 
@@ -334,7 +235,3 @@ class VtabHandlers:
             return render_vtab_report(report, fmt)
         return render_vtab_md_report(build_vtab_md_report(metrics, list(request.run_ids)), fmt)
 
-
-@functools.lru_cache(maxsize=64)
-def _cached_listing(records: TfdsRecords, task: str, split: str) -> SplitListing:
-    return list_split(records, get_task(task), split)

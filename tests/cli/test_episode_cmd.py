@@ -95,7 +95,7 @@ def test_encodings_do_not_change_episodes(data: Path, capsys) -> None:
 
 
 def test_a_source_kind_names_the_store_the_server_would_pick(data: Path, capsys) -> None:
-    from sampler_server.service.registry import StoreRegistry
+    from sampler_server.catalog.registry import StoreRegistry
 
     registry = StoreRegistry.from_data_dir(data)
     for size, resize in ((84, "bilinear"), (32, "bilinear"), (32, "antialias")):

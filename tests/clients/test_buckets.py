@@ -30,7 +30,7 @@ from sampler_server.core.md import EpisodeSampler, MultiSourceSampler
 from sampler_server.core.md.presets import benchmark_sources
 from sampler_server.core.spec import DatasetSpec, NodeSpec
 from sampler_server.errors import InvalidArgument
-from sampler_server.service.messages import config_from_wire
+from sampler_server.catalog.wire_values import config_from_wire
 from sampler_server.store.manifest import ClassInfo, Split
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -36,6 +36,7 @@ from PIL import Image
 
 from sampler_server.assembly.assembler import Assembler
 from sampler_server.assembly.decode import record_pixels
+from sampler_server.catalog import wire_values
 from sampler_server.fixtures.base import Fixture
 from sampler_server.imaging import ResizeMethod, center_crop_offsets, resize_square, shorter_side_size
 from sampler_server.service import messages
@@ -215,7 +216,7 @@ def test_simplejpeg_accurate_dct_decodes_as_pillow():
 
 def test_wire_maps_the_cog_method_both_ways():
     options = pb.ImageOptions(image_size=224, resize=pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP)
-    request = messages.images_from_wire(options)
+    request = wire_values.images_from_wire(options)
     assert request.resize is COG and request.size == 224
     raw_options = {"raw_size": 224, "raw_resize": COG.value}  # what a store packed with --raw-resize records
     assert messages.raw_resize_to_wire(raw_options) == pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP

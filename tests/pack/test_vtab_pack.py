@@ -298,7 +298,7 @@ def test_reading_a_vtab_store_imports_neither_tensorflow_nor_tfds(packed):
     data = packed["clevr"].store_dir.parent
     code = (
         "import sys\n"
-        "from sampler_server.service.registry import StoreRegistry\n"
+        "from sampler_server.catalog.registry import StoreRegistry\n"
         "from sampler_server.store.vtab_records import TfdsRecords\n"
         f"registry = StoreRegistry.from_data_dir({str(data)!r})\n"
         "for name in registry.stores: registry.spec(name)\n"

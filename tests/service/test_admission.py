@@ -180,7 +180,7 @@ def test_where_tokens_are_used_the_per_client_limit_is_per_token(served, tmp_pat
     from test_security import write_tokens
 
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     server = RunningServer(ServerConfig(
         data_dir=served.data, port=0, workers=1, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,
@@ -210,7 +210,7 @@ def test_where_tokens_are_used_the_per_client_limit_is_per_token(served, tmp_pat
 
 def test_a_stream_that_sheds_its_lookahead_resumes_with_identical_episodes(served, tmp_path):
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     server = RunningServer(ServerConfig(
         data_dir=served.data, port=0, workers=2, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,
@@ -257,7 +257,7 @@ def test_shedding_happens_once_per_idle_spell():
 def test_the_client_resumes_a_stream_the_server_cancelled_as_idle(served, tmp_path, caplog):
     from clients.core import EpisodeSpec, SamplerClient
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     server = RunningServer(ServerConfig(
         data_dir=served.data, port=0, workers=1, threads=4, metrics_path=tmp_path / "m.sqlite", grace_seconds=0.5,

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from clients.core import SamplerClient, SamplerClientError
+from sampler_server.catalog.registry import StoreRegistry
 from sampler_server.cli.main import main
 from sampler_server.core.cog import LEVEL_NAMES
 from sampler_server.fixtures.imagenet21k import WNIDS, write_imagenet21k
-from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.server import RunningServer, ServerConfig
 
 IMAGES = 9

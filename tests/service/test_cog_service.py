@@ -383,7 +383,7 @@ def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, 
 def test_level_configurations_a_client_names_are_cached_within_a_bound(cog):
     """Any client may name any (level_size, min_images): each is computed (a walk of WordNet),
     and the cache of them stays bounded, least recently used first out."""
-    from sampler_server.service.cog import LEVELS_CACHE
+    from sampler_server.catalog.cog import LEVELS_CACHE
     from sampler_server.service.server import RunningServer, ServerConfig
 
     data, _, _ = cog
@@ -395,7 +395,7 @@ def test_level_configurations_a_client_names_are_cached_within_a_bound(cog):
             for level_size, min_images in configs:
                 reply = stub.ListCogLevels(pb.ListCogLevelsRequest(level_size=level_size, min_images=min_images))
                 assert reply.min_images == min_images
-        cached = server.servicer.cog._levels
+        cached = server.servicer.cog.catalog._levels
         assert len(cached) == LEVELS_CACHE
         assert [key[1:] for key in cached] == configs[-LEVELS_CACHE:]
     finally:

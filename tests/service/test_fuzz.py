@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sampler_server.service.server import RunningServer, ServerConfig
-from sampler_server.service.servicer import ServiceLimits
+from sampler_server.service.limits import ServiceLimits
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 DEFINED = {

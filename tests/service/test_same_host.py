@@ -135,7 +135,7 @@ def test_the_plain_transport_where_the_server_shared_memory_is_not_ours(served, 
     """A server whose segments this client cannot open (another host, or a container with
     its own /dev/shm: here, another directory) and one with the transport off."""
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     private = tmp_path / "their-shm"
     private.mkdir()
@@ -174,7 +174,7 @@ def test_opting_out(served, monkeypatch):
 
 def _server(served, tmp_path, **limits):
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     return RunningServer(ServerConfig(data_dir=served.data, port=0, workers=1, threads=4,
                                       limits=ServiceLimits(**limits), metrics_path=tmp_path / "metrics.sqlite")).start()

@@ -43,7 +43,7 @@ def _large_buffers() -> dict[int, int]:
 
 def test_streams_waiting_for_room_hold_no_sent_reply(served):
     from sampler_server.service.server import RunningServer, ServerConfig
-    from sampler_server.service.servicer import ServiceLimits
+    from sampler_server.service.limits import ServiceLimits
 
     # room for one reply at a time, nothing prepared ahead beyond one: most streams wait
     limits = ServiceLimits(max_streams=32, send_bytes=1, lookahead_bytes=1, stream_shed_seconds=60.0,

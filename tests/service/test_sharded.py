@@ -14,13 +14,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sampler_server.assembly.assembler import Assembler
+from sampler_server.catalog.registry import StoreRegistry
 from sampler_server.errors import FailedPrecondition
 from sampler_server.fixtures.imagenet21k import write_imagenet21k
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack
 from sampler_server.pack.plan import ConverterOptions
-from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.store.reader import StoreReader, StoreUnreadable
 from sampler_server.store.sharded_reader import ShardedReader

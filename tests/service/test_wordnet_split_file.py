@@ -19,10 +19,10 @@ import pytest
 from conftest import generate_fixture, pack_fixture
 
 from clients.core import EpisodeSpec, SamplerClient
+from sampler_server.catalog import registry as registry_module
+from sampler_server.catalog.registry import StoreRegistry
 from sampler_server.core.hierarchy.imagenet import ImageNetVariant
 from sampler_server.core.md.imagenet_spec import imagenet_spec, precompute_split, precomputed_spec
-from sampler_server.service import registry as registry_module
-from sampler_server.service.registry import StoreRegistry
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.store.manifest import load_manifest
 from sampler_server.store.wordnet_split import SPLIT_FILE_NAME

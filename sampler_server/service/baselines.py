@@ -1,17 +1,14 @@
-"""Data regimes served (control baselines): ``GetRegime`` and the regime parts of ``StreamTaskBatches``.
+"""The control baselines served: ``GetRegime`` and the regime parts of ``StreamTaskBatches``.
 
 A regime of a task is defined by the pure core (``core.baselines``): the first n of a
 keyed order of the task's "train" split, split into train and val. The order is uniform
 (the paper's random subsample) unless the request's ``sampling`` (``GetRegime``) or
 ``regime_sampling`` (``StreamTaskBatches``) is "stratified" (one example per class
 first); the reply's ``Regime.sampling`` names it, and it enters the regime fingerprint. This
-module only reads the task's listings through the VTAB handlers (the same store choice,
-cache and errors as every VTAB RPC) and hands them to ``core.baselines.build_regime``.
-
-A task is a VTAB task or ``source:<store>``, any packed classification source that is not
-a TFDS store (``core.baselines.sources``: class ids as labels, fixed held-out "train", "val",
-"trainval" and "test" splits). ``TaskHandle`` hides the difference from the RPCs: they list,
-batch and cut regimes from either through it.
+module only reads the task's listings through the task catalog (``catalog.tasks``: the same
+store choice, cache and errors as every VTAB RPC) and hands them to
+``core.baselines.build_regime``. A task is a VTAB task or ``source:<store>``, any packed
+classification source that is not a TFDS store; ``TaskHandle`` hides the difference.
 
 Parts a batch stream may name with ``regime`` > 0: "train" and "val" (as ``GetRegime``
 lists them) and "trainval", the whole regime (its train part, then its val part: the
@@ -29,23 +26,15 @@ also gets its regression blind guess (``core.baselines.regime_regression``) unde
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
+from sampler_server.catalog.tasks import TaskCatalog, TaskHandle
 from sampler_server.core.baselines import DEFAULT_SAMPLING, POOL_SPLIT, REGIME_SPLITS, TEST_SPLIT, RegimeSplit
 from sampler_server.core.baselines import RegressionLoss, build_regime, check_sampling, parse_loss, regime_fingerprint
 from sampler_server.core.baselines import regime_regression
-from sampler_server.core.baselines.sources import SOURCE_SPLITS, SourceSplit, is_source_task, split_source, store_of
-from sampler_server.core.vtab import Task, get_task
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import InvalidArgument
 from sampler_server.quoting import quoted
-from sampler_server.store.vtab_records import TfdsRecords, is_tfds_store
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
-
-if TYPE_CHECKING:
-    from sampler_server.service.registry import StoreRegistry
-    from sampler_server.service.vtab import VtabHandlers
 
 WHOLE = "trainval"
 STREAM_PARTS = (*REGIME_SPLITS, WHOLE)
@@ -69,81 +58,11 @@ class RegimePart:
     num_classes: int
 
 
-class Listing(Protocol):
-    """What a split listing offers the RPCs, VTAB (``SplitListing``) or source (``SourceSplit``)."""
+class BaselineHandlers:
+    """``GetRegime`` and the regime listings of ``StreamTaskBatches`` over the tasks of ``tasks``."""
 
-    store_fingerprint: str
-    num_classes: int
-    record_ids: tuple[int, ...]
-    labels: tuple[int, ...]
-
-    @property
-    def fingerprint(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class TaskHandle:
-    """A task as the RPCs use it: its name, classes, serving store and split listings."""
-
-    name: str
-    num_classes: int
-    store: str
-    """The store serving its images (a store name: never re-resolved by image size)."""
-    splits: tuple[str, ...]
-    listing: Callable[[str], Listing]
-    records: TfdsRecords | None = None
-    """The TFDS side file of a VTAB task (numeric attributes, record locations); None for a source."""
-    task: Task | None = None
-
-    def check_split(self, split: str, field: str = "split") -> str:
-        if split not in self.splits:
-            raise InvalidArgument(f"{field}: got {quoted(split)} for task {self.name}, expected one of "
-                                  f"{', '.join(self.splits)}")
-        return split
-
-
-def source_handle(registry: "StoreRegistry", name: str) -> TaskHandle:
-    """The handle of ``source:<store>`` over ``registry`` (the server's, or one the CLI opens on
-    ``--data``): NOT_FOUND naming the sources served, FAILED_PRECONDITION for a TFDS store (its
-    VTAB tasks are the tasks) or a quarantined one."""
-    wanted = store_of(name)
-    sources = sorted(n for n, s in registry.stores.items() if not is_tfds_store(s.manifest))
-    try:
-        store = registry.get(wanted)
-    except NotFound:
-        raise NotFound(f"task {name}: no store {quoted(wanted)} is served; source tasks: "
-                       f"{', '.join('source:' + n for n in sources) or 'none'}") from None
-    manifest = store.manifest
-    if is_tfds_store(manifest):
-        raise FailedPrecondition(f"task {name}: store {manifest.name!r} holds a TFDS dataset; its VTAB tasks "
-                                 "(ListTasks) are the tasks over it")
-    ranges = tuple((info.start, info.count) for info in manifest.classes)
-    if not ranges:
-        raise FailedPrecondition(f"task {name}: store {manifest.name!r} has no classes")
-    return TaskHandle(
-        name=name, num_classes=len(ranges), store=manifest.name, splits=SOURCE_SPLITS,
-        listing=lambda split: _cached_source_split(manifest.name, manifest.fingerprint, ranges,
-                                                   _check_source_split(name, split)))
-
-
-def _check_source_split(task: str, split: str) -> str:
-    if split not in SOURCE_SPLITS:
-        raise InvalidArgument(f"split: got {quoted(split)} for task {task}, expected one of "
-                              f"{', '.join(SOURCE_SPLITS)} (the held-out splits of a packed source)")
-    return split
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_source_split(store: str, fingerprint: str, ranges: tuple[tuple[int, int], ...],
-                         split: str) -> SourceSplit:
-    return split_source(store=store, store_fingerprint=fingerprint, class_ranges=ranges, split=split)
-
-
-class RegimeHandlers:
-    """``GetRegime`` and the regime listings of ``StreamTaskBatches`` over one servicer's VTAB handlers."""
-
-    def __init__(self, vtab: "VtabHandlers") -> None:
-        self.vtab = vtab
+    def __init__(self, tasks: TaskCatalog) -> None:
+        self.tasks = tasks
 
     def regime(self, task: TaskHandle, n: int, seed: int, split: str,
                sampling: str = DEFAULT_SAMPLING) -> RegimeSplit:
@@ -159,7 +78,7 @@ class RegimeHandlers:
                                   "(a numeric attribute of the store) with it")
         loss = parse_loss(request.loss or RegressionLoss.L2.value) if request.target else None
         sampling = check_sampling(request.sampling or DEFAULT_SAMPLING, "sampling")
-        task = self.vtab.handle(request.task, request.store)
+        task = self.tasks.handle(request.task, request.store)
         regime = self.regime(task, request.n, request.seed, request.split, sampling)
         regression = None
         if loss is not None:

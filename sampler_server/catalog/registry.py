@@ -68,7 +68,7 @@ from sampler_server.store.sharded_reader import ShardedReader
 from sampler_server.store.shards import group_stores
 from sampler_server.store.wordnet_split import SPLIT_FILE_NAME, has_split_file, read_split_file
 
-log = logging.getLogger("sampler_server.service")
+log = logging.getLogger("sampler_server.service")  # the server's log: these lines are its start-up and quarantines
 
 
 @dataclass(frozen=True)

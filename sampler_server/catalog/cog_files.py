@@ -1,4 +1,4 @@
-"""naver/cog's level and split files as the server (and ``sampler-server cog``) serve them.
+"""naver/cog's level and split files as the server (and ``sampler-server cog``) read them.
 
 A request names the files by path on the server: absolute, or relative to its data
 directory. Parsed files are cached keyed by (resolved path, size, mtime): the concepts
@@ -156,21 +156,3 @@ class CogFiles:
                         "test_size": test})
         return out, levels_fingerprint(files.levels, files.images)
 
-
-def split_in_data_dir(data: Path, request: SplitRequest, levels_file: Path | None,
-                      concepts_split_file: Path | None) -> tuple[CogSplit, str]:
-    """``sampler-server cog split --levels-file ...``: the split from the files over the
-    IN-21K store under ``data`` (read through the registry, as the server reads it), and
-    the store's name. Relative file paths are relative to the working directory."""
-    from sampler_server.core.cog import SOURCE
-    from sampler_server.core.cog.splits import missing_store
-    from sampler_server.service.registry import StoreRegistry
-
-    try:
-        store = StoreRegistry.from_data_dir(data).get(SOURCE)
-    except NotFound:
-        raise missing_store(request.level, f"--data {data}") from None
-    reader = CogFiles(Path.cwd(), ("--levels-file", "--concepts-split-file"))
-    files = reader.load(str(levels_file or ""), str(concepts_split_file or ""))
-    assert files is not None
-    return reader.split(store, files, request), store.name

@@ -1,0 +1,407 @@
+"""The stream engine under every handler: admission, the window, lookahead, packing, sending.
+
+Each stream keeps a few replies in flight: sampled, and their pixels being decoded by
+the worker pool while the current one is packed and sent, so decoding overlaps
+serialisation and transport and the workers never wait for the network. Stream count
+and message size are bounded by the server's limits (``service.limits``); a request
+beyond them gets RESOURCE_EXHAUSTED while every other stream carries on.
+
+A handler of any protocol (``service.md``, ``service.vtab``, ``service.cog``) checks its
+request, turns an index into a ``Prepared`` reply (``StreamEngine.prepared_images``: the
+stored bytes or decoded pixels of its records) and hands ``StreamEngine.stream`` that
+function with the window it checked (``stream_window``); the engine does the rest, the
+same way for every protocol.
+
+A request carrying an accepted same-host token (``service.shared_memory``) gets its
+pixel replies in shared-memory segments: the same replies, built under
+``messages.pixels_to``, with the pixels in a segment the reply names. Such a reply is
+taken by its client when the client maps the segment, not when gRPC takes the small
+message, so the stream waits for that before counting it sent.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+
+from sampler_server.assembly.assembler import Assembler, PendingImages
+from sampler_server.catalog.wire_values import ImageRequest
+from sampler_server.errors import InvalidArgument, ResourceExhausted, SamplerError
+from sampler_server.service import auth, handlers, messages, status
+from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
+from sampler_server.service.limits import ServiceLimits
+from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
+from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+log = logging.getLogger("sampler_server.service")
+
+MAX_STREAM_COUNT = 10_000_000
+
+
+class Prepared:
+    """An episode or batch sampled, its images not yet read. ``start`` begins reading or
+    decoding them; then ``finish`` waits and returns the serialised reply (``header``
+    plus images; a stream may still set ``header.last``) and ``discard`` frees what the
+    images hold if the stream ends first. ``nbytes`` is what it holds once started:
+    exact for pixels, an estimate for encoded images until started."""
+
+    def __init__(self, header: Any, nbytes: int,
+                 begin: Callable[[], tuple[Callable[[], bytes], PendingImages | None, int]]) -> None:
+        self.header = header
+        self.nbytes = nbytes
+        self._begin = begin
+        self._finish: Callable[[], bytes] | None = None
+        self.pending: PendingImages | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._finish is not None
+
+    def start(self) -> "Prepared":
+        if self._finish is None:
+            self._finish, self.pending, self.nbytes = self._begin()
+        return self
+
+    def finish(self) -> bytes:
+        return self.start()._finish()  # type: ignore[misc]
+
+    def discard(self) -> None:
+        if self.pending is not None:
+            self.pending.discard()
+
+
+@dataclass(frozen=True)
+class ImageSlot:
+    """Where a reply carries one group of images: its pixel tensor field, or (encoded) its
+    ``EncodedImages`` field."""
+
+    pixels: str
+    encoded: str
+
+
+IMAGES = ImageSlot("images", "encoded")  # every batch and chunk reply
+SUPPORT = ImageSlot("support_images", "support_encoded")  # an episode's
+QUERY = ImageSlot("query_images", "query_encoded")
+
+
+class StreamEnd:
+    """Runs once per stream: frees its slot, ends its same-host segments (unlinking the
+    unread ones unless its client may still read them) and writes its one log line."""
+
+    def __init__(self, slot: StreamSlot, label: str, peer: str, segments: StreamSegments | None = None) -> None:
+        self.slot = slot
+        self.segments = segments
+        self.read_on = False  # the stream ended with a status its client reads after the replies sent
+        self.label = label
+        self._peer = peer
+        self._lock = threading.Lock()
+        self._done = False
+        self._started = time.perf_counter()
+        self.sent = 0
+        self.outcome = "cancelled"
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self.slot.release()
+        if self.segments is not None:
+            self.segments.end(reclaim=not self.read_on)
+        log.info("%s sent=%d %.2fs %s peer=%s", self.label, self.sent, time.perf_counter() - self._started,
+                 self.outcome, self._peer)
+
+
+def stream_window(
+    start: int, count: int, step: int, last_index: int = messages.MAX_INDEX, why: str = ""
+) -> tuple[int, int, int]:
+    """Check a stream's window against the last index it may reach, naming the fields sent."""
+    if start > last_index:
+        raise InvalidArgument(f"start_index: got {start}, expected 0 to {last_index}{why}")
+    if count > MAX_STREAM_COUNT:
+        raise InvalidArgument(f"count: got {count}, expected 0 (unbounded) to {MAX_STREAM_COUNT}")
+    step = step or 1
+    if count and start + (count - 1) * step > last_index:
+        raise InvalidArgument(
+            f"start_index + (count - 1) * index_step: got {start} + ({count} - 1) * {step} = "
+            f"{start + (count - 1) * step}, expected at most {last_index}{why}"
+        )
+    return start, count, step
+
+
+def _indices(start: int, count: int, step: int, last_index: int = messages.MAX_INDEX) -> Iterator[int]:
+    index = start
+    produced = 0
+    while not count or produced < count:
+        if index > last_index:
+            return
+        yield index
+        index += step
+        produced += 1
+
+
+class StreamEngine:
+    """What every stream of one server shares: its assembler, limits, admission, lookahead
+    budget, same-host transport and draining flag (set when the server shuts down)."""
+
+    def __init__(self, assembler: Assembler, limits: ServiceLimits, admission: StreamAdmission,
+                 lookahead_budget: LookaheadBudget, same_host: SameHostTransport, draining: threading.Event) -> None:
+        self.assembler = assembler
+        self.limits = limits
+        self.admission = admission
+        self.lookahead_budget = lookahead_budget
+        self.same_host = same_host
+        self.draining = draining
+
+    # ---- replies ---------------------------------------------------------------------
+
+    def record_bytes(self, store: str) -> int:
+        """A store's mean record size (data file over records): what an encoded image
+        is charged against the stream budgets before it is read."""
+        reader = self.assembler.readers[store]
+        return max(1, reader.data_bytes() // max(1, reader.num_records))
+
+    def check_message(self, images: ImageRequest, count: int, what: str, hint: str = "") -> None:
+        """RESOURCE_EXHAUSTED when ``count`` decoded images would not fit one message; ``what``
+        names the request's part that asks for them (e.g. "batch_size 64")."""
+        limit = self.limits.max_message_bytes
+        pixel_bytes = count * images.size * images.size * 3
+        if not images.encoded and pixel_bytes > limit:
+            raise ResourceExhausted(f"{what} at image_size {images.size} needs {pixel_bytes} bytes; the server's "
+                                    f"message limit is {limit}{hint}")
+
+    def prepared_images(self, header: Any, store: str, images: ImageRequest,
+                        groups: Sequence[tuple[ImageSlot, list[int]]]) -> Prepared:
+        """``header`` with the images of ``groups`` (records of ``store``, each group in its slot):
+        their stored bytes (``images.encoded``) or their pixels, decoded by the worker pool
+        once started. A reply without records carries empty pixel tensors."""
+        ids = [record for _, group in groups for record in group]
+        if not ids:
+            for slot, _ in groups:
+                messages.fill_tensor(getattr(header, slot.pixels), np.zeros((0, images.size, images.size, 3), np.uint8))
+
+            def nothing() -> tuple[Callable[[], bytes], None, int]:
+                return header.SerializeToString, None, header.ByteSize()
+
+            return Prepared(header, 0, nothing)
+        assembler = self.assembler
+        if images.encoded:
+            def read() -> tuple[Callable[[], bytes], None, int]:
+                for slot, group in groups:
+                    getattr(header, slot.encoded).CopyFrom(messages.encoded_images(assembler.encoded(store, group)))
+                return header.SerializeToString, None, header.ByteSize()
+
+            return Prepared(header, self.record_bytes(store) * len(ids), read)
+        fields = [header.DESCRIPTOR.fields_by_name[slot.pixels].number for slot, _ in groups]
+        counts = [len(group) for _, group in groups]
+        pixel_bytes = len(ids) * images.size * images.size * 3
+
+        def decode() -> tuple[Callable[[], bytes], PendingImages, int]:
+            pending = assembler.submit(store, ids, images.size, images.resize)
+            return (lambda: messages.pixels_reply(header, fields, pending, counts, images.size)), pending, pixel_bytes
+
+        return Prepared(header, pixel_bytes, decode)
+
+    def reply(self, prepared: Prepared, images: pb.ImageOptions) -> bytes:
+        """One reply outside a stream (a unary call): serialised, its pixels in a same-host
+        segment where the request's token is accepted."""
+        segments = self.same_host.stream(images.same_host_token)
+        try:
+            with messages.pixels_to(segments):
+                return prepared.start().finish()
+        finally:
+            if segments is not None:
+                segments.end(reclaim=False)  # its client maps it on receipt; else the timeout reclaims it
+
+    # ---- streams ---------------------------------------------------------------------
+
+    def admit(self, context: grpc.ServicerContext, kind: str, images: pb.ImageOptions | None = None) -> StreamEnd:
+        """A stream slot, taken before any work (RESOURCE_EXHAUSTED when none is free). The
+        slot is released and the stream logged when the RPC ends for any reason: a
+        cancelled stream's generator may never be resumed, so ``finally`` is not enough.
+        ``images``: the request's image options (their same-host token, if any)."""
+        self.admission.start()  # the idle-stream watchdog, once
+        caller = auth.current_caller()  # where tokens are used, a client is its token
+        client = f"token:{caller.name}" if caller is not None else client_of(context.peer())
+        slot = self.admission.admit(client, context.cancel)
+        segments = self.same_host.stream(images.same_host_token) if images is not None else None
+        end = StreamEnd(slot, f"stream {kind}", context.peer(), segments)
+        if not context.add_callback(end):
+            end()  # the RPC already ended
+        return end
+
+    def stream(
+        self,
+        end: StreamEnd,
+        prepare: Callable[[int], Prepared],
+        start: int,
+        count: int,
+        step: int,
+        label: str,
+        last_index: int = messages.MAX_INDEX,
+    ) -> Iterator[Any]:
+        """The replies of indices ``start``, ``start + step``, ... (``count`` of them, 0: up to
+        ``last_index``), each built by ``prepare``, within the server's budgets."""
+        end.label += f" {label} start={start} step={step} count={count or 'unbounded'}"
+        if end.segments is not None:
+            end.label += " same-host"
+        budget = self.lookahead_budget
+        segments = end.segments
+
+        def finish(prepared: Prepared) -> bytes:
+            with messages.pixels_to(segments):
+                return prepared.finish()
+
+        # started episodes, in order: [index, prepared, bytes charged to the lookahead budget]
+        in_flight: collections.deque[list[Any]] = collections.deque()
+        # due before any index not yet taken: (index, sampled episode, or None to sample again)
+        waiting: collections.deque[tuple[int, Prepared | None]] = collections.deque()
+        final_index = start + (count - 1) * step if count else None
+        # One thread per stream packs the next reply (waits for its pixels, copies them
+        # into the message) while gRPC sends the current one. The packed copy is memory
+        # beside the episode's pixels, so it is charged to the lookahead budget too: with
+        # no room, the next reply is packed when its turn comes.
+        packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
+        packing: futures.Future | None = None
+        packing_charge = 0
+        # While the thread is blocked sending to a client that reads nothing, the watchdog
+        # may shed what this stream prepared ahead (decoded pixels, a packed reply); the
+        # same indices are prepared again, identically, once the client reads.
+        state = threading.Lock()
+        sending = shed_done = False
+
+        def drop_packing() -> None:
+            nonlocal packing, packing_charge
+            if packing is not None:
+                futures.wait([packing])  # it owns its buffers until done; its reply is dropped
+                if segments is not None and not packing.cancelled() and packing.exception() is None:
+                    segments.discard(packing.result())  # ... and so is its segment
+                packing = None
+            budget.give(packing_charge)
+            packing_charge = 0
+
+        def shed() -> int:
+            nonlocal shed_done
+            with state:
+                if not sending or shed_done:
+                    return 0
+                drop_packing()
+                for entry in in_flight:
+                    entry[1].discard()
+                    budget.give(entry[2])
+                    entry[2] = 0
+                shed_done = True
+                return len(in_flight)
+
+        end.slot.shed = shed
+
+        def gone() -> bool:
+            return end.slot.released or self.draining.is_set()
+
+        def next_planned() -> tuple[int, Prepared] | None:
+            """The next episode, sampled (cheap) but not started: its size is known before
+            any memory is spent on its images."""
+            if waiting:
+                index, prepared = waiting.popleft()
+            else:
+                index, prepared = next(indices, None), None
+                if index is None:
+                    return None
+            if prepared is None:
+                prepared = prepare(index)
+                if index == final_index:
+                    prepared.header.last = True
+            return index, prepared
+
+        def begin(index: int, prepared: Prepared, charged: int) -> None:
+            try:
+                prepared.start()
+            except BaseException:
+                budget.give(charged)
+                raise
+            if charged:  # an encoded episode's estimate becomes its size
+                budget.give(charged - prepared.nbytes)
+                charged = prepared.nbytes
+            in_flight.append([index, prepared, charged])
+
+        def fill() -> None:
+            """Start episodes ahead, up to the lookahead, while the server's budget has room."""
+            while len(in_flight) < self.limits.lookahead:
+                planned = next_planned()
+                if planned is None:
+                    return
+                if not budget.try_take(planned[1].nbytes):
+                    waiting.appendleft(planned)
+                    return
+                begin(*planned, planned[1].nbytes)
+
+        try:
+            indices = _indices(start, count, step, last_index)
+            while True:
+                fill()
+                if in_flight:
+                    due, nbytes = in_flight[0][0], in_flight[0][1].nbytes
+                else:
+                    planned = next_planned()
+                    if planned is None:
+                        break
+                    waiting.appendleft(planned)
+                    due, nbytes = planned[0], planned[1].nbytes
+                self.admission.wait_for_room(end.slot, nbytes, gone)
+                if end.slot.released:
+                    return  # the call ended while this stream waited for room
+                if self.draining.is_set():
+                    raise status.Unavailable(f"server is shutting down; resume at index {due}")
+                if not in_flight:  # its turn has come: started now, whatever the lookahead budget
+                    begin(*waiting.popleft(), 0)
+                _, prepared, charged = in_flight.popleft()
+                reply = packing.result() if packing is not None else finish(prepared)
+                packing = None
+                budget.give(charged + packing_charge)  # from here the send budget holds it
+                packing_charge = 0
+                fill()
+                if in_flight and budget.try_take(in_flight[0][1].nbytes):
+                    packing_charge = in_flight[0][1].nbytes
+                    packing = packer.submit(finish, in_flight[0][1])
+                with state:
+                    sending = True
+                end.slot.sending()
+                yield handlers.SendOnce(reply)  # gRPC keeps what it sent while it asks for the next
+                if segments is not None:  # a same-host reply is taken when its client maps it
+                    segments.sent(reply)
+                    segments.wait(gone)
+                del reply
+                end.sent += 1
+                end.slot.progress()
+                with state:
+                    sending = False
+                    if shed_done:
+                        shed_done = False
+                        waiting.extendleft(reversed([(entry[0], None) for entry in in_flight]))
+                        in_flight.clear()
+            end.outcome = "ok"
+            end.read_on = True
+        except BaseException as error:
+            end.outcome = getattr(error, "code", lambda: None)() or type(error).__name__
+            end.read_on = isinstance(error, SamplerError)  # its client reads what was sent, then the status
+            raise
+        finally:
+            with state:
+                sending = False  # no shedding from here on
+            drop_packing()
+            packer.shutdown(wait=False)
+            for entry in in_flight:
+                entry[1].discard()
+                budget.give(entry[2])
+            in_flight.clear()
+            self.admission.release_send(end.slot)
+            end()
