@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from conftest import generate_fixture, pack_fixture
+from conftest import generate_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
+from source_stores import source_fixture, source_pack
 from sampler_server.errors import InputFormatError
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack.pipeline import PackSummary
 from sampler_server.pack.plan import ConverterOptions, SourcePlan
 from sampler_server.pack.sources import fungi
 from sampler_server.store.manifest import Split
-from sampler_server.store.reader import StoreReader
 from sampler_server.store.record import Encoding
 
 SOURCE = "fungi"
@@ -26,12 +26,12 @@ SOURCE = "fungi"
 
 @pytest.fixture(scope="module")
 def fixture(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
-    return generate_fixture(SOURCE, tmp_path_factory.mktemp("fungi"))
+    return source_fixture(SOURCE, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def packed(fixture: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
-    return pack_fixture(fixture, tmp_path_factory.mktemp("store"))
+def packed(tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return source_pack(SOURCE, tmp_path_factory)
 
 
 def _plan(input_dir: Path, **options: object) -> SourcePlan:
@@ -42,14 +42,6 @@ def _edit_json(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     data = json.loads(path.read_text())
     edit(data)
     path.write_text(json.dumps(data))
-
-
-def test_classes_counts_and_splits_as_the_fixture_defines(fixture: Fixture, packed: PackSummary) -> None:
-    manifest = StoreReader(packed.store_dir).manifest
-    assert {c.name: c.count for c in manifest.classes} == dict(fixture.class_images)
-    assert {c.name: c.split for c in manifest.classes} == dict(fixture.class_splits or {})
-    assert manifest.split_rule.startswith(f"file:{SOURCE}_splits.json:sha256=")
-    assert manifest.num_skipped == 0
 
 
 def test_class_names_carry_the_category_id(fixture: Fixture) -> None:
@@ -81,28 +73,6 @@ def test_records_are_the_original_files_byte_for_byte(fixture: Fixture, packed: 
     assert all(origins == sorted(origins) for origins in by_class.values())
 
 
-def test_fingerprint_is_stable_and_independent_of_encoding(
-    fixture: Fixture, packed: PackSummary, tmp_path: Path
-) -> None:
-    again = pack_fixture(fixture, tmp_path / "again")
-    assert again.manifest.fingerprint == packed.manifest.fingerprint
-    small = pack_fixture(fixture, tmp_path / "small", max_side=30)
-    assert small.manifest.fingerprint == packed.manifest.fingerprint
-    assert all(max(r.width, r.height) <= 30 for _, r in _records(small.store_dir))
-    raw = pack_fixture(fixture, tmp_path / "raw", raw_size=10)
-    assert raw.manifest.fingerprint == packed.manifest.fingerprint
-    for _, record in _records(raw.store_dir):
-        assert (record.encoding, record.width, record.height, record.channels) == (Encoding.RAW, 10, 10, 3)
-
-
-def test_default_split_rule_without_a_split_file(fixture: Fixture, tmp_path: Path) -> None:
-    manifest = pack_fixture(fixture, tmp_path, use_split_file=False).manifest
-    assert manifest.split_rule == "default-70-15-15"
-    n = len(fixture.class_images)
-    counts = [len(manifest.classes_in(split)) for split in (Split.TRAIN, Split.VALID, Split.TEST)]
-    assert counts == [int(0.7 * n), int(0.85 * n) - int(0.7 * n), n - int(0.85 * n)]
-
-
 def test_official_split_file_is_honoured(tmp_path: Path, shared_reference: Path) -> None:
     official_path = shared_reference / "md_splits" / "fungi_splits.json"
     official = json.loads(official_path.read_text())
@@ -112,25 +82,6 @@ def test_official_split_file_is_honoured(tmp_path: Path, shared_reference: Path)
     plan = _plan(fixture.input_dir, class_splits=official_path)
     assert {c.name: c.split.value for c in plan.classes} == expected
     assert [sum(c.split is s for c in plan.classes) for s in (Split.TRAIN, Split.VALID, Split.TEST)] == [994, 200, 200]
-
-
-def test_official_split_file_needs_every_class(fixture: Fixture, shared_reference: Path) -> None:
-    official_path = shared_reference / "md_splits" / "fungi_splits.json"
-    with pytest.raises(InputFormatError) as error:
-        _plan(fixture.input_dir, class_splits=official_path)
-    assert error.value.path == str(official_path)
-    assert "unknown class" in error.value.problem
-
-
-def test_unknown_class_in_a_split_file(fixture: Fixture, tmp_path: Path) -> None:
-    data = json.loads(fixture.split_file.read_text())
-    data["train"].append("9999.Phallus impudicus")
-    split_path = tmp_path / "splits.json"
-    split_path.write_text(json.dumps(data))
-    with pytest.raises(InputFormatError) as error:
-        _plan(fixture.input_dir, class_splits=split_path)
-    assert error.value.path == str(split_path)
-    assert "'9999.Phallus impudicus'" in error.value.problem
 
 
 @pytest.mark.parametrize("file_name", ["train.json", "val.json"])
@@ -208,27 +159,3 @@ def test_image_listed_in_both_files(fixture: Fixture, tmp_path: Path) -> None:
         _plan(broken.input_dir)
     assert error.value.path == str(broken.input_dir / "val.json")
     assert f"image id {train['images'][0]['id']} is listed twice" in error.value.problem
-
-
-def test_corrupt_image_fails_or_is_skipped(fixture: Fixture, tmp_path: Path) -> None:
-    broken = _copy(fixture, tmp_path)
-    victim = json.loads((broken.input_dir / "val.json").read_text())["images"][0]["file_name"]
-    path = broken.input_dir / victim
-    path.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    with pytest.raises(InputFormatError) as error:
-        pack_fixture(broken, tmp_path / "fail")
-    assert error.value.path == str(path)
-    summary = pack_fixture(broken, tmp_path / "skip", on_error="skip")
-    assert summary.manifest.num_skipped == 1
-    assert summary.manifest.skipped[0]["origin"] == victim
-    assert summary.manifest.num_records == fixture.num_images - 1
-
-
-def test_fixture_is_deterministic_and_scales(tmp_path: Path) -> None:
-    first = generate_fixture(SOURCE, tmp_path / "a", seed=9, num_classes=14, images_per_class=3)
-    second = generate_fixture(SOURCE, tmp_path / "b", seed=9, num_classes=14, images_per_class=3)
-    files = sorted(p.relative_to(first.input_dir) for p in first.input_dir.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(second.input_dir) for p in second.input_dir.rglob("*") if p.is_file())
-    assert all((first.input_dir / f).read_bytes() == (second.input_dir / f).read_bytes() for f in files)
-    assert len(first.class_images) == 14 and set(first.class_images.values()) == {3}
-    assert len(_plan(first.input_dir).classes) == 14

@@ -12,6 +12,7 @@ from reference_encoding import reference_jpeg
 from conftest import SHARED_REFERENCE, generate_fixture, pack_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
+from source_stores import source_fixture, source_pack
 
 from sampler_server.core.hierarchy.wordnet import is_a_view, load_wordnet_graph
 from sampler_server.errors import InputFormatError, InvalidArgument
@@ -30,12 +31,12 @@ CARNIVORE, DEVICE = "n02075296", "n03183080"
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
-    return generate_fixture(SOURCE, tmp_path_factory.mktemp("ilsvrc"))
+    return source_fixture(SOURCE, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
-    return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
+def packed(tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return source_pack(SOURCE, tmp_path_factory)
 
 
 def _file_bytes(root: Path) -> dict[str, bytes]:
@@ -85,18 +86,6 @@ def test_records_are_the_original_bytes(generated: Fixture, packed: PackSummary)
     for class_name, record in records:
         per_class.setdefault(class_name, []).append(record.origin)
     assert all(names == sorted(names) for names in per_class.values())
-
-
-def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
-    again = pack_fixture(generated, tmp_path / "again", workers=2)
-    smaller = pack_fixture(generated, tmp_path / "small", max_side=40)
-    raw = pack_fixture(generated, tmp_path / "raw", raw_size=24)
-    assert again.manifest.fingerprint == smaller.manifest.fingerprint == raw.manifest.fingerprint
-    assert again.manifest.fingerprint == packed.manifest.fingerprint
-    for _, record in _records(smaller.store_dir):
-        assert max(record.width, record.height) == 40 and record.encoding is Encoding.JPEG
-    for _, record in _records(raw.store_dir):
-        assert (record.encoding, record.width, record.height, record.channels) == (Encoding.RAW, 24, 24, 3)
 
 
 def test_fixture_wnids_are_ilsvrc_classes_where_the_fixture_says() -> None:
@@ -172,23 +161,6 @@ def test_malformed_or_missing_duplicates_list(generated: Fixture, tmp_path: Path
     with pytest.raises(InputFormatError) as error:
         pack_fixture(generated, tmp_path / "b", converter_overrides={"duplicates": (missing,)})
     assert error.value.path == str(missing)
-
-
-def test_flags_it_does_not_take(generated: Fixture, tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="--class-splits"):
-        pack_fixture(generated, tmp_path, converter_overrides={"class_splits": tmp_path / "x.json"})
-
-
-def test_corrupt_image_fails_or_is_skipped(generated: Fixture, tmp_path: Path) -> None:
-    fixture = _copy(generated, tmp_path)
-    victim = sorted((fixture.input_dir / "n02085620").glob("*.JPEG"))[1]
-    victim.write_bytes(victim.read_bytes()[:200])
-    with pytest.raises(InputFormatError) as error:
-        pack_fixture(fixture, tmp_path / "fail")
-    assert error.value.path == str(victim)
-    summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
-    assert summary.manifest.num_skipped == 1
-    assert summary.manifest.num_records == generated.num_images - 1
 
 
 # ---- the official validation images (--validation) ----------------------------------------

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import generate_fixture, pack_fixture
+from conftest import pack_fixture
 from conftest import copy_fixture as _copy
 from conftest import records_by_class as _records
+from source_stores import source_fixture, source_pack
 from PIL import Image, ImageOps
 from reference_encoding import reference_jpeg
 
-from sampler_server.errors import InputFormatError, InvalidArgument
+from sampler_server.errors import InputFormatError
 from sampler_server.fixtures import omniglot as omniglot_fixture
 from sampler_server.fixtures.base import Fixture
 from sampler_server.pack import sources
@@ -28,12 +29,12 @@ SOURCE = "omniglot"
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
-    return generate_fixture(SOURCE, tmp_path_factory.mktemp("omniglot"))
+    return source_fixture(SOURCE, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def packed(generated: Fixture, tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
-    return pack_fixture(generated, tmp_path_factory.mktemp("stores"))
+def packed(tmp_path_factory: pytest.TempPathFactory) -> PackSummary:
+    return source_pack(SOURCE, tmp_path_factory)
 
 
 def _pixels(record: Record) -> np.ndarray:
@@ -46,10 +47,8 @@ def _file_bytes(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_classes_splits_and_groups(generated: Fixture, packed: PackSummary) -> None:
+def test_alphabet_groups_hierarchy_and_class_order(generated: Fixture, packed: PackSummary) -> None:
     manifest = packed.manifest
-    assert {c.name: c.count for c in manifest.classes} == dict(generated.class_images)
-    assert {c.name: c.split for c in manifest.classes} == dict(generated.class_splits or {})
     assert {c.name: c.group for c in manifest.classes} == generated.expected["groups"]
     assert manifest.hierarchy == "omniglot-alphabets"
     assert manifest.split_rule.startswith("omniglot")
@@ -103,18 +102,6 @@ def test_items_in_file_order(packed: PackSummary) -> None:
         assert names == sorted(names)
 
 
-def test_fingerprint_ignores_workers_and_encoding(generated: Fixture, packed: PackSummary, tmp_path: Path) -> None:
-    again = pack_fixture(generated, tmp_path / "again", workers=2)
-    smaller = pack_fixture(generated, tmp_path / "small", max_side=50)
-    raw = pack_fixture(generated, tmp_path / "raw", raw_size=32)
-    assert again.manifest.fingerprint == smaller.manifest.fingerprint == raw.manifest.fingerprint
-    assert again.manifest.fingerprint == packed.manifest.fingerprint
-    for _, record in _records(smaller.store_dir):
-        assert (record.width, record.height) == (50, 50)
-    for _, record in _records(raw.store_dir):
-        assert record.encoding is Encoding.RAW and _pixels(record).shape == (32, 32, 3)
-
-
 def test_generation_is_deterministic_and_scales(tmp_path: Path) -> None:
     first = omniglot_fixture.generate(tmp_path / "a" / SOURCE, seed=3)
     second = omniglot_fixture.generate(tmp_path / "b" / SOURCE, seed=3)
@@ -124,11 +111,6 @@ def test_generation_is_deterministic_and_scales(tmp_path: Path) -> None:
     assert len(plan.classes) == 20
     assert {c.name: c.split for c in plan.classes} == dict(big.class_splits or {})
     assert len({c.group for c in plan.classes if c.split is Split.VALID}) == 5
-
-
-def test_split_file_is_rejected(generated: Fixture, tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="--class-splits"):
-        sources.get_converter(SOURCE).plan(generated.input_dir, ConverterOptions(class_splits=tmp_path / "x.json"))
 
 
 def test_missing_evaluation_folder(generated: Fixture, tmp_path: Path) -> None:
@@ -145,16 +127,3 @@ def test_alphabet_in_both_folders(generated: Fixture, tmp_path: Path) -> None:
     shutil.copytree(latin, fixture.input_dir / "images_evaluation" / "Latin")
     with pytest.raises(InputFormatError, match="Latin"):
         pack_fixture(fixture, tmp_path / "stores")
-
-
-def test_corrupt_image_fails_or_is_skipped(generated: Fixture, tmp_path: Path) -> None:
-    fixture = _copy(generated, tmp_path)
-    victim = sorted((fixture.input_dir / "images_background" / "Greek").rglob("*.png"))[0]
-    victim.write_bytes(victim.read_bytes()[:60])
-    with pytest.raises(InputFormatError) as error:
-        pack_fixture(fixture, tmp_path / "fail")
-    assert error.value.path == str(victim)
-    summary = pack_fixture(fixture, tmp_path / "skip", on_error="skip")
-    assert summary.manifest.num_skipped == 1
-    assert summary.manifest.num_records == generated.num_images - 1
-    assert summary.manifest.skipped[0]["origin"] == victim.relative_to(fixture.input_dir).as_posix()
