@@ -1,11 +1,20 @@
 """Trainer-side clients of the sampling service.
 
-``clients.core`` is framework-free (gRPC, NumPy): ``SamplerClient``, ``EpisodeSpec``,
-``report_episode`` / ``Reporter`` (``clients.reporting``) and the resume state of a
-stream (``clients.state``). ``clients.torch`` and ``clients.tf`` are thin adapters that
-each import only their own framework. ``clients.orchestration`` is the run both
-trainers share (loop, summary, reports, logging); each trainer adds only its model,
-step and checkpoint files. Nothing here samples or resolves names: every composition
-comes from the server, identified by (request, seed, index), and source and preset
-names are the server's to resolve.
+The framework-free client (gRPC, NumPy), by concern: ``clients.core`` gathers its
+public names (``SamplerClient``, ``EpisodeSpec``, the array types, ``Reporter``);
+``client`` composes ``channel`` (connection, TLS, token, retries, same host),
+``stream`` (the resumable stream engine) and one module per protocol under
+``protocols`` (``md``, ``vtab``, ``baselines``, ``cog``: arrays, requests, calls);
+``errors``, ``tensors``, ``reporting`` and ``state`` (resume state, shards) serve
+them. ``clients.torch`` and ``clients.tf`` are thin adapters that each import only
+their own framework.
+
+The trainers: ``trainer_args`` (every command line), ``trainer_shell`` (usage errors,
+exit codes), and one framework-free run per protocol that both frameworks share:
+``md_train`` (Meta-Dataset training), ``transfer`` (VTAB-1k transfer, with
+``transfer_protocols``) and ``cog_eval`` (the ImageNet-CoG linear evaluation, with
+``cog_protocol`` and ``cog_cache``); each framework adds only its model, step and
+checkpoint files. Nothing here samples or resolves names: every composition comes
+from the server, identified by (request, seed, index), and source and preset names
+are the server's to resolve.
 """

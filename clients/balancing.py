@@ -10,7 +10,7 @@ turn (a stream stays on its replica until it ends or breaks); a replica that is 
 skipped while it is.
 
 Why any replica will do: an episode is a pure function of its request and index, so a
-stream broken by a lost replica is reopened at its next index (``clients.core``) on
+stream broken by a lost replica is reopened at its next index (``clients.stream``) on
 whichever replica answers, and the caller sees exactly the sequence one server would
 have sent. After a break the client opens a fresh channel, as it does with one server:
 the target is resolved again (replicas that came or went are seen) and the client's

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,8 +205,3 @@ def pack_episode(episode: Any, ladder: Ladder | None) -> PackedEpisode:
     pack_into(images, labels, support, episode.support_labels, query, episode.query_labels)
     return PackedEpisode(images, labels, len(support), len(query), int(episode.ways),
                          int(getattr(episode, "index", -1)))
-
-
-def distinct_sizes(ladder: Ladder, totals: Sequence[int]) -> int:
-    """How many buckets ``totals`` (images per episode) fall into."""
-    return len({ladder.size(int(n)) for n in totals})

@@ -3,7 +3,7 @@
 An episode delivered by ``SamplerClient`` keeps the request it came from, so a
 report needs only what the caller computed: the predicted label of each query
 image and any further metrics. ``episode_report`` builds the ``MetricReport`` (key
-(run, protocol "md-episode", source, split, seed, index), fingerprint, request,
+(run, protocol ``sampler_common.protocols.MD``, source, split, seed, index), fingerprint, request,
 accuracy from the predictions); ``Reporter`` collects reports and sends them in
 batches with the run's configuration. Reports are idempotent on the server: a
 resent report is counted as a duplicate, a different result for a reported episode
@@ -16,16 +16,28 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from sampler_common.protocols import MD
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-if TYPE_CHECKING:
-    from clients.core import EpisodeArrays, SamplerClient
+from clients.errors import SamplerClientError
+from clients.protocols import Rpc
 
-PROTOCOL = "md-episode"
+
+class ReportableEpisode(Protocol):
+    """What a report reads of an episode (``clients.protocols.md.EpisodeArrays`` has it)."""
+
+    source: str
+    index: int
+    fingerprint: str
+    request: pb.EpisodeRequest | None
+    query_labels: np.ndarray
+
+    @property
+    def ways(self) -> int: ...
 
 
 def _labels(predictions: Any) -> np.ndarray:
@@ -56,7 +68,7 @@ def _episode_fields(episode: Any) -> tuple[str, int, str, pb.EpisodeRequest | No
             _labels(episode["query_labels"]), int(_labels(episode["ways"])))
 
 
-def episode_report(run_id: str, episode: "EpisodeArrays | Mapping[str, Any]", predictions: Any,
+def episode_report(run_id: str, episode: ReportableEpisode | Mapping[str, Any], predictions: Any,
                    metrics: Mapping[str, float] | None = None) -> pb.MetricReport:
     """The report of one evaluated episode (see ``SamplerClient.report_episode``).
 
@@ -94,7 +106,7 @@ def episode_report(run_id: str, episode: "EpisodeArrays | Mapping[str, Any]", pr
             raise ValueError(f"metrics: {name!r} got {number}, expected a finite number")
         values[name] = number
     return pb.MetricReport(
-        run_id=run_id, protocol=PROTOCOL, source=source, split=request.split, seed=request.seed, index=index,
+        run_id=run_id, protocol=MD, source=source, split=request.split, seed=request.seed, index=index,
         fingerprint=fingerprint, metrics=values, request=request, predicted_labels=[int(label) for label in labels],
     )
 
@@ -118,7 +130,7 @@ class Reporter:
     what the server acknowledged.
     """
 
-    def __init__(self, client: "SamplerClient", run_id: str, *, run_config: Mapping[str, Any] | None = None,
+    def __init__(self, client: Rpc, run_id: str, *, run_config: Mapping[str, Any] | None = None,
                  batch: int = 50) -> None:
         if batch < 1:
             raise ValueError(f"batch: got {batch}, expected at least 1")
@@ -135,7 +147,8 @@ class Reporter:
         """Reports built but not sent yet."""
         return len(self._pending)
 
-    def add(self, episode: "EpisodeArrays | Mapping[str, Any]", predictions: Any, metrics: Mapping[str, float] | None = None) -> float:
+    def add(self, episode: ReportableEpisode | Mapping[str, Any], predictions: Any,
+            metrics: Mapping[str, float] | None = None) -> float:
         """Queue the report of an evaluated episode (sent once ``batch`` are queued);
         returns its accuracy. Arguments as in ``SamplerClient.report_episode``."""
         report = episode_report(self.run_id, episode, predictions, metrics)
@@ -148,8 +161,6 @@ class Reporter:
         """Send the queued reports (one ReportMetrics call)."""
         if not self._pending:
             return
-        from clients.core import SamplerClientError  # core imports this module
-
         reply = self.client.report(self._pending, run_config_json=self.config_json)
         if reply.stored + reply.duplicates != len(self._pending):
             raise SamplerClientError(

@@ -99,3 +99,15 @@ class StreamCursor:
             raise ValueError(f"state: next_index got {next_index!r}, expected {self.start} to "
                              f"{end if end is not None else 'unbounded'}")
         self.next_index = next_index
+
+
+def shard_window(start: int, count: int, shard: int, num_shards: int) -> tuple[int, int, int]:
+    """(start, count, step) of shard ``shard`` of indices [start, start + count): every
+    index i with (i - start) % num_shards == shard, in order. ``count`` 0 = unbounded;
+    a bounded window with no index for this shard returns count -1 (nothing to do)."""
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard: got {shard}, expected 0 to {num_shards - 1}")
+    if count == 0:
+        return start + shard, 0, num_shards
+    mine = max(0, -(-(count - shard) // num_shards))
+    return start + shard, (mine if mine else -1), num_shards

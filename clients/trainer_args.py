@@ -21,14 +21,16 @@ in it (as given, and as resolved under ``shape_buckets``) though padding is exac
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clients import transfer_protocols
+from clients import cog_protocol, transfer_protocols
 from clients.balancing import parse_target
+from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
 
 FRAMEWORKS = ("torch", "tf")
@@ -51,7 +53,7 @@ class TrainerArgumentParser(argparse.ArgumentParser):
         return parsed, extras
 
 
-def _int_at_least(minimum: int) -> Any:
+def int_at_least(minimum: int) -> Any:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -65,7 +67,7 @@ def _int_at_least(minimum: int) -> Any:
     return parse
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -113,11 +115,12 @@ def _token_file(text: str) -> str:
     return text
 
 
-def client_security(args: argparse.Namespace) -> dict[str, Any]:
-    """``SamplerClient`` keyword arguments for TLS and the token (None: the client's
-    environment defaults apply)."""
+def client_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``SamplerClient`` keyword arguments of the server group: retries, connect timeout,
+    TLS and the token (TLS and token None: the client's environment defaults apply)."""
     token = Path(args.token_file).read_text(encoding="utf-8").strip() if args.token_file else None
-    return {"tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "token": token}
+    return {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
+            "tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "token": token}
 
 
 def _source_name(text: str) -> str:
@@ -126,7 +129,7 @@ def _source_name(text: str) -> str:
     return text
 
 
-def _add_server_group(parser: argparse.ArgumentParser) -> None:
+def add_server_group(parser: argparse.ArgumentParser) -> None:
     """The server, run id and connection flags: the same in every trainer's command line."""
     where = parser.add_argument_group("server and run")
     where.add_argument("--server", required=True, type=_address, metavar="TARGET",
@@ -135,9 +138,9 @@ def _add_server_group(parser: argparse.ArgumentParser) -> None:
     # --run-id: the same, for torchrun command lines (torchrun's parser takes --run for its own --run-path)
     where.add_argument("--run", "--run-id", dest="run", required=True, type=_run_id, metavar="RUN_ID",
                        help="run id the reports are stored under")
-    where.add_argument("--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+    where.add_argument("--connect-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                        help="give up connecting to the server after this long (per attempt)")
-    where.add_argument("--retries", type=_int_at_least(1), default=5, metavar="N",
+    where.add_argument("--retries", type=int_at_least(1), default=5, metavar="N",
                        help="attempts per call or stream before a fault is reported (exit 3)")
     where.add_argument("--tls-ca", type=_readable_file, default=None, metavar="FILE",
                        help="PEM file of the CA that signed the server's certificate: connect over TLS "
@@ -152,6 +155,15 @@ def _add_server_group(parser: argparse.ArgumentParser) -> None:
                        "$SAMPLER_TOKEN; neither: no token)")
 
 
+def check_server_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The server group's cross-argument check, in every trainer's command line: a
+    client certificate comes with its key (``clients.channel.check_tls_pair``)."""
+    try:
+        check_tls_pair(args.tls_cert, args.tls_key, "arguments --tls-cert/--tls-key")
+    except ValueError as error:
+        parser.error(str(error))
+
+
 def build_parser(framework: str) -> argparse.ArgumentParser:
     """The trainer command line of ``framework`` ('torch' or 'tf'); parsing validates."""
     if framework not in FRAMEWORKS:
@@ -164,7 +176,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    _add_server_group(parser)
+    add_server_group(parser)
 
     data = parser.add_argument_group("training data")
     data.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME",
@@ -172,49 +184,49 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     data.add_argument("--preset", type=_source_name, metavar="NAME",
                       help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
                            "without --sources, protonet trains on its sources")
-    data.add_argument("--image-size", type=_int_at_least(8), default=84, metavar="PIXELS", help="image side")
-    data.add_argument("--ways", type=_int_at_least(2), default=None, metavar="N",
+    data.add_argument("--image-size", type=int_at_least(8), default=84, metavar="PIXELS", help="image side")
+    data.add_argument("--ways", type=int_at_least(2), default=None, metavar="N",
                       help="fixed ways of training episodes (default: MD variable ways)")
-    data.add_argument("--shots", type=_int_at_least(1), default=None, metavar="K",
+    data.add_argument("--shots", type=int_at_least(1), default=None, metavar="K",
                       help="fixed support images per class of training episodes (default: MD variable shots)")
-    data.add_argument("--query", type=_int_at_least(1), default=None, metavar="Q",
+    data.add_argument("--query", type=int_at_least(1), default=None, metavar="Q",
                       help="fixed query images per class of training episodes (default: MD, at most 10)")
-    data.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of the training episodes / batches")
+    data.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the training episodes / batches")
 
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--model", choices=MODELS, default="protonet",
                        help="protonet: episodic Prototypical Networks; baseline: a classifier trained on plain "
                             "batches, evaluated with prototypes (MD's inference-only baseline)")
     model.add_argument("--backbone", choices=BACKBONES, default="conv4", help="embedding network")
-    model.add_argument("--train-episodes", type=_int_at_least(0), default=1000, metavar="T",
+    model.add_argument("--train-episodes", type=int_at_least(0), default=1000, metavar="T",
                        help="protonet: training episodes (indices 0..T-1)")
-    model.add_argument("--train-steps", type=_int_at_least(0), default=1000, metavar="T",
+    model.add_argument("--train-steps", type=int_at_least(0), default=1000, metavar="T",
                        help="baseline: number of plain training batches")
-    model.add_argument("--batch-size", type=_int_at_least(1), default=64, help="baseline: images per batch")
-    model.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate")
+    model.add_argument("--batch-size", type=int_at_least(1), default=64, help="baseline: images per batch")
+    model.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     model.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present, else CPU")
     model.add_argument("--shape-buckets", choices=SHAPE_BUCKETS, default="auto",
                        help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                             "meets few shapes; auto: on with a GPU, off on CPU")
 
     evaluation = parser.add_argument_group("evaluation")
-    evaluation.add_argument("--eval-episodes", type=_int_at_least(0), default=600, metavar="N",
+    evaluation.add_argument("--eval-episodes", type=int_at_least(0), default=600, metavar="N",
                             help="evaluation episodes per source (0: no evaluation)")
     evaluation.add_argument("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME",
                             help="sources evaluated one at a time (default: --sources)")
     evaluation.add_argument("--eval-split", choices=SPLITS, default="test", help="split of the evaluation episodes")
-    evaluation.add_argument("--eval-seed", type=_int_at_least(0), default=0, help="seed of the evaluation episodes")
+    evaluation.add_argument("--eval-seed", type=int_at_least(0), default=0, help="seed of the evaluation episodes")
     evaluation.add_argument("--eval-only", action="store_true",
                             help="skip training; evaluate the checkpoint found in --checkpoint-dir")
-    evaluation.add_argument("--report-batch", type=_int_at_least(1), default=50, metavar="N",
+    evaluation.add_argument("--report-batch", type=int_at_least(1), default=50, metavar="N",
                             help="evaluation episodes per ReportMetrics call")
 
     state = parser.add_argument_group("checkpoints and output")
     state.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                        help="save checkpoints here; resume from the one found here")
-    state.add_argument("--checkpoint-every", type=_int_at_least(1), default=100, metavar="N",
+    state.add_argument("--checkpoint-every", type=int_at_least(1), default=100, metavar="N",
                        help="save a checkpoint every N training episodes / steps (and at the end)")
-    state.add_argument("--log-every", type=_int_at_least(1), default=20, metavar="N",
+    state.add_argument("--log-every", type=int_at_least(1), default=20, metavar="N",
                        help="progress line on stderr every N training episodes / steps")
     state.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
     return parser
@@ -234,8 +246,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("argument --eval-only: got --eval-episodes 0, so there would be nothing to do")
     if args.eval_only and args.checkpoint_dir is None:
         parser.error("argument --eval-only: expected --checkpoint-dir DIR holding the checkpoint to evaluate")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+    check_server_group(parser, args)
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -339,7 +350,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                           "runs) scales them with the steps.", 100)]),
         formatter_class=_TransferHelpFormatter,
     )
-    _add_server_group(parser)
+    add_server_group(parser)
     protocol_default = "default: the protocol's"
 
     what = parser.add_argument_group("tasks and model")
@@ -356,21 +367,21 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     what.add_argument("--init", type=_init_source, default="scratch", metavar="FILE|scratch",
                       help="starting weights: an MD trainer checkpoint, a torchvision state_dict (torch) or Keras "
                            "weights (tf) of the same backbone, or scratch")
-    what.add_argument("--image-size", type=_int_at_least(8), default=224, metavar="PIXELS", help="image side")
-    what.add_argument("--seed", type=_int_at_least(0), default=0,
+    what.add_argument("--image-size", type=int_at_least(8), default=224, metavar="PIXELS", help="image side")
+    what.add_argument("--seed", type=int_at_least(0), default=0,
                       help="seed of the weights and the batch order (the first final run; the others' are hashed "
                            "from it)")
     what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
 
     sweep = parser.add_argument_group("the sweep and the final runs (linear, finetune)")
-    sweep.add_argument("--lrs", nargs="+", type=_positive_float, default=None, metavar="LR",
+    sweep.add_argument("--lrs", nargs="+", type=positive_float, default=None, metavar="LR",
                        help=f"SGD (momentum 0.9, no weight decay) learning rates swept ({protocol_default})")
-    sweep.add_argument("--steps", nargs="+", type=_int_at_least(1), default=None, metavar="T",
+    sweep.add_argument("--steps", nargs="+", type=int_at_least(1), default=None, metavar="T",
                        help=f"training steps swept ({protocol_default})")
-    sweep.add_argument("--steps-scale", type=_positive_float, default=1.0, metavar="F",
+    sweep.add_argument("--steps-scale", type=positive_float, default=1.0, metavar="F",
                        help="multiply every step count by F (at least 1 step; warm-up and decay points follow), "
                             "for small machines")
-    sweep.add_argument("--batch-size", type=_int_at_least(1), default=None,
+    sweep.add_argument("--batch-size", type=int_at_least(1), default=None,
                        help=f"images per step ({protocol_default})")
     sweep.add_argument("--decay", choices=tuple(transfer_protocols.DECAYS), default=None,
                        help="where the rate drops /10: readme = after 30/60/90%% of the steps (task_adaptation's "
@@ -389,10 +400,10 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     sweep.add_argument("--final-split", choices=transfer_protocols.FINAL_SPLITS, default=None,
                        help="what the chosen setting is trained on before the test: train800val200 (VTAB-1k's "
                             f"1000) or trainval1000 (run_all_tasks.sh's) ({protocol_default})")
-    sweep.add_argument("--runs", type=_int_at_least(1), default=None, metavar="N",
+    sweep.add_argument("--runs", type=int_at_least(1), default=None, metavar="N",
                        help="final runs (seeds) per task; the test accuracy reported is their median, as the VTAB "
                             f"paper reports ({protocol_default})")
-    sweep.add_argument("--eval-batch-size", type=_int_at_least(1), default=256, metavar="N",
+    sweep.add_argument("--eval-batch-size", type=int_at_least(1), default=256, metavar="N",
                        help="images per evaluation forward pass")
 
     control = parser.add_argument_group("control baselines (linear, finetune)")
@@ -400,11 +411,11 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                          help="model: the method under study; scratch: the same architecture from random init "
                               "(--init scratch) on the same regimes; max: random init on all of the task's training "
                               "data (sweep on train, pick on val, retrain on trainval; no --regime)")
-    control.add_argument("--regime", dest="regimes", action="append", type=_int_at_least(1), default=None,
+    control.add_argument("--regime", dest="regimes", action="append", type=int_at_least(1), default=None,
                          metavar="N", help="a data regime of N training examples (repeatable): the sweep trains on "
                                            "its train part, picks on its val part, retrains on the whole regime and "
                                            "tests on test (default: VTAB-1k's splits)")
-    control.add_argument("--regime-seed", type=_int_at_least(0), default=None, metavar="S",
+    control.add_argument("--regime-seed", type=int_at_least(0), default=None, metavar="S",
                          help="seed drawing the regimes (nested across N for one seed; default 0)")
     control.add_argument("--regime-sampling", choices=REGIME_SAMPLINGS, default=None,
                          help="how a regime's N examples are drawn from the task's train split: uniform (the "
@@ -412,7 +423,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                               "default: uniform)")
 
     out = parser.add_argument_group("output")
-    out.add_argument("--log-every", type=_int_at_least(1), default=100, metavar="N", help="progress every N steps")
+    out.add_argument("--log-every", type=int_at_least(1), default=100, metavar="N", help="progress every N steps")
     out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
     return parser
 
@@ -424,8 +435,7 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
         values = getattr(args, name) or []
         if len(set(values)) != len(values):
             parser.error(f"argument --{name}: got {' '.join(map(str, values))}, expected each value once")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
+    check_server_group(parser, args)
     regimes = args.regimes or []
     if len(set(regimes)) != len(regimes):
         parser.error(f"argument --regime: got {' '.join(map(str, regimes))}, expected each value once")
@@ -459,3 +469,138 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
 def parse_transfer_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse and validate the transfer command line; exits 2 with one line on bad input."""
     return build_transfer_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
+
+
+# ---- the ImageNet-CoG linear evaluation (``python -m clients.torch cog`` / ``clients.tf cog``) ----
+
+
+def _cog_shots(text: str) -> int:
+    if text == "all":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected 'all' or an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {value}, expected 'all' or an integer >= 1")
+    return value
+
+
+def _grid(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected LRxWD, two integers >= 1 such as 6x5")
+    return int(parts[0]), int(parts[1])
+
+
+def _level(text: str) -> str:
+    if not text or not text.isprintable() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a level name such as IN-1K or L3")
+    return text
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite number")
+    return value
+
+
+class CogArgumentParser(TrainerArgumentParser):
+    """One-line errors as the trainer's; validated by the CoG evaluation's own rules."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed, extras = argparse.ArgumentParser.parse_known_args(self, args, namespace)
+        _validate_cog(self, parsed)
+        return parsed, extras
+
+
+def build_cog_parser(framework: str) -> argparse.ArgumentParser:
+    """The CoG evaluation's command line of ``framework``; the same flags in both frameworks."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
+    parser = CogArgumentParser(
+        prog=f"python -m clients.{framework} cog",
+        description=("ImageNet-CoG linear evaluation of a backbone: features of each level's train and test "
+                     "splits extracted once (cached), a linear classifier per (level, N, seed) with learning rate "
+                     "and weight decay chosen on the 20% validation split, test top-1 reported to the server."),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_server_group(parser)
+
+    what = parser.add_argument_group("levels and subsets")
+    what.add_argument("--levels", nargs="+", type=_level, default=None, metavar="LEVEL",
+                      help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
+    what.add_argument("--shots", nargs="+", type=_cog_shots, default=list(cog_protocol.DEFAULT_SHOTS),
+                      metavar="N",
+                      help="training images per concept: 'all' (0 below) or an integer; the paper's all 1 2 4 ... 128")
+    what.add_argument("--seeds", nargs="+", type=int_at_least(1), default=list(cog_protocol.DEFAULT_SEEDS),
+                      metavar="S",
+                      help="seeds of the few-shot subsets, validation splits and fits")
+    what.add_argument("--level-size", type=int_at_least(0), default=0, metavar="K",
+                      help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
+    what.add_argument("--min-images", type=int_at_least(0), default=0, metavar="M",
+                      help="images a concept needs to be eligible, passed to the server (0: the paper's 782)")
+    what.add_argument("--levels-file", default=None, metavar="FILE",
+                      help="naver/cog's cog_levels_mapping_file.pkl as a path on the server (absolute or relative to "
+                           "its data directory): L1..L5 are its concepts (--level-size, --min-images unused)")
+    what.add_argument("--concepts-split-file", default=None, metavar="FILE",
+                      help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each concept's "
+                           "train and test images are the file's")
+
+    model = parser.add_argument_group("backbone and features")
+    model.add_argument("--backbone", required=True, metavar="SPEC",
+                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript or .pt2; "
+                             "tf: a SavedModel directory or a .keras/.h5 model), or module:callable (called with "
+                             "--backbone-checkpoint, returns the model)"))
+    model.add_argument("--backbone-checkpoint", default=None, metavar="FILE",
+                       help="weights of a module:callable backbone (required there; its sha256 keys the cache), or "
+                            "where the builtin's weights are kept (default: in --feature-cache)")
+    model.add_argument("--feature-cache", required=True, metavar="DIR",
+                       help="features are cached here, keyed by checkpoint sha256, split fingerprint and image size")
+    model.add_argument("--image-size", type=int_at_least(8), default=cog_protocol.IMAGE_SIZE, metavar="PIXELS",
+                       help="S: shorter side resized to S (bicubic), centre crop S x S, by the server")
+    model.add_argument("--mean", nargs=3, type=_finite, default=list(cog_protocol.MEAN), metavar="M",
+                       help="per-channel mean subtracted after dividing by 255 (RGB)")
+    model.add_argument("--std", nargs=3, type=positive_float, default=list(cog_protocol.STD), metavar="S",
+                       help="per-channel standard deviation divided by (RGB)")
+    model.add_argument("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
+                       metavar="N",
+                       help="images per StreamCogBatches batch and backbone forward pass")
+    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
+
+    train = parser.add_argument_group("the linear classifier")
+    train.add_argument("--epochs", type=int_at_least(1), default=cog_protocol.EPOCHS,
+                       help="epochs of every fit (cosine decay)")
+    train.add_argument("--batch-size", type=int_at_least(1), default=cog_protocol.BATCH_SIZE,
+                       help="features per SGD step")
+    train.add_argument("--grid", type=_grid, default=cog_protocol.DEFAULT_GRID, metavar="LRxWD",
+                       help="search points: learning rates log-spaced over [0.1, 100] x weight decays log-spaced "
+                            "over [1e-12, 1e-4] (6x5 = 30 trials, the paper's budget)")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--log-every", type=int_at_least(1), default=50, metavar="N",
+                     help="progress line every N extraction batches")
+    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    return parser
+
+
+def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("levels", "shots", "seeds"):
+        values = getattr(args, name)
+        if values is not None and len(set(values)) != len(values):
+            shown = " ".join("all" if name == "shots" and v == 0 else str(v) for v in values)
+            parser.error(f"argument --{name}: got {shown}, expected each value once")
+    check_server_group(parser, args)
+    if args.concepts_split_file and not args.levels_file:
+        parser.error("argument --concepts-split-file: expected --levels-file too (its images are of that file's "
+                     "concepts)")
+    args.grid = tuple(args.grid)
+
+
+def parse_cog_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the CoG command line; exits 2 with one line on bad input."""
+    return build_cog_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))

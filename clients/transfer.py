@@ -48,9 +48,11 @@ from typing import Any
 import grpc
 import numpy as np
 
-from clients.core import VTAB_RESIZE, SamplerClient, SamplerClientError, TaskBatchArrays, TaskEpisodeArrays
-from clients.orchestration import UsageError, run_command
+from clients.client import SamplerClient
+from clients.errors import SamplerClientError
+from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
+from clients.trainer_shell import UsageError, run_command
 from clients.transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
 
 MAX_SPLITS = ("train", "val", "trainval", "test")

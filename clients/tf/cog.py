@@ -1,5 +1,5 @@
 """``python -m clients.tf cog``: the ImageNet-CoG linear evaluation in TensorFlow (the run
-itself is ``clients.cog``; this file holds the backbone and the linear classifier).
+itself is ``clients.cog_eval``; this file holds the backbone and the linear classifier).
 
 ``--backbone`` is one of:
 - a SavedModel directory (``tf.saved_model.save`` of a callable module, or Keras
@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from clients.cog import MOMENTUM, BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
-from clients.orchestration import UsageError
+from clients.cog_eval import BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
+from clients.cog_protocol import MOMENTUM
 from clients.tf.trainer import select_device
+from clients.trainer_shell import UsageError
 
 keras = tf.keras
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from clients.core import SamplerClient
+from clients.client import SamplerClient
 
 
 def cog_batch_signature(image_size: int) -> dict[str, tf.TensorSpec]:

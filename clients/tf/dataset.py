@@ -17,7 +17,7 @@ Elements (dicts of tensors):
 - batches: ``images`` tf.uint8 [B, S, S, 3], ``labels`` tf.int64 [B] with values
   0 .. num_classes - 1, ``index`` tf.int64, ``num_classes`` tf.int32.
 
-Shards take indices exactly as the PyTorch adapter's ranks do (``clients.core.shard_window``),
+Shards take indices exactly as the PyTorch adapter's ranks do (``clients.state.shard_window``),
 so for the same request both adapters yield the same episodes, pixel for pixel.
 
 Resume (``clients.state``): ``EpisodeSource`` / ``BatchSource`` hold the window's next
@@ -36,8 +36,9 @@ import numpy as np
 import tensorflow as tf
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
-from clients.core import EpisodeSpec, SamplerClient, batch_request, shard_window
-from clients.state import StreamCursor
+from clients.client import SamplerClient
+from clients.protocols.md import EpisodeSpec, batch_request
+from clients.state import StreamCursor, shard_window
 
 
 def episode_signature(image_size: int) -> dict[str, tf.TensorSpec]:

@@ -2,11 +2,11 @@
 Networks or MD's inference-only baseline in Keras, compiled training steps, the
 evaluation forward pass and ``tf.train.Checkpoint`` files. The run itself (sources,
 resume, training loop, evaluation, reports, summary, exit codes) is
-``clients.orchestration``.
+``clients.md_train``.
 
 Determinism: op determinism is on and weights are seeded from --seed, so evaluating
 the same checkpoint again gives the same metrics. Training and evaluation take
-episodes from ``clients.core.SamplerClient`` (through the orchestration) rather than
+episodes from ``clients.core.SamplerClient`` (through ``clients.md_train``) rather than
 ``clients.tf.EpisodeSource``: episodes vary in shape (handled here by
 ``tf.function`` input signatures with unknown dimensions), and inside ``tf.data`` a
 client error would surface as an opaque ``UnknownError`` instead of the server's message.
@@ -17,7 +17,7 @@ shape, so episodes are padded to a few sizes (``clients.buckets``: exact, batch
 norms count the valid rows only); evaluation pads each embedding chunk the same way.
 The run's background feed packs each episode into that layout ahead of the step.
 
-Distributed (a ``TF_CONFIG`` naming two or more workers; the orchestration says what
+Distributed (a ``TF_CONFIG`` naming two or more workers; ``clients.md_train`` says what
 a step, a checkpoint, the reports and the evaluation are): the trainer runs under
 ``tf.distribute.MultiWorkerMirroredStrategy``, one replica per worker (each worker
 sees one GPU, or trains on CPU; ``--device cpu`` hides the GPUs), its rank the task's
@@ -45,9 +45,10 @@ import numpy as np
 import tensorflow as tf
 
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets
-from clients.core import EpisodeArrays
-from clients.orchestration import Batch, Framework, UsageError, run_main
+from clients.md_train import Batch, Framework, run_main
+from clients.protocols.md import EpisodeArrays
 from clients.tf import models
+from clients.trainer_shell import UsageError
 
 keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)

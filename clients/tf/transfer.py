@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from clients.core import TaskBatchArrays, TaskEpisodeArrays
-from clients.orchestration import UsageError
+from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
 from clients.tf.trainer import select_device
+from clients.trainer_shell import UsageError
 from clients.transfer import TransferLearner, derive_seed, run_transfer_main
 from clients.transfer_protocols import MOMENTUM
 

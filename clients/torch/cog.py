@@ -1,5 +1,5 @@
 """``python -m clients.torch cog``: the ImageNet-CoG linear evaluation in PyTorch (the run
-itself is ``clients.cog``; this file holds the backbone and the linear classifier).
+itself is ``clients.cog_eval``; this file holds the backbone and the linear classifier).
 
 ``--backbone`` is one of:
 - a TorchScript file (``torch.jit.save`` of a module mapping a float32 NCHW batch to
@@ -33,9 +33,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.cog import MOMENTUM, BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
-from clients.orchestration import UsageError
-from clients.torch.trainer import _device
+from clients.cog_eval import BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
+from clients.cog_protocol import MOMENTUM
+from clients.torch.trainer import select_device
+from clients.trainer_shell import UsageError
 
 BUILTIN_FILE = "builtin-torch.pt"
 BUILTIN_SEED = 20210607
@@ -110,7 +111,7 @@ class TorchCogBackend(CogBackend):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args, backbone_spec(args, BUILTIN_FILE))
-        self.device = _device(args.device)
+        self.device = select_device(args.device)
         if self.device.type == "cpu":
             torch.use_deterministic_algorithms(True)
         self.backbone = load_backbone(self.spec, self.device)

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from clients.core import CogBatchArrays, SamplerClient
+from clients.client import SamplerClient
+from clients.protocols.cog import CogBatchArrays
 
 
 def cog_batch_to_torch(batch: CogBatchArrays) -> dict[str, Any]:

@@ -42,17 +42,10 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
-from clients.core import (
-    BatchArrays,
-    EpisodeArrays,
-    EpisodeSpec,
-    SamplerClient,
-    TaskBatchArrays,
-    TaskEpisodeArrays,
-    batch_request,
-    shard_window,
-)
-from clients.state import StreamCursor
+from clients.client import SamplerClient
+from clients.protocols.md import BatchArrays, EpisodeArrays, EpisodeSpec, batch_request
+from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
+from clients.state import StreamCursor, shard_window
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

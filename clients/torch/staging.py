@@ -97,7 +97,7 @@ class Stager:
 
     def stage(self, episode: Any) -> StagedEpisode:
         """``episode``: anything with support/query images (uint8 NHWC) and labels and
-        ``ways`` (``clients.core.EpisodeArrays``)."""
+        ``ways`` (``clients.protocols.md.EpisodeArrays``)."""
         ladder = self.ladder(episode)
         if not self.cuda:
             packed = pack_episode(episode, ladder)

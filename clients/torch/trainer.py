@@ -1,7 +1,7 @@
 """The PyTorch trainer's framework part (``python -m clients.torch``): Prototypical
 Networks or MD's inference-only baseline in PyTorch, its training step, its
 evaluation forward pass and its checkpoint file. The run itself (sources, resume,
-training loop, evaluation, reports, summary, exit codes) is ``clients.orchestration``.
+training loop, evaluation, reports, summary, exit codes) is ``clients.md_train``.
 
 Determinism: weights start from ``torch.manual_seed(--seed)``; evaluation runs in
 ``model.eval()`` under ``torch.inference_mode()``, so for a given checkpoint every
@@ -19,7 +19,7 @@ in flight (the host waits on the older one's event, which keeps timing honest
 without idling the GPU).
 
 Distributed (``torchrun --nproc_per_node N python -m clients.torch ...``; the
-orchestration says what a step, a checkpoint, the reports and the evaluation are):
+``clients.md_train`` says what a step, a checkpoint, the reports and the evaluation are):
 the process group is set up from torchrun's environment (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``), NCCL on CUDA with rank r on
 ``cuda:LOCAL_RANK``, gloo on CPU. The backbone and head are wrapped in
@@ -52,17 +52,18 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from clients.buckets import resolve_buckets
-from clients.core import EpisodeArrays
-from clients.orchestration import Batch, Framework, UsageError, run_main
+from clients.md_train import Batch, Framework, run_main
+from clients.protocols.md import EpisodeArrays
 from clients.torch.models import LinearHead, ProtoNet, build_backbone, parameter_count, to_input
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
+from clients.trainer_shell import UsageError
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 2
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
 
 
-def _device(choice: str, local_rank: int | None = None) -> torch.device:
+def select_device(choice: str, local_rank: int | None = None) -> torch.device:
     """The training device; under torchrun a CUDA device is ``cuda:LOCAL_RANK``."""
     if choice == "cuda" and not torch.cuda.is_available():
         raise UsageError("argument --device: got cuda, but torch finds no CUDA device")
@@ -129,7 +130,7 @@ class TorchFramework(Framework):
         self._owns_group = False
         if ranks is not None:
             self.rank, self.world_size, local_rank = ranks
-        self.torch_device = _device(args.device, local_rank if ranks is not None else None)
+        self.torch_device = select_device(args.device, local_rank if ranks is not None else None)
         self.device = str(self.torch_device)
         if ranks is not None and not dist.is_initialized():
             cuda = self.torch_device.type == "cuda"

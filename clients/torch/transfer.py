@@ -25,11 +25,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.core import TaskBatchArrays, TaskEpisodeArrays
-from clients.orchestration import UsageError
+from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.torch.dataset import task_batch_to_torch
 from clients.torch.models import build_backbone, parameter_count, prototype_logits
-from clients.torch.trainer import CHECKPOINT_FORMAT, _device
+from clients.torch.trainer import CHECKPOINT_FORMAT, select_device
+from clients.trainer_shell import UsageError
 from clients.transfer import TransferLearner, derive_seed, run_transfer_main
 from clients.transfer_protocols import MOMENTUM
 
@@ -79,7 +79,7 @@ class TorchTransferLearner(TransferLearner):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.device = _device(args.device)
+        self.device = select_device(args.device)
         if self.device.type == "cpu":
             torch.use_deterministic_algorithms(True)
         with torch.random.fork_rng(devices=[]):

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from clients import cog
-from clients.cog import HParams
+from clients import cog_eval
+from clients.cog_eval import HParams
 
 COLOURS = {"L1": [(220, 30, 30), (30, 200, 30), (30, 30, 220)],
            "L2": [(200, 200, 30), (30, 200, 200), (200, 30, 200), (120, 120, 120)]}
@@ -125,12 +125,12 @@ def separable(seed: int = 0, classes: int = 4, per_class: int = 40, dim: int = 8
     centres = rng.normal(0, 1, (classes, dim)) * 3
     labels = np.repeat(np.arange(classes), per_class)
     x = centres[labels] + rng.normal(0, 0.3, (len(labels), dim))
-    return cog.l2_normalise(x), labels.astype(np.int64)
+    return cog_eval.l2_normalise(x), labels.astype(np.int64)
 
 
 def fit_toy(backend: Any, hp: HParams = HParams(1.0, 1e-6), epochs: int = 30, seed: int = 3) -> tuple[Any, float]:
     """Fit a 4-class separable toy problem; (outcome, training accuracy)."""
     x, y = separable()
     data = backend.classifier_data(x, y)
-    outcome = cog.fit(backend, data, len(y), x.shape[1], 4, hp, epochs, 32, seed)
-    return outcome, cog.accuracy(backend, data, y)
+    outcome = cog_eval.fit(backend, data, len(y), x.shape[1], 4, hp, epochs, 32, seed)
+    return outcome, cog_eval.accuracy(backend, data, y)

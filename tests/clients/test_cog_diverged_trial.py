@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 from cog_eval_fake import SMALL, FakeCogClient
 
-from clients.cog import CogRun, parse_cog_args
+from clients.cog_eval import CogRun
 from clients.torch.cog import TorchCogBackend
+from clients.trainer_args import parse_cog_args
 
 DIVERGING_LR = 1.0  # the 2x2 grid's learning rates are 0.1 and 100: the larger diverges here
 

@@ -1,4 +1,4 @@
-"""The ImageNet-CoG evaluation's own logic (clients.cog, clients.cog_cache) and its torch
+"""The ImageNet-CoG evaluation's own logic (clients.cog_eval, clients.cog_cache) and its torch
 backend, over a stand-in client (tests/clients/cog_eval_fake.py): the schedule and the
 grid, the linear classifier learning a separable problem, the search's choice on val
 and its fits on the search set, determinism, and the feature cache (reused, resumed,
@@ -16,11 +16,13 @@ import pytest
 import torch
 from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
-from clients import cog
-from clients.cog import CogRun, HParams, choose, cosine_lr, log_points, parse_cog_args, search_grid
+from clients import cog_eval
 from clients.cog_cache import FeatureCacheError
+from clients.cog_eval import CogRun, HParams, choose, cosine_lr, log_points, search_grid
 from clients.torch.cog import BuiltinBackbone, TorchCogBackend
 from clients.torch.cog import main as torch_main
+from clients.trainer_args import parse_cog_args
+from clients.trainer_shell import UsageError
 
 
 def _args(tmp_path: Path, *extra: str) -> object:
@@ -58,7 +60,7 @@ def test_choose_takes_the_best_and_the_first_of_ties():
 def test_l2_normalise_as_torch_does():
     x = np.random.RandomState(0).normal(size=(5, 7)).astype(np.float32)
     x[2] = 0
-    assert np.allclose(cog.l2_normalise(x), torch.nn.functional.normalize(torch.from_numpy(x), dim=1).numpy())
+    assert np.allclose(cog_eval.l2_normalise(x), torch.nn.functional.normalize(torch.from_numpy(x), dim=1).numpy())
 
 
 # ---- the linear classifier ---------------------------------------------------------------------
@@ -100,7 +102,7 @@ def test_a_diverging_fit_stops_and_says_it_diverged(tmp_path):
     backend = TorchCogBackend(_args(tmp_path))
     x, y = separable()
     x = x * 1e30  # logits overflow at once
-    outcome = cog.fit(backend, backend.classifier_data(x, y), len(y), x.shape[1], 4, HParams(100.0, 0.0), 3, 32, 0)
+    outcome = cog_eval.fit(backend, backend.classifier_data(x, y), len(y), x.shape[1], 4, HParams(100.0, 0.0), 3, 32, 0)
     assert outcome.diverged
 
 
@@ -142,7 +144,7 @@ def test_every_n_searches_on_its_own_search_set_scored_on_the_seeds_val(tmp_path
 
 
 def test_a_level_too_small_to_hold_val_out_is_one_line(tmp_path):
-    with pytest.raises(cog.UsageError, match="level L1, seed 1: the val split is empty"):
+    with pytest.raises(UsageError, match="level L1, seed 1: the val split is empty"):
         _run(tmp_path, FakeCogClient(train_per_concept=1), "--levels", "L1", "--shots", "1", "--seeds", "1")
 
 
@@ -153,7 +155,7 @@ def test_same_arguments_same_accuracies(tmp_path):
 
 
 def test_levels_the_server_does_not_serve_are_one_line(tmp_path):
-    with pytest.raises(cog.UsageError, match="argument --levels: got 'L9', expected levels this server serves"):
+    with pytest.raises(UsageError, match="argument --levels: got 'L9', expected levels this server serves"):
         _run(tmp_path, FakeCogClient(), "--levels", "L9")
 
 

@@ -50,7 +50,7 @@ def _run(main, served, run_id: str, cache: Path, summary: Path) -> dict:
 
 def _cog_table(served, run_id: str) -> dict:
     with SamplerClient(served.address) as client:
-        reply = client._call("GetReport", pb.GetReportRequest(run_ids=[run_id], format="json", table="cog"))
+        reply = client.call("GetReport", pb.GetReportRequest(run_ids=[run_id], format="json", table="cog"))
     return json.loads(reply.text)
 
 

@@ -13,10 +13,11 @@ import pytest
 import tensorflow as tf
 from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
-from clients import cog
-from clients.cog import CogRun, HParams, parse_cog_args
+from clients import cog_eval
+from clients.cog_eval import CogRun, HParams
 from clients.tf.cog import TFCogBackend, builtin_model
 from clients.tf.cog import main as tf_main
+from clients.trainer_args import parse_cog_args
 
 keras = tf.keras
 
@@ -46,7 +47,7 @@ def test_tf_steps_equal_torch_sgd_on_the_same_draws(tmp_path):
     for backend in (TFCogBackend(_args(tmp_path)), torch_cog.TorchCogBackend(
             parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path / "cache")]))):
         data = backend.classifier_data(x, y)
-        outcome = cog.fit(backend, data, len(y), x.shape[1], 3, hp, 5, 8, seed=11)
+        outcome = cog_eval.fit(backend, data, len(y), x.shape[1], 3, hp, 5, 8, seed=11)
         tf_backend = isinstance(backend, TFCogBackend)
         weight = backend.kernel.numpy().T if tf_backend else backend.linear.weight.detach().numpy()
         results.append((outcome.loss, weight))

@@ -22,7 +22,7 @@ from conftest import REPO_ROOT
 tf = pytest.importorskip("tensorflow")
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
-from clients.orchestration import steps_before  # noqa: E402
+from clients.md_train import steps_before  # noqa: E402
 from clients.tf.trainer import main  # noqa: E402
 from sampler_server.metrics.store import MetricsStore  # noqa: E402
 
@@ -242,7 +242,7 @@ def test_weights_are_seeded_from_the_seed_argument():
 def test_summary_schema_is_the_torch_trainers(served, tmp_path, capsys):
     import dataclasses
 
-    from clients.orchestration import EvalSummary, RunSummary
+    from clients.md_train import EvalSummary, RunSummary
 
     code, summary = run_trainer(served, tmp_path, "tf-one-episode", *FIXED, "--train-episodes", "0",
                                 "--eval-episodes", "1")

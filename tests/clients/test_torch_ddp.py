@@ -24,8 +24,8 @@ from conftest import REPO_ROOT
 
 torch = pytest.importorskip("torch")
 
-from clients.orchestration import UsageError  # noqa: E402
-from clients.torch.trainer import CHECKPOINT, TorchFramework, _device, main, torchrun_ranks  # noqa: E402
+from clients.trainer_shell import UsageError  # noqa: E402
+from clients.torch.trainer import CHECKPOINT, TorchFramework, main, select_device, torchrun_ranks  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 
 RANKS = 2
@@ -85,17 +85,17 @@ def test_torchrun_environment_gives_rank_and_device(monkeypatch):
             torchrun_ranks()
         monkeypatch.setenv(name, {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}[name])
 
-    assert _device("cpu", 1) == torch.device("cpu")
+    assert select_device("cpu", 1) == torch.device("cpu")
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="--device: got cuda, but torch finds no CUDA device"):
-            _device("cuda", 1)
+            select_device("cuda", 1)
     # the choice itself, on a host of two GPUs (no CUDA call is made)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert _device("cuda", 1) == torch.device("cuda", 1) and _device("auto", 0) == torch.device("cuda", 0)
-    assert _device("cuda", None) == torch.device("cuda")  # one process: as before
+    assert select_device("cuda", 1) == torch.device("cuda", 1) and select_device("auto", 0) == torch.device("cuda", 0)
+    assert select_device("cuda", None) == torch.device("cuda")  # one process: as before
     with pytest.raises(UsageError, match=r"LOCAL_RANK: got 2, but torch sees 2 CUDA device\(s\)"):
-        _device("cuda", 2)
+        select_device("cuda", 2)
 
 
 @pytest.fixture(scope="module")

@@ -190,7 +190,7 @@ def test_one_evaluation_episode_has_no_interval(served, tmp_path):
     (JSON null), not 0.0. The summary follows the one schema of ``RunSummary``."""
     import dataclasses
 
-    from clients.orchestration import EvalSummary, RunSummary, TrainSummary
+    from clients.md_train import EvalSummary, RunSummary, TrainSummary
 
     summary = _run(served, "torch-one-episode", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "0",
                    "--eval-episodes", "1")

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from clients.feed import Feed  # noqa: E402
-from clients.orchestration import run_main  # noqa: E402
+from clients.md_train import run_main  # noqa: E402
 from clients.torch.trainer import TorchFramework  # noqa: E402
 
 FIXED = ["--ways", "5", "--shots", "5", "--query", "5"]
@@ -123,7 +123,7 @@ def test_close_ends_the_thread_and_the_stream():
 
 
 def test_summary_says_what_to_change_when_training_waited_for_data():
-    from clients.orchestration import TrainSummary, data_wait_hint
+    from clients.md_train import TrainSummary, data_wait_hint
 
     def summary(steps: int, seconds: float, wait: float, first: float) -> TrainSummary:
         return TrainSummary(unit="episode", start_index=0, next_index=steps, steps=steps, seconds=seconds,

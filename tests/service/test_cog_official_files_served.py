@@ -200,7 +200,7 @@ def test_the_torch_cog_command_evaluates_the_files_levels(served, tmp_path) -> N
 
 
 def test_the_tf_cog_command_line_takes_the_files() -> None:
-    from clients.cog import build_cog_parser
+    from clients.trainer_args import build_cog_parser
 
     parser = build_cog_parser("tf")
     base = ["--server", "127.0.0.1:1", "--run", "r", "--backbone", "builtin", "--feature-cache", "c"]

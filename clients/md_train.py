@@ -1,4 +1,4 @@
-"""One run of a trainer, framework-free: the part the PyTorch and TensorFlow trainers share.
+"""One Meta-Dataset training run, framework-free: the part the PyTorch and TensorFlow trainers share.
 
 ``run_main(framework, argv)`` parses the trainer command line (``clients.trainer_args``),
 checks the named sources with the server, builds the framework's model, resumes
@@ -82,24 +82,22 @@ from typing import Any
 
 import numpy as np
 
-from clients.core import EpisodeArrays, EpisodeSpec, Reporter, RetryPolicy, SamplerClient, SamplerClientError
+from clients.client import SamplerClient
+from clients.errors import SamplerClientError
 from clients.feed import Feed
-from clients.trainer_args import client_security, eval_sources, parse_args, run_config
+from clients.protocols.md import EpisodeArrays, EpisodeSpec
+from clients.reporting import Reporter
+from clients.trainer_args import client_options, eval_sources, parse_args, run_config
+from clients.trainer_shell import Console, UsageError, exit_for, parse_status, write_summary
 from sampler_common.intervals import mean_ci95
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-EXIT_BAD_INPUT = 2
-EXIT_SERVER = 3
 # The arguments that fix the model and the training sequence: a checkpoint resumes only under the same values.
 RESUME_KEYS = ("framework", "model", "backbone", "image_size", "sources", "preset", "seed", "ways", "shots", "query",
                "batch_size")
 EVAL_KEYS = ("framework", "model", "backbone", "image_size")  # what --eval-only must match
 RANKS_KEY = "ranks"  # in a checkpoint's resume config: the processes that trained it (absent: 1)
 _PLURAL = {"episode": "episodes", "batch": "batches"}
-
-
-class UsageError(Exception):
-    """Bad local input found after parsing (a checkpoint, a device): one line, exit 2."""
 
 
 # ---- the summary: one schema for both frameworks ------------------------------------------
@@ -332,8 +330,7 @@ class Run:
         self.rank, self.ranks = framework.rank, framework.world_size
         self.log_rank = log                                          # this rank's own lines
         self.log = log if self.rank == 0 else (lambda message: None)  # the run's lines: rank 0's
-        self.options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
-                        **client_security(args)}
+        self.options = client_options(args)
         self.protonet = args.model == "protonet"
         self.unit = "episode" if self.protonet else "batch"
         self.class_counts: list[int] = []
@@ -434,7 +431,7 @@ class Run:
                 yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
         finally:
             for stream in streams:
-                stream.close()  # type: ignore[attr-defined]
+                stream.close()
             for client in clients:
                 client.close()
 
@@ -470,7 +467,7 @@ class Run:
         finally:
             for stream in streams:
                 if stream is not None:
-                    stream.close()  # type: ignore[attr-defined]
+                    stream.close()
             for client in clients:
                 client.close()
 
@@ -725,13 +722,14 @@ def format_summary(summary: RunSummary) -> str:
 
 def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework],
              argv: Sequence[str] | None = None) -> int:
-    """Parse, run and report one trainer run; the exit status (0 ok, 2 bad input, 3 server
-    fault, 130 interrupted; a framework may map its own errors, e.g. out of memory, to 1)."""
+    """Parse, run and report one trainer run; the exit status (``clients.trainer_shell``:
+    0 ok, 2 bad input, 3 server fault, 130 interrupted; a framework may map its own
+    errors, e.g. out of memory, to 1)."""
     prog = f"python -m clients.{framework_name}"
     try:
         args = parse_args(framework_name, argv)
-    except SystemExit as stop:  # --help (0) or a one-line argument error (2), already printed
-        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
+    except SystemExit as stop:
+        return parse_status(stop)
 
     framework: Framework | None = None
 
@@ -739,34 +737,22 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
         ranks = framework.world_size if framework is not None else 1
         return f"{prog} [rank {framework.rank}/{ranks}]" if framework is not None and ranks > 1 else prog
 
-    def log(message: str) -> None:
-        print(f"{label()}: {message}", file=sys.stderr, flush=True)
+    def interrupted() -> str:
+        if not args.checkpoint_dir:
+            return "interrupted"
+        if framework is not None and framework.world_size > 1:
+            return f"interrupted; the last checkpoint in {args.checkpoint_dir} holds the run's progress"
+        return f"interrupted; progress saved in {args.checkpoint_dir}"
 
-    def fail(message: str) -> None:
-        print(f"{label()}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-
+    console = Console(label)
     try:
         framework = make(args)
-        summary = Run(framework, log).execute()
-    except UsageError as error:
-        fail(str(error))
-        return EXIT_BAD_INPUT
-    except SamplerClientError as error:
-        fail(f"server {args.server}: {error}")
-        return EXIT_SERVER
-    except KeyboardInterrupt:
-        if not args.checkpoint_dir:
-            fail("interrupted")
-        elif framework is not None and framework.world_size > 1:
-            fail(f"interrupted; the last checkpoint in {args.checkpoint_dir} holds the run's progress")
-        else:
-            fail(f"interrupted; progress saved in {args.checkpoint_dir}")
-        return 130
-    except Exception as error:
-        mapped = framework.classify(error) if framework is not None else None
+        summary = Run(framework, console.log).execute()
+    except BaseException as error:
+        mapped = exit_for(error, args.server, framework.classify if framework is not None else None, interrupted())
         if mapped is None:
             raise
-        fail(mapped[1])
+        console.fail(mapped[1])
         return mapped[0]
     finally:
         if framework is not None:
@@ -774,56 +760,5 @@ def run_main(framework_name: str, make: Callable[[argparse.Namespace], Framework
     if framework.rank != 0:  # rank 0 speaks for the run
         return 0
     print(format_summary(summary), flush=True)
-    if args.json_summary:
-        path = Path(args.json_summary)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(summary.to_json())
-    return 0
-
-
-def run_command(prog: str, parse: Callable[[], argparse.Namespace], make: Callable[[argparse.Namespace], Any],
-                execute: Callable[[Any, SamplerClient, Callable[[str], None]], dict[str, Any]],
-                summarise: Callable[[dict[str, Any]], str]) -> int:
-    """The shell of a trainer subcommand (``transfer``, ``cog``): parse, build the framework
-    part, run against the server, print (and with ``--json-summary`` write) the summary.
-    Exit status 0 ok, 2 bad input, 3 server fault, 130 interrupted; every failure is one
-    line on stderr. ``make``'s object may map a framework's own errors with ``classify``."""
-    try:
-        args = parse()
-    except SystemExit as stop:
-        return int(stop.code) if isinstance(stop.code, int) else (EXIT_BAD_INPUT if stop.code else 0)
-
-    def log(message: str) -> None:
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
-
-    def fail(message: str) -> None:
-        print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
-
-    part: Any = None
-    try:
-        part = make(args)
-        options = {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
-                   **client_security(args)}
-        with SamplerClient(args.server, **options) as client:
-            summary = execute(part, client, log)
-    except UsageError as error:
-        fail(str(error))
-        return EXIT_BAD_INPUT
-    except SamplerClientError as error:
-        fail(f"server {args.server}: {error}")
-        return EXIT_SERVER
-    except KeyboardInterrupt:
-        fail("interrupted")
-        return 130
-    except Exception as error:
-        mapped = part.classify(error) if part is not None else None
-        if mapped is None:
-            raise
-        fail(mapped[1])
-        return mapped[0]
-    print(summarise(summary), flush=True)
-    if args.json_summary:
-        path = Path(args.json_summary)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    write_summary(args.json_summary, summary.to_json())
     return 0

@@ -65,37 +65,17 @@ from typing import Any
 
 import numpy as np
 
+from clients.client import SamplerClient
 from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, sha256_path
-from clients.core import SamplerClient, SamplerClientError
-from clients.orchestration import UsageError, run_command
+from clients.cog_protocol import LR_RANGE, MOMENTUM, RESIZE, WD_RANGE
+from clients.errors import SamplerClientError
 from clients.reporting import run_config_json
-from clients.trainer_args import (
-    DEVICES,
-    FRAMEWORKS,
-    OPERATIONAL,
-    TrainerArgumentParser,
-    _add_server_group,
-    _int_at_least,
-    _positive_float,
-)
+from clients.trainer_args import OPERATIONAL, parse_cog_args
+from clients.trainer_shell import UsageError, run_command
 from clients.transfer import derive_seed
+from sampler_common.protocols import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-PROTOCOL = "cog"
-MOMENTUM = 0.9
-LR_RANGE = (1e-1, 1e2)
-WD_RANGE = (1e-12, 1e-4)
-DEFAULT_GRID = (6, 5)
-EPOCHS = 100
-BATCH_SIZE = 1024
-IMAGE_SIZE = 224
-EXTRACT_BATCH_SIZE = 128
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
-PAPER_SHOTS = (1, 2, 4, 8, 16, 32, 64, 128)
-DEFAULT_SHOTS = (0, *PAPER_SHOTS)  # 0 = all
-DEFAULT_SEEDS = (1, 2, 3, 4, 5)
-RESIZE = "shorter_bicubic_center_crop"
 # What selects work or names a place, not what defines a result: left out of the run configuration.
 COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "backbone_checkpoint",
                    "extract_batch_size")
@@ -452,14 +432,14 @@ class CogRun:
     def report(self, level: str, result: Mapping[str, Any], config: Mapping[str, Any]) -> None:
         metrics = {"accuracy": result["accuracy"], "val_accuracy": result["val_accuracy"],
                    "learning_rate": result["learning_rate"], "weight_decay": result["weight_decay"]}
-        report = pb.MetricReport(run_id=self.args.run, protocol=PROTOCOL, cog_level=level, shots=result["shots"],
+        report = pb.MetricReport(run_id=self.args.run, protocol=COG, cog_level=level, shots=result["shots"],
                                  seed=result["seed"], examples=result["test_examples"], metrics=metrics)
         self.client.report([report], run_config_json=run_config_json(config))
 
     def config(self) -> dict[str, Any]:
         config: dict[str, Any] = {k: v for k, v in sorted(vars(self.args).items()) if k not in COG_OPERATIONAL}
         config.update(self.backend.describe())
-        config.update({"protocol": PROTOCOL, "backbone": self.backend.backbone_kind(),
+        config.update({"protocol": COG, "backbone": self.backend.backbone_kind(),
                        "checkpoint_sha256": self.checkpoint_sha256, "search": "log grid, learning rate major",
                        "grid": [asdict(hp) for hp in self.grid], "momentum": MOMENTUM, "resize": RESIZE})
         return json.loads(json.dumps(config))
@@ -508,137 +488,6 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                          f"lr={result['learning_rate']:.4g} wd={result['weight_decay']:.3g} "
                          f"test {result['accuracy']:.4f} ({result['test_examples']} images)")
     return "\n".join(lines)
-
-
-# ---- the command line -------------------------------------------------------------------------
-
-
-def _shots(text: str) -> int:
-    if text == "all":
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected 'all' or an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"got {value}, expected 'all' or an integer >= 1")
-    return value
-
-
-def _grid(text: str) -> tuple[int, int]:
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected LRxWD, two integers >= 1 such as 6x5")
-    return int(parts[0]), int(parts[1])
-
-
-def _level(text: str) -> str:
-    if not text or not text.isprintable() or text != text.strip():
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a level name such as IN-1K or L3")
-    return text
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite number")
-    return value
-
-
-class CogArgumentParser(TrainerArgumentParser):
-    """One-line errors as the trainer's; validated by the CoG evaluation's own rules."""
-
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
-        parsed, extras = argparse.ArgumentParser.parse_known_args(self, args, namespace)
-        _validate_cog(self, parsed)
-        return parsed, extras
-
-
-def build_cog_parser(framework: str) -> argparse.ArgumentParser:
-    """The CoG evaluation's command line of ``framework``; the same flags in both frameworks."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
-    parser = CogArgumentParser(
-        prog=f"python -m clients.{framework} cog",
-        description=("ImageNet-CoG linear evaluation of a backbone: features of each level's train and test "
-                     "splits extracted once (cached), a linear classifier per (level, N, seed) with learning rate "
-                     "and weight decay chosen on the 20% validation split, test top-1 reported to the server."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    _add_server_group(parser)
-
-    what = parser.add_argument_group("levels and subsets")
-    what.add_argument("--levels", nargs="+", type=_level, default=None, metavar="LEVEL",
-                      help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
-    what.add_argument("--shots", nargs="+", type=_shots, default=list(DEFAULT_SHOTS), metavar="N",
-                      help="training images per concept: 'all' (0 below) or an integer; the paper's all 1 2 4 ... 128")
-    what.add_argument("--seeds", nargs="+", type=_int_at_least(1), default=list(DEFAULT_SEEDS), metavar="S",
-                      help="seeds of the few-shot subsets, validation splits and fits")
-    what.add_argument("--level-size", type=_int_at_least(0), default=0, metavar="K",
-                      help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
-    what.add_argument("--min-images", type=_int_at_least(0), default=0, metavar="M",
-                      help="images a concept needs to be eligible, passed to the server (0: the paper's 782)")
-    what.add_argument("--levels-file", default=None, metavar="FILE",
-                      help="naver/cog's cog_levels_mapping_file.pkl as a path on the server (absolute or relative to "
-                           "its data directory): L1..L5 are its concepts (--level-size, --min-images unused)")
-    what.add_argument("--concepts-split-file", default=None, metavar="FILE",
-                      help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each concept's "
-                           "train and test images are the file's")
-
-    model = parser.add_argument_group("backbone and features")
-    model.add_argument("--backbone", required=True, metavar="SPEC",
-                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript or .pt2; "
-                             "tf: a SavedModel directory or a .keras/.h5 model), or module:callable (called with "
-                             "--backbone-checkpoint, returns the model)"))
-    model.add_argument("--backbone-checkpoint", default=None, metavar="FILE",
-                       help="weights of a module:callable backbone (required there; its sha256 keys the cache), or "
-                            "where the builtin's weights are kept (default: in --feature-cache)")
-    model.add_argument("--feature-cache", required=True, metavar="DIR",
-                       help="features are cached here, keyed by checkpoint sha256, split fingerprint and image size")
-    model.add_argument("--image-size", type=_int_at_least(8), default=IMAGE_SIZE, metavar="PIXELS",
-                       help="S: shorter side resized to S (bicubic), centre crop S x S, by the server")
-    model.add_argument("--mean", nargs=3, type=_finite, default=list(MEAN), metavar="M",
-                       help="per-channel mean subtracted after dividing by 255 (RGB)")
-    model.add_argument("--std", nargs=3, type=_positive_float, default=list(STD), metavar="S",
-                       help="per-channel standard deviation divided by (RGB)")
-    model.add_argument("--extract-batch-size", type=_int_at_least(1), default=EXTRACT_BATCH_SIZE, metavar="N",
-                       help="images per StreamCogBatches batch and backbone forward pass")
-    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
-
-    train = parser.add_argument_group("the linear classifier")
-    train.add_argument("--epochs", type=_int_at_least(1), default=EPOCHS, help="epochs of every fit (cosine decay)")
-    train.add_argument("--batch-size", type=_int_at_least(1), default=BATCH_SIZE, help="features per SGD step")
-    train.add_argument("--grid", type=_grid, default=DEFAULT_GRID, metavar="LRxWD",
-                       help="search points: learning rates log-spaced over [0.1, 100] x weight decays log-spaced "
-                            "over [1e-12, 1e-4] (6x5 = 30 trials, the paper's budget)")
-
-    out = parser.add_argument_group("output")
-    out.add_argument("--log-every", type=_int_at_least(1), default=50, metavar="N",
-                     help="progress line every N extraction batches")
-    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
-    return parser
-
-
-def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("levels", "shots", "seeds"):
-        values = getattr(args, name)
-        if values is not None and len(set(values)) != len(values):
-            shown = " ".join("all" if name == "shots" and v == 0 else str(v) for v in values)
-            parser.error(f"argument --{name}: got {shown}, expected each value once")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("arguments --tls-cert/--tls-key: expected both or neither")
-    if args.concepts_split_file and not args.levels_file:
-        parser.error("argument --concepts-split-file: expected --levels-file too (its images are of that file's "
-                     "concepts)")
-    args.grid = tuple(args.grid)
-
-
-def parse_cog_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and validate the CoG command line; exits 2 with one line on bad input."""
-    return build_cog_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
 
 
 def run_cog_main(framework_name: str, make: Callable[[argparse.Namespace], CogBackend],
