@@ -274,7 +274,7 @@ def test_a_reply_reclaimed_before_its_client_read_it_is_sent_again(served, tmp_p
             time.sleep(1.5)  # the replies gRPC holds for us meanwhile lose their segments
             got.extend(stream)
             assert server.servicer.same_host.reclaimed > 0
-            assert slow.same_host  # a reclaimed reply now and then does not turn the transport off
+            assert slow.channel.same_host  # a reclaimed reply now and then does not turn the transport off
             for x, y in zip(got, plain.episodes(RAW, count=8), strict=True):
                 _same(x, y)
     finally:
