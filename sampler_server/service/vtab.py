@@ -1,4 +1,4 @@
-"""VTAB-1k handlers behind the one servicer: task listing, task batches, the full-way episode, task results.
+"""VTAB-1k handlers behind the one servicer: task listing, task batches, the full-way episode.
 
 The servicer delegates its VTAB RPCs here; this module only unpacks requests, asks the
 task catalog (``catalog.tasks``: the store of a task, its split listings, cached) for
@@ -18,11 +18,10 @@ import numpy as np
 from sampler_server.catalog import wire_values
 from sampler_server.catalog.tasks import TaskCatalog, TaskHandle, split_availability, tasks_of
 from sampler_server.catalog.wire_values import ImageRequest, resize_to_wire
-from sampler_server.core.baselines.sources import SOURCE_SPLITS, is_source_task, store_of
-from sampler_server.core.vtab import SPLITS, TASKS, Task, get_task
+from sampler_server.core.baselines.sources import is_source_task
+from sampler_server.core.vtab import SPLITS, Task, get_task
 from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
 from sampler_server.errors import InvalidArgument
-from sampler_server.metrics.vtab.results import ROLES, TaskResult
 from sampler_server.quoting import quoted
 from sampler_server.service import messages
 from sampler_server.service.baselines import BaselineHandlers, check_regime_request
@@ -35,7 +34,6 @@ DEFAULT_CHUNK = 256
 MAX_CHUNK = 4096
 SUPPORT_SPLIT = "train800val200"
 QUERY_SPLIT = "test"
-TABLES = ("md", "vtab", "vtab-md")
 
 
 def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
@@ -191,47 +189,4 @@ class VtabHandlers:
 
         label = f"{task.name} episode {support_split}+{query_split} chunk_size={chunk}"
         yield from self.streams.stream(end, prepare, start, count, step, label, last_index)
-
-    # ---- metrics -----------------------------------------------------------------------
-
-    @staticmethod
-    def task_result(report: pb.MetricReport) -> TaskResult:
-        if "accuracy" not in report.metrics:
-            raise InvalidArgument("reports.metrics: a vtab-task report needs \"accuracy\" (top-1 in [0, 1])")
-        if not report.task:
-            raise InvalidArgument(f"reports.task: empty; expected one of {', '.join(TASKS)}")
-        if is_source_task(report.task):
-            store_of(report.task)
-            if report.task_split not in SOURCE_SPLITS:
-                raise InvalidArgument(f"reports.task_split: got {quoted(report.task_split)} for task {report.task}, "
-                                      f"expected one of {', '.join(SOURCE_SPLITS)}")
-        else:
-            get_task(report.task)
-            check_split(report.task_split, "reports.task_split")
-        role = report.role or "model"  # control baselines: empty is the method under study
-        if role not in ROLES:
-            raise InvalidArgument(f"reports.role: got {quoted(report.role)} for task {report.task}, expected one of "
-                                  f"{', '.join(ROLES)} (or empty for model)")
-        if report.regime == 0 and report.regime_seed != 0:
-            raise InvalidArgument(f"reports.regime_seed: got {report.regime_seed} for task {report.task} with regime 0"
-                                  ", expected 0 (a seed draws a regime; regime 0 is the usual training split)")
-        if role == "max" and report.regime != 0:
-            raise InvalidArgument(f"reports.regime: got {report.regime} for task {report.task} of a max run, "
-                                  "expected 0 (a max run trains on all training data)")
-        return TaskResult(run_id=report.run_id, task=report.task, split=report.task_split,
-                          accuracy=float(report.metrics["accuracy"]), examples=int(report.examples),
-                          regime=int(report.regime), regime_seed=int(report.regime_seed), role=role)
-
-    @staticmethod
-    def render_table(metrics: Any, request: pb.GetReportRequest) -> str:
-        from sampler_server.metrics.vtab.report import (
-            build_vtab_md_report, build_vtab_report, render_vtab_md_report, render_vtab_report,
-        )
-
-        fmt = request.format or "table"
-        if request.table == "vtab":
-            report = build_vtab_report(metrics, list(request.run_ids), request.vtab_benchmark or "vtab-v1",
-                                       check_split(request.vtab_split or "test", "vtab_split"))
-            return render_vtab_report(report, fmt)
-        return render_vtab_md_report(build_vtab_md_report(metrics, list(request.run_ids)), fmt)
 
