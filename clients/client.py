@@ -73,6 +73,12 @@ class SamplerClient(MdCalls, BaselineCalls, VtabCalls, CogCalls):
         return self.channel.address
 
     @property
+    def same_host(self) -> bool:
+        """Whether pixels are asked for through shared memory where the server's probe allows
+        (turned off by the client itself after two lost replies in a row)."""
+        return self.channel.same_host
+
+    @property
     def transport(self) -> str:
         """"same-host" or "grpc": how pixels come from this server to this process."""
         return self.channel.transport
