@@ -73,11 +73,9 @@ import abc
 import argparse
 import json
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
