@@ -102,7 +102,7 @@ def child_model(args: argparse.Namespace) -> dict:
     import torch
 
     from clients.core import EpisodeSpec, SamplerClient
-    from clients.torch.trainer import TorchFramework
+    from clients.torch.md_train import TorchFramework
     from clients.trainer_args import parse_args
 
     framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.bucket,

@@ -1,5 +1,5 @@
-"""The ImageNet-CoG linear evaluation, framework-free: the part ``clients.torch.cog`` and
-``clients.tf.cog`` share (levels checked with the server, features extracted once and
+"""The ImageNet-CoG linear evaluation, framework-free: the part ``clients.torch.cog_eval`` and
+``clients.tf.cog_eval`` share (levels checked with the server, features extracted once and
 cached, the hyper-parameter search, the final fit, test, reports, summary, exit codes).
 A framework supplies a ``CogBackend``: the user's backbone, and the linear layer's
 training step and predictions.
@@ -72,7 +72,7 @@ from clients.errors import SamplerClientError
 from clients.reporting import run_config_json
 from clients.trainer_args import OPERATIONAL, parse_cog_args
 from clients.trainer_shell import UsageError, run_command
-from clients.transfer import derive_seed
+from clients.seeds import derive_seed
 from sampler_common.protocols import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clients import cog_protocol, transfer_protocols
+from clients import cog_protocol, vtab_transfer_protocols
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
@@ -289,10 +289,10 @@ TRANSFER_MODES = ("linear", "finetune", "protonet")
 # Control baselines (issue 12): the method under study, the same architecture from random
 # init on the same data regime, and random init on all of the task's training data.
 ROLES = ("model", "scratch", "max")
-SELECTIONS = transfer_protocols.SELECTIONS
+SELECTIONS = vtab_transfer_protocols.SELECTIONS
 REGIME_SAMPLINGS = ("uniform", "stratified")  # RegimeRequest.sampling: the paper's random subsample, or classes first
 # Flags whose default (None) means "the protocol's value"; given, they override it
-PROTOCOL_FLAGS = tuple(transfer_protocols.PROTOCOLS[transfer_protocols.DEFAULT_PROTOCOL].values())
+PROTOCOL_FLAGS = tuple(vtab_transfer_protocols.PROTOCOLS[vtab_transfer_protocols.DEFAULT_PROTOCOL].values())
 
 
 def _init_source(text: str) -> str:
@@ -345,7 +345,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
         epilog="\n".join([
             textwrap.fill("protocols (a flag whose default is 'the protocol's' overrides one value; the summary "
                           "records the protocol and every value used):", 100),
-            transfer_protocols.describe(100),
+            vtab_transfer_protocols.describe(100),
             textwrap.fill("Warm-up and decay points are fractions of each setting's steps, so --steps-scale (CPU "
                           "runs) scales them with the steps.", 100)]),
         formatter_class=_TransferHelpFormatter,
@@ -356,8 +356,8 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     what = parser.add_argument_group("tasks and model")
     what.add_argument("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK",
                       help="VTAB tasks as the server names them (ListTasks), e.g. cifar100 kitti_distance")
-    what.add_argument("--protocol", choices=tuple(transfer_protocols.PROTOCOLS),
-                      default=transfer_protocols.DEFAULT_PROTOCOL,
+    what.add_argument("--protocol", choices=tuple(vtab_transfer_protocols.PROTOCOLS),
+                      default=vtab_transfer_protocols.DEFAULT_PROTOCOL,
                       help="the whole protocol: vtab (the VTAB paper's lightweight sweep), vtab-md (VTAB+MD's), "
                            "reference-script (task_adaptation's run_all_tasks.sh); see below")
     what.add_argument("--mode", choices=TRANSFER_MODES, default=None,
@@ -383,7 +383,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                             "for small machines")
     sweep.add_argument("--batch-size", type=int_at_least(1), default=None,
                        help=f"images per step ({protocol_default})")
-    sweep.add_argument("--decay", choices=tuple(transfer_protocols.DECAYS), default=None,
+    sweep.add_argument("--decay", choices=tuple(vtab_transfer_protocols.DECAYS), default=None,
                        help="where the rate drops /10: readme = after 30/60/90%% of the steps (task_adaptation's "
                             "README and run_all_tasks.sh); paper = after 1/3, 2/3 and 9/10 (VTAB Appendix I; "
                             f"9/10 for its 'shortly before the end') ({protocol_default})")
@@ -393,11 +393,11 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     sweep.add_argument("--select", choices=SELECTIONS, default=None,
                        help="per-task: each task's best setting (VTAB); all-tasks: one setting, the best mean "
                             f"accuracy over the tasks (VTAB+MD) ({protocol_default})")
-    sweep.add_argument("--select-split", choices=transfer_protocols.SELECT_SPLITS, default=None,
+    sweep.add_argument("--select-split", choices=vtab_transfer_protocols.SELECT_SPLITS, default=None,
                        help="the split each setting (trained on train800) is scored on: val, the task's regular "
                             "validation split (VTAB's 1000-example runs); val200 (the 800/200 variant); none: no "
                             f"sweep, one setting goes straight to the final runs ({protocol_default})")
-    sweep.add_argument("--final-split", choices=transfer_protocols.FINAL_SPLITS, default=None,
+    sweep.add_argument("--final-split", choices=vtab_transfer_protocols.FINAL_SPLITS, default=None,
                        help="what the chosen setting is trained on before the test: train800val200 (VTAB-1k's "
                             f"1000) or trainval1000 (run_all_tasks.sh's) ({protocol_default})")
     sweep.add_argument("--runs", type=int_at_least(1), default=None, metavar="N",
@@ -451,7 +451,7 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error(f"argument --regime-seed: got {args.regime_seed}, expected it only with --regime N")
     if args.regime_sampling is not None and not regimes:
         parser.error(f"argument --regime-sampling: got {args.regime_sampling}, expected it only with --regime N")
-    values, overridden = transfer_protocols.resolve(args.protocol, {k: getattr(args, k) for k in PROTOCOL_FLAGS})
+    values, overridden = vtab_transfer_protocols.resolve(args.protocol, {k: getattr(args, k) for k in PROTOCOL_FLAGS})
     if values["select_split"] == "none" and args.mode != "protonet":
         settings = len(values["lrs"]) * len(values["steps"])
         if settings > 1:

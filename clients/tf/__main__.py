@@ -1,6 +1,6 @@
-"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.trainer``);
-``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.transfer``);
-``python -m clients.tf cog ...``: the ImageNet-CoG linear evaluation (``clients.tf.cog``).
+"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.md_train``);
+``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.vtab_transfer``);
+``python -m clients.tf cog ...``: the ImageNet-CoG linear evaluation (``clients.tf.cog_eval``).
 
 TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
 set these variables. They take effect only if TensorFlow is not imported yet, i.e.
@@ -15,13 +15,13 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["transfer"]:
-        from clients.tf.transfer import main as transfer_main
+        from clients.tf.vtab_transfer import main as transfer_main
 
         sys.exit(transfer_main(sys.argv[2:]))
     if sys.argv[1:2] == ["cog"]:
-        from clients.tf.cog import main as cog_main
+        from clients.tf.cog_eval import main as cog_main
 
         sys.exit(cog_main(sys.argv[2:]))
-    from clients.tf.trainer import main
+    from clients.tf.md_train import main
 
     sys.exit(main())

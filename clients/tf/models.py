@@ -25,7 +25,7 @@ whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
 unpadded batch, updates its moving statistics from them alone, and gives zeros for
 the padding rows; every other layer treats rows independently.
 
-Under a multi-worker strategy (``clients.tf.trainer``, TF_CONFIG) each worker
+Under a multi-worker strategy (``clients.tf.md_train``, TF_CONFIG) each worker
 normalises its own episode with that episode's statistics, and the moving
 statistics are averaged over the workers at every update (the variables' aggregation
 is MEAN), so every worker holds the same ones and they see every worker's episodes.

@@ -69,7 +69,7 @@ def test_clients_import_nothing_of_the_server_package():
     import sys
 
     code = (
-        "import sys, clients.core, clients.md_train, clients.torch.trainer, clients.tf.trainer\n"
+        "import sys, clients.core, clients.md_train, clients.torch.md_train, clients.tf.md_train\n"
         "used = sorted(m for m in sys.modules if m == 'sampler_server' or m.startswith('sampler_server.'))\n"
         "assert not used, used\n"
     )

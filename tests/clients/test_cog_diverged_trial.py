@@ -12,7 +12,7 @@ import numpy as np
 from cog_eval_fake import SMALL, FakeCogClient
 
 from clients.cog_eval import CogRun
-from clients.torch.cog import TorchCogBackend
+from clients.torch.cog_eval import TorchCogBackend
 from clients.trainer_args import parse_cog_args
 
 DIVERGING_LR = 1.0  # the 2x2 grid's learning rates are 0.1 and 100: the larger diverges here

@@ -19,8 +19,8 @@ from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 from clients import cog_eval
 from clients.cog_cache import FeatureCacheError
 from clients.cog_eval import CogRun, HParams, choose, cosine_lr, log_points, search_grid
-from clients.torch.cog import BuiltinBackbone, TorchCogBackend
-from clients.torch.cog import main as torch_main
+from clients.torch.cog_eval import BuiltinBackbone, TorchCogBackend
+from clients.torch.cog_eval import main as torch_main
 from clients.trainer_args import parse_cog_args
 from clients.trainer_shell import UsageError
 
@@ -230,7 +230,7 @@ def test_torchscript_exported_and_module_callable_backbones_give_the_builtins_fe
     sys.path.insert(0, str(tmp_path))
     try:
         (tmp_path / "cog_user_net.py").write_text(
-            "import torch\nfrom clients.torch.cog import BuiltinBackbone\n\n"
+            "import torch\nfrom clients.torch.cog_eval import BuiltinBackbone\n\n"
             "def build(path):\n    net = BuiltinBackbone()\n"
             "    net.load_state_dict(torch.load(path, weights_only=True))\n    return net\n")
         checkpoint = tmp_path / "cache" / "builtin-torch.pt"

@@ -57,9 +57,9 @@ def _cog_table(served, run_id: str) -> dict:
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(served, tmp_path, framework):
     if framework == "torch":
-        from clients.torch.cog import main
+        from clients.torch.cog_eval import main
     else:
-        from clients.tf.cog import main
+        from clients.tf.cog_eval import main
     run_id = f"cog-eval-{framework}"
     summary = _run(main, served, run_id, tmp_path / "cache", tmp_path / "first.json")
     assert list(summary["levels"]) == list(LEVELS)
@@ -91,7 +91,7 @@ def test_in1k_without_validation_images_is_named_not_evaluated_on_train_images(t
     """An ILSVRC store packed without --validation (e.g. the one MD uses) does not stop the
     levels listing: IN-1K is left out with the server's reason, and asking for it is one line
     naming the pack command, before any image is read."""
-    from clients.torch.cog import main
+    from clients.torch.cog_eval import main
     from sampler_server.service.server import RunningServer, ServerConfig
 
     data = tmp_path / "data"

@@ -15,8 +15,8 @@ from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
 from clients import cog_eval
 from clients.cog_eval import CogRun, HParams
-from clients.tf.cog import TFCogBackend, builtin_model
-from clients.tf.cog import main as tf_main
+from clients.tf.cog_eval import TFCogBackend, builtin_model
+from clients.tf.cog_eval import main as tf_main
 from clients.trainer_args import parse_cog_args
 
 keras = tf.keras
@@ -40,7 +40,7 @@ def test_tf_linear_classifier_learns_a_separable_problem_deterministically(tmp_p
 
 
 def test_tf_steps_equal_torch_sgd_on_the_same_draws(tmp_path):
-    torch_cog = pytest.importorskip("clients.torch.cog")
+    torch_cog = pytest.importorskip("clients.torch.cog_eval")
     x, y = separable(classes=3, per_class=10, dim=6)
     hp = HParams(3.0, 1e-3)
     results = []
@@ -80,7 +80,7 @@ def test_saved_model_keras_file_and_module_callable_backbones(tmp_path):
     sys.path.insert(0, str(tmp_path))
     try:
         (tmp_path / "cog_user_tf_net.py").write_text(
-            "from clients.tf.cog import builtin_model\n\n"
+            "from clients.tf.cog_eval import builtin_model\n\n"
             "def build(path):\n    net = builtin_model()\n    net.load_weights(path)\n    return net\n")
         args = parse_cog_args("tf", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", "cog_user_tf_net:build",
                                      "--backbone-checkpoint", str(tmp_path / "cache" / "builtin-tf.weights.h5")])

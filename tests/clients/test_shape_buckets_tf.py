@@ -15,7 +15,7 @@ tf = pytest.importorskip("tensorflow")
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.tf import models  # noqa: E402
-from clients.tf.trainer import Evaluator, main  # noqa: E402
+from clients.tf.md_train import Evaluator, main  # noqa: E402
 
 
 def _episode(seed: int, support: int, query: int, ways: int, size: int = 32) -> tuple[np.ndarray, ...]:

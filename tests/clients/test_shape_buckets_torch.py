@@ -21,7 +21,7 @@ from clients.buckets import Ladder, pack_episode  # noqa: E402
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.torch.models import ProtoNet, build_backbone, to_input  # noqa: E402
 from clients.torch.staging import Stager  # noqa: E402
-from clients.torch.trainer import TorchFramework, main  # noqa: E402
+from clients.torch.md_train import TorchFramework, main  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 
 CPU = torch.device("cpu")

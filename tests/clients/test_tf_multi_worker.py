@@ -18,7 +18,7 @@ from conftest import REPO_ROOT
 
 tf = pytest.importorskip("tensorflow")
 
-from clients.tf.trainer import TFFramework, tf_config_ranks  # noqa: E402
+from clients.tf.md_train import TFFramework, tf_config_ranks  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 
 WORKERS = 2

@@ -23,7 +23,7 @@ tf = pytest.importorskip("tensorflow")
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.md_train import steps_before  # noqa: E402
-from clients.tf.trainer import main  # noqa: E402
+from clients.tf.md_train import main  # noqa: E402
 from sampler_server.metrics.store import MetricsStore  # noqa: E402
 
 SMALL = ["--sources", "folder", "--image-size", "32", "--backbone", "conv4", "--log-every", "10"]
@@ -225,7 +225,7 @@ def test_server_restart_is_ridden_out_and_a_dead_server_ends_cleanly(served, tmp
 
 
 def test_weights_are_seeded_from_the_seed_argument():
-    from clients.tf.trainer import TFFramework
+    from clients.tf.md_train import TFFramework
     from clients.trainer_args import parse_args
 
     def weights(seed: int) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from clients.core import SamplerClient  # noqa: E402
-from clients.torch.trainer import CHECKPOINT, main  # noqa: E402
+from clients.torch.md_train import CHECKPOINT, main  # noqa: E402
 
 FIXED = ["--ways", "5", "--shots", "5", "--query", "5"]
 
@@ -143,7 +143,7 @@ def test_command_line_bad_input_and_help(capsys):
 
 
 def test_weights_are_seeded_from_the_seed_argument():
-    from clients.torch.trainer import TorchFramework
+    from clients.torch.md_train import TorchFramework
     from clients.trainer_args import parse_args
 
     def weights(seed: int) -> list:

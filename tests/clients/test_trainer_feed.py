@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from clients.feed import Feed  # noqa: E402
 from clients.md_train import run_main  # noqa: E402
-from clients.torch.trainer import TorchFramework  # noqa: E402
+from clients.torch.md_train import TorchFramework  # noqa: E402
 
 FIXED = ["--ways", "5", "--shots", "5", "--query", "5"]
 

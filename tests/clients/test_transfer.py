@@ -18,7 +18,7 @@ import pytest
 import tfds_builders as tb
 
 from clients.core import SamplerClient
-from clients.transfer import Setting, choose, sweep_settings
+from clients.vtab_transfer import Setting, choose, sweep_settings
 from sampler_server.cli.main import main as server_cli
 
 KITTI_SIZES = {"train": 800, "validation": 240, "test": 30}
@@ -92,7 +92,7 @@ def test_sweep_order_and_scaling():
 
 
 def test_transfer_modules_import_nothing_of_the_server_package():
-    code = ("import sys, clients.transfer, clients.torch.transfer\n"
+    code = ("import sys, clients.vtab_transfer, clients.torch.vtab_transfer\n"
             "used = sorted(m for m in sys.modules if m == 'sampler_server' or m.startswith('sampler_server.'))\n"
             "assert not used, used\nassert 'tensorflow' not in sys.modules\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -105,7 +105,7 @@ def test_transfer_modules_import_nothing_of_the_server_package():
 @pytest.fixture
 def torch_main():
     torch = pytest.importorskip("torch")
-    from clients.torch.transfer import main
+    from clients.torch.vtab_transfer import main
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny convolutions: a second thread only waits on a shared machine
@@ -225,7 +225,7 @@ def test_torch_overrides_win_and_are_recorded(torch_main, served, tmp_path):
 @pytest.fixture
 def tf_main():
     pytest.importorskip("tensorflow")
-    from clients.tf.transfer import main
+    from clients.tf.vtab_transfer import main
 
     return main
 

@@ -14,7 +14,7 @@ import pytest
 
 from clients.core import task_batch_request
 from clients.trainer_args import parse_transfer_args
-from clients.transfer_protocols import DECAYS, PROTOCOLS, Schedule
+from clients.vtab_transfer_protocols import DECAYS, PROTOCOLS, Schedule
 
 TASK = "kitti_distance"
 
@@ -95,7 +95,7 @@ def test_bad_protocol_arguments_end_in_one_line_and_exit_2(extra, words):
 
 
 def test_the_printed_summary_names_the_pixels_trained_on():
-    from clients.transfer import format_summary
+    from clients.vtab_transfer import format_summary
 
     summary = {"run": "r", "mode": "finetune", "protocol": "vtab", "config": {"framework": "torch", "backbone": "conv4"},
                "protocol_values": {"image_size": 224, "resize": "legacy_bilinear"},

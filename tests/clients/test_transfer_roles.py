@@ -121,7 +121,7 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
 def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
     torch = pytest.importorskip("torch")
     from clients.torch.models import build_backbone
-    from clients.torch.transfer import main
+    from clients.torch.vtab_transfer import main
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "conv4.pt"
@@ -132,7 +132,7 @@ def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
 def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
     pytest.importorskip("tensorflow")
     from clients.tf import models
-    from clients.tf.transfer import main
+    from clients.tf.vtab_transfer import main
 
     weights = tmp_path / "conv4.weights.h5"
     models.build_backbone("conv4", 16).save_weights(str(weights))

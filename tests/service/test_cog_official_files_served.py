@@ -184,7 +184,7 @@ def test_a_parsed_file_is_cached_by_path_size_and_mtime(served) -> None:
 
 @pytest.mark.slow
 def test_the_torch_cog_command_evaluates_the_files_levels(served, tmp_path) -> None:
-    from clients.torch.cog import main as torch_cog
+    from clients.torch.cog_eval import main as torch_cog
 
     data, client, _ = served
     summary_path = tmp_path / "summary.json"

@@ -1,7 +1,7 @@
 """``python -m clients.tf transfer``: the VTAB-1k transfer learner in TensorFlow/Keras (the
-run itself is ``clients.transfer``; this file holds weights, steps and predictions).
+run itself is ``clients.vtab_transfer``; this file holds weights, steps and predictions).
 
-Same behaviour as ``clients.torch.transfer``: images scaled to [0, 1] as the adapters
+Same behaviour as ``clients.torch.vtab_transfer``: images scaled to [0, 1] as the adapters
 do, then to [-1, 1] (the MD backbones' range); a zero-initialised linear head; linear
 mode embeds each (task, split, record) once with the frozen backbone in inference
 mode. Op determinism is on, so a repeated run reports the same accuracies.
@@ -23,10 +23,11 @@ import tensorflow as tf
 
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
-from clients.tf.trainer import select_device
+from clients.tf.md_train import select_device
 from clients.trainer_shell import UsageError
-from clients.transfer import TransferLearner, derive_seed, run_transfer_main
-from clients.transfer_protocols import MOMENTUM
+from clients.seeds import derive_seed
+from clients.vtab_transfer import TransferLearner, run_transfer_main
+from clients.vtab_transfer_protocols import MOMENTUM
 
 keras = tf.keras
 

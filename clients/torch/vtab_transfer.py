@@ -1,5 +1,5 @@
 """``python -m clients.torch transfer``: the VTAB-1k transfer learner in PyTorch (the run
-itself is ``clients.transfer``; this file holds weights, steps and predictions).
+itself is ``clients.vtab_transfer``; this file holds weights, steps and predictions).
 
 Images arrive as the adapter gives them (``task_batch_to_torch``: float32 in [0, 1]) and
 are mapped to [-1, 1], the range the MD trainers' backbones were trained on. The head is
@@ -28,10 +28,11 @@ from torch.nn import functional as F
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.torch.dataset import task_batch_to_torch
 from clients.torch.models import build_backbone, parameter_count, prototype_logits
-from clients.torch.trainer import CHECKPOINT_FORMAT, select_device
+from clients.torch.md_train import CHECKPOINT_FORMAT, select_device
 from clients.trainer_shell import UsageError
-from clients.transfer import TransferLearner, derive_seed, run_transfer_main
-from clients.transfer_protocols import MOMENTUM
+from clients.seeds import derive_seed
+from clients.vtab_transfer import TransferLearner, run_transfer_main
+from clients.vtab_transfer_protocols import MOMENTUM
 
 _TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
 

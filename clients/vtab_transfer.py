@@ -1,9 +1,9 @@
-"""The VTAB-1k transfer learner, framework-free: the part ``clients.torch.transfer`` and
-``clients.tf.transfer`` share (tasks checked with the server, the sweep, the choice,
+"""The VTAB-1k transfer learner, framework-free: the part ``clients.torch.vtab_transfer`` and
+``clients.tf.vtab_transfer`` share (tasks checked with the server, the sweep, the choice,
 the final fit, evaluation, reports, summary, exit codes). A framework supplies a
 ``TransferLearner``: weights, a training step, predictions.
 
-The protocol is named by ``--protocol`` (``clients.transfer_protocols``: its values and
+The protocol is named by ``--protocol`` (``clients.vtab_transfer_protocols``: its values and
 their sources; each flag given overrides one value). Every (lr, steps) of ``--lrs`` x
 ``--steps`` is trained on ``train800`` and scored top-1 on ``--select-split`` (``val``,
 the task's regular validation split, as the VTAB paper selects for its 1000-example
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import abc
 import argparse
-import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,9 +50,10 @@ import numpy as np
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
+from clients.seeds import derive_seed
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import UsageError, run_command
-from clients.transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
+from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
 
 MAX_SPLITS = ("train", "val", "trainval", "test")
 REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
@@ -115,12 +115,6 @@ class Setting:
     @property
     def label(self) -> str:
         return f"lr={self.lr:g},steps={self.steps}"
-
-
-def derive_seed(seed: int, *parts: object) -> int:
-    """A 31-bit seed hashed from ``seed`` and ``parts`` (hashing, not adding, so no two inputs collide)."""
-    digest = hashlib.sha256(json.dumps([seed, *map(str, parts)]).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def run_schedule(args: argparse.Namespace) -> Schedule:

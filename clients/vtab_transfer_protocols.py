@@ -1,7 +1,7 @@
 """The transfer trainers' named protocols (``transfer --protocol NAME``): every value a
 protocol fixes, where each comes from, and the learning-rate schedule. Pure: no I/O, no
 framework; ``clients.trainer_args`` resolves a command line against these and
-``clients.transfer`` runs what they resolve to.
+``clients.vtab_transfer`` runs what they resolve to.
 
 Sources (cited, not copied):
 
