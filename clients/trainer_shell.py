@@ -1,7 +1,7 @@
 """The shell every trainer command runs in: usage errors, exit codes, one line per failure.
 
 ``python -m clients.torch|tf`` (the Meta-Dataset trainer, ``clients.md_train``), their
-``transfer`` (VTAB-1k, ``clients.transfer``) and ``cog`` (ImageNet-CoG,
+``transfer`` (VTAB-1k, ``clients.vtab_transfer``) and ``cog`` (ImageNet-CoG,
 ``clients.cog_eval``) subcommands end the same way: exit 0 when done, 2 for bad local
 input (an argument, a checkpoint, a device: ``UsageError`` or an argparse error), 3 for
 a server fault (unreachable after retries, an unknown name, a refused request:
@@ -64,10 +64,17 @@ class Console:
         self.label = label
 
     def log(self, message: str) -> None:
-        print(f"{self.label()}: {message}", file=sys.stderr, flush=True)
+        self._line(f"{self.label()}: {message}")
 
     def fail(self, message: str) -> None:
-        print(f"{self.label()}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+        self._line(f"{self.label()}: error: {' '.join(message.split())}")
+
+    @staticmethod
+    def _line(text: str) -> None:
+        # one write of the whole line: the ranks of a run share one stderr, and a line
+        # written in two parts (text, then its newline) can be split by another rank's
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
 
 
 def write_summary(path: str | None, text: str) -> None:
