@@ -60,3 +60,11 @@ class FieldHasher:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
+
+
+def listing_fingerprint(domain: str, task: str, store_fingerprint: str, split: str, record_ids: Iterable[int],
+                        labels: Iterable[int]) -> str:
+    """Stable hash of a task split's composition (task, store content, split, ordered record ids and
+    labels), under its kind's domain tag: VTAB splits and source-task splits hash alike, never equal."""
+    hasher = FieldHasher(domain).text(task).text(store_fingerprint).text(split)
+    return "sha256:" + hasher.integers(record_ids).integers(labels).hexdigest()

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.hashing import listing_fingerprint
 from sampler_server.errors import DataLoss, FailedPrecondition, InvalidArgument, NotFound
 from sampler_server.quoting import quoted
 from sampler_server.store.columns import ColumnsReader, ColumnSpec, ColumnsWriter
@@ -277,8 +277,7 @@ class SplitListing:
 def split_fingerprint(task: str, store_fingerprint: str, split: str, record_ids: Sequence[int],
                       labels: Sequence[int]) -> str:
     """Stable hash of a split's composition: task, store content, split, ordered (record id, label)."""
-    hasher = FieldHasher("sampler-server/vtab-split/v1").text(task).text(store_fingerprint).text(split)
-    return "sha256:" + hasher.integers(record_ids).integers(labels).hexdigest()
+    return listing_fingerprint("sampler-server/vtab-split/v1", task, store_fingerprint, split, record_ids, labels)
 
 
 def list_split(records: TfdsRecords, task: Any, split: str) -> SplitListing:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sampler_server.core.hashing import FieldHasher
+from sampler_server.core.hashing import listing_fingerprint
 from sampler_server.core.seeding import Protocol, derive_rng
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
@@ -86,8 +86,7 @@ class SourceSplit:
 def source_split_fingerprint(task: str, store_fingerprint: str, split: str, record_ids: Sequence[int],
                              labels: Sequence[int]) -> str:
     """Stable hash of a source split's composition."""
-    hasher = FieldHasher("sampler-server/source-split/v1").text(task).text(store_fingerprint).text(split)
-    return "sha256:" + hasher.integers(record_ids).integers(labels).hexdigest()
+    return listing_fingerprint("sampler-server/source-split/v1", task, store_fingerprint, split, record_ids, labels)
 
 
 def check_source_split(task: str, split: str) -> str:
