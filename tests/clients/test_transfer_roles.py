@@ -7,12 +7,11 @@ The runs use VTAB+MD's protocol (one final run each) to stay small."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tfds_builders as tb
+from transfer_refusals import refusal_lines
 
 from clients.core import SamplerClient
 from sampler_server.cli.main import main as server_cli
@@ -121,8 +120,6 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
 def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
     torch = pytest.importorskip("torch")
     from clients.torch.models import build_backbone
-    from clients.torch.vtab_transfer import main
-
     torch.manual_seed(0)
     checkpoint = tmp_path / "conv4.pt"
     torch.save(build_backbone("conv4", 16).state_dict(), checkpoint)
@@ -141,8 +138,6 @@ def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
 
 def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_path, capfd):
     pytest.importorskip("torch")
-    from clients.torch.vtab_transfer import main
-
     weights = tmp_path / "w.pt"
     weights.write_bytes(b"x")
     base = ["--server", served.address, "--run", "bad", *SMALL]
@@ -155,15 +150,6 @@ def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_pa
         (["--role", "boss"], ["--role", "boss"]),
         (["--regime", "100000"], ["--regime", "100000", TASK]),
     ]
-    for number, (extra, named) in enumerate(cases):
-        if number == 0:  # the command as a user runs it, once; the other cases in this process (no imports again)
-            done = subprocess.run([sys.executable, "-m", "clients.torch", "transfer", *base, *extra],
-                                  capture_output=True, text=True, timeout=120)
-            code, stderr = done.returncode, done.stderr
-        else:
-            capfd.readouterr()
-            code, stderr = main([*base, *extra]), capfd.readouterr().err
-        assert code == 2, (extra, stderr[-1500:])
-        lines = stderr.strip().splitlines()
-        assert len(lines) == 1 and "error:" in lines[0], stderr
-        assert all(word in lines[0] for word in named), lines[0]
+    lines = refusal_lines("torch", base, [extra for extra, _ in cases], capfd)
+    for line, (_, named) in zip(lines, cases, strict=True):
+        assert all(word in line for word in named), line
