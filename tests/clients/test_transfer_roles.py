@@ -120,6 +120,8 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
 def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
     torch = pytest.importorskip("torch")
     from clients.torch.models import build_backbone
+    from clients.torch.vtab_transfer import main
+
     torch.manual_seed(0)
     checkpoint = tmp_path / "conv4.pt"
     torch.save(build_backbone("conv4", 16).state_dict(), checkpoint)
