@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 CACHE_FORMAT = "sampler-cog-features-v1"
 _CHUNK = 1 << 20

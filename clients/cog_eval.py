@@ -71,7 +71,8 @@ from clients.cog_protocol import LR_RANGE, MOMENTUM, RESIZE, WD_RANGE
 from clients.errors import SamplerClientError
 from clients.reporting import run_config_json
 from clients.trainer_args import OPERATIONAL, parse_cog_args
-from clients.trainer_shell import UsageError, run_command
+from clients.trainer_shell import run_command
+from clients.errors import UsageError
 from clients.seeds import derive_seed
 from sampler_common.protocols import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb

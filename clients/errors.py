@@ -17,3 +17,7 @@ class SamplerClientError(RuntimeError):
     def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class UsageError(Exception):
+    """Bad local input found after parsing (a checkpoint, a device, a backbone): one line, exit 2."""

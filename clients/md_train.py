@@ -86,7 +86,8 @@ from clients.feed import Feed
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
 from clients.trainer_args import client_options, eval_sources, parse_args, run_config
-from clients.trainer_shell import Console, UsageError, exit_for, parse_status, write_summary
+from clients.trainer_shell import Console, exit_for, parse_status, write_summary
+from clients.errors import UsageError
 from sampler_common.intervals import mean_ci95
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 

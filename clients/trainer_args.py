@@ -29,16 +29,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from clients import cog_protocol, vtab_transfer_protocols
+from clients.backbone_contract import add_backbone_group, check_backbone_group
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
 
 FRAMEWORKS = ("torch", "tf")
 MODELS = ("protonet", "baseline")
-BACKBONES = ("conv4", "resnet18")
 SPLITS = ("train", "valid", "test")
 DEVICES = ("auto", "cpu", "cuda")
 MAX_RUN_ID = 200  # the metrics store's limit
+MD_IMAGE_SIZE = 84
+TRANSFER_IMAGE_SIZE = 224
 
 
 class TrainerArgumentParser(argparse.ArgumentParser):
@@ -184,7 +186,6 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     data.add_argument("--preset", type=_source_name, metavar="NAME",
                       help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
                            "without --sources, protonet trains on its sources")
-    data.add_argument("--image-size", type=int_at_least(8), default=84, metavar="PIXELS", help="image side")
     data.add_argument("--ways", type=int_at_least(2), default=None, metavar="N",
                       help="fixed ways of training episodes (default: MD variable ways)")
     data.add_argument("--shots", type=int_at_least(1), default=None, metavar="K",
@@ -197,7 +198,6 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     model.add_argument("--model", choices=MODELS, default="protonet",
                        help="protonet: episodic Prototypical Networks; baseline: a classifier trained on plain "
                             "batches, evaluated with prototypes (MD's inference-only baseline)")
-    model.add_argument("--backbone", choices=BACKBONES, default="conv4", help="embedding network")
     model.add_argument("--train-episodes", type=int_at_least(0), default=1000, metavar="T",
                        help="protonet: training episodes (indices 0..T-1)")
     model.add_argument("--train-steps", type=int_at_least(0), default=1000, metavar="T",
@@ -208,6 +208,8 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     model.add_argument("--shape-buckets", choices=SHAPE_BUCKETS, default="auto",
                        help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                             "meets few shapes; auto: on with a GPU, off on CPU")
+
+    add_backbone_group(parser, "conv4", MD_IMAGE_SIZE, "image side the episodes are served at")
 
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-episodes", type=int_at_least(0), default=600, metavar="N",
@@ -247,6 +249,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     if args.eval_only and args.checkpoint_dir is None:
         parser.error("argument --eval-only: expected --checkpoint-dir DIR holding the checkpoint to evaluate")
     check_server_group(parser, args)
+    check_backbone_group(parser, args, MD_IMAGE_SIZE)
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -363,15 +366,14 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     what.add_argument("--mode", choices=TRANSFER_MODES, default=None,
                       help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
                            f"({protocol_default}: finetune)")
-    what.add_argument("--backbone", choices=BACKBONES, default="resnet18", help="embedding network")
-    what.add_argument("--init", type=_init_source, default="scratch", metavar="FILE|scratch",
-                      help="starting weights: an MD trainer checkpoint, a torchvision state_dict (torch) or Keras "
-                           "weights (tf) of the same backbone, or scratch")
-    what.add_argument("--image-size", type=int_at_least(8), default=224, metavar="PIXELS", help="image side")
+    what.add_argument("--init", dest="weights", type=_init_source, metavar="FILE|scratch", help=argparse.SUPPRESS)
     what.add_argument("--seed", type=int_at_least(0), default=0,
                       help="seed of the weights and the batch order (the first final run; the others' are hashed "
                            "from it)")
     what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
+
+    add_backbone_group(parser, "resnet18", TRANSFER_IMAGE_SIZE, "image side the tasks are served at (resized as "
+                       "task_adaptation resizes)")
 
     sweep = parser.add_argument_group("the sweep and the final runs (linear, finetune)")
     sweep.add_argument("--lrs", nargs="+", type=positive_float, default=None, metavar="LR",
@@ -435,15 +437,18 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
         values = getattr(args, name) or []
         if len(set(values)) != len(values):
             parser.error(f"argument --{name}: got {' '.join(map(str, values))}, expected each value once")
+    if args.weights == "scratch":  # --init scratch, the old spelling of no --weights
+        args.weights = None
     check_server_group(parser, args)
+    check_backbone_group(parser, args, TRANSFER_IMAGE_SIZE)
     regimes = args.regimes or []
     if len(set(regimes)) != len(regimes):
         parser.error(f"argument --regime: got {' '.join(map(str, regimes))}, expected each value once")
     if args.mode == "protonet" and (regimes or args.role != "model"):
         parser.error(f"argument --mode: got protonet, which trains nothing; --role {args.role}"
                      f"{' and --regime' if regimes else ''} need linear or finetune")
-    if args.role in ("scratch", "max") and args.init != "scratch":
-        parser.error(f"argument --init: got {args.init!r}, expected scratch (random init) for --role {args.role}")
+    if args.role in ("scratch", "max") and args.weights is not None:
+        parser.error(f"argument --weights: got {args.weights!r}, expected none (random init) for --role {args.role}")
     if args.role == "max" and regimes:
         parser.error(f"argument --regime: got {' '.join(map(str, regimes))}, expected none for --role max "
                      "(it trains on all of the task's training data)")
@@ -551,22 +556,13 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
                       help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each concept's "
                            "train and test images are the file's")
 
-    model = parser.add_argument_group("backbone and features")
-    model.add_argument("--backbone", required=True, metavar="SPEC",
-                       help=("builtin (a small random-init network for tests and demos), a file (torch: TorchScript or .pt2; "
-                             "tf: a SavedModel directory or a .keras/.h5 model), or module:callable (called with "
-                             "--backbone-checkpoint, returns the model)"))
-    model.add_argument("--backbone-checkpoint", default=None, metavar="FILE",
-                       help="weights of a module:callable backbone (required there; its sha256 keys the cache), or "
-                            "where the builtin's weights are kept (default: in --feature-cache)")
+    add_backbone_group(parser, None, cog_protocol.IMAGE_SIZE, "S: the server resizes the shorter side to S "
+                       "(bicubic) and crops the centre S x S",
+                       {"input_range": (0.0, 1.0), "mean": cog_protocol.MEAN, "std": cog_protocol.STD})
+    model = parser.add_argument_group("features")
     model.add_argument("--feature-cache", required=True, metavar="DIR",
-                       help="features are cached here, keyed by checkpoint sha256, split fingerprint and image size")
-    model.add_argument("--image-size", type=int_at_least(8), default=cog_protocol.IMAGE_SIZE, metavar="PIXELS",
-                       help="S: shorter side resized to S (bicubic), centre crop S x S, by the server")
-    model.add_argument("--mean", nargs=3, type=_finite, default=list(cog_protocol.MEAN), metavar="M",
-                       help="per-channel mean subtracted after dividing by 255 (RGB)")
-    model.add_argument("--std", nargs=3, type=positive_float, default=list(cog_protocol.STD), metavar="S",
-                       help="per-channel standard deviation divided by (RGB)")
+                       help="features are cached here, keyed by the weights' sha256, split fingerprint and "
+                            "preprocessing")
     model.add_argument("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
                        metavar="N",
                        help="images per StreamCogBatches batch and backbone forward pass")
@@ -595,6 +591,7 @@ def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             shown = " ".join("all" if name == "shots" and v == 0 else str(v) for v in values)
             parser.error(f"argument --{name}: got {shown}, expected each value once")
     check_server_group(parser, args)
+    check_backbone_group(parser, args, cog_protocol.IMAGE_SIZE)
     if args.concepts_split_file and not args.levels_file:
         parser.error("argument --concepts-split-file: expected --levels-file too (its images are of that file's "
                      "concepts)")

@@ -22,6 +22,7 @@ from typing import Any
 
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
+from clients.errors import UsageError
 from clients.trainer_args import client_options
 
 EXIT_OK = 0
@@ -30,10 +31,6 @@ EXIT_SERVER = 3
 EXIT_INTERRUPTED = 130
 
 Classify = Callable[[BaseException], "tuple[int, str] | None"]
-
-
-class UsageError(Exception):
-    """Bad local input found after parsing (a checkpoint, a device): one line, exit 2."""
 
 
 def parse_status(stop: SystemExit) -> int:

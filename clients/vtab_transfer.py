@@ -52,7 +52,8 @@ from clients.errors import SamplerClientError
 from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
 from clients.seeds import derive_seed
 from clients.trainer_args import OPERATIONAL, parse_transfer_args
-from clients.trainer_shell import UsageError, run_command
+from clients.trainer_shell import run_command
+from clients.errors import UsageError
 from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
 
 MAX_SPLITS = ("train", "val", "trainval", "test")

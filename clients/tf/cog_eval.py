@@ -35,7 +35,7 @@ import tensorflow as tf
 from clients.cog_eval import BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
 from clients.cog_protocol import MOMENTUM
 from clients.tf.md_train import select_device
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 keras = tf.keras
 

@@ -48,7 +48,7 @@ from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, 
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.tf import models
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)

@@ -24,7 +24,7 @@ import tensorflow as tf
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
 from clients.tf.md_train import select_device
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 from clients.seeds import derive_seed
 from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from clients.cog_eval import BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
 from clients.cog_protocol import MOMENTUM
 from clients.torch.md_train import select_device
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 BUILTIN_FILE = "builtin-torch.pt"
 BUILTIN_SEED = 20210607

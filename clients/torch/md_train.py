@@ -56,7 +56,7 @@ from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.torch.models import LinearHead, ProtoNet, build_backbone, parameter_count, to_input
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 2

@@ -4,7 +4,12 @@ Backbones map uint8 NHWC images to one embedding vector per image:
   - ``conv4``: 4 x [conv 3x3, 64 filters, BatchNorm, ReLU, max-pool 2], flattened
     (the Prototypical Networks embedding; 64 * (S // 16)^2 features at side S);
   - ``resnet18``: a 7x7/2 stem and 3x3/2 max-pool, basic blocks [2, 2, 2, 2] of
-    widths 64/128/256/512, global average pooling to 512 features.
+    widths 64/128/256/512, global average pooling to 512 features;
+  - ``resnet50``: the same stem, bottleneck blocks [3, 4, 6, 3] of widths
+    64/128/256/512 x 4 (stride on the 3x3 convolution, as torchvision's ResNet-50 v1.5),
+    global average pooling to 2048 features; its layers carry torchvision's names
+    (``conv1``, ``bn1``, ``layer1.0.conv1``, ``layer1.0.downsample.0``, ...), so a
+    torchvision ``resnet50`` state dict without ``fc.*`` loads into it unchanged.
 Inputs are scaled to [-1, 1] as Meta-Dataset does and laid out NCHW (channels_last
 in memory on CUDA, where cuDNN prefers it). The trainer runs backbones under bf16
 autocast on CUDA; prototype distances are always computed in float32. Heads:
@@ -31,7 +36,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-BACKBONES = ("conv4", "resnet18")
+BACKBONES = ("conv4", "resnet18", "resnet50")
 
 
 def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -220,12 +225,69 @@ class ResNet18(nn.Module):
         return torch.flatten(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1)
 
 
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (carrying the stride), 1x1 expand by 4, each with BatchNorm, and an
+    identity (or 1x1 projection, ``downsample``) shortcut; torchvision's layer names."""
+
+    expansion = 4
+
+    def __init__(self, in_channels: int, width: int, stride: int) -> None:
+        super().__init__()
+        out_channels = width * self.expansion
+        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.bn1 = RowBatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = RowBatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
+        self.bn3 = RowBatchNorm2d(out_channels)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                                            RowBatchNorm2d(out_channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)), inplace=True)
+        out = F.relu(self.bn2(self.conv2(out)), inplace=True)
+        out = self.bn3(self.conv3(out))
+        shortcut = x if self.downsample is None else self.downsample(x)
+        return F.relu(out + shortcut, inplace=True)
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 body: stem, four stages of [3, 4, 6, 3] bottleneck blocks, global average
+    pooling to 2048 features (23,508,032 parameters: torchvision's ``resnet50`` less ``fc``)."""
+
+    def __init__(self, blocks: tuple[int, ...] = (3, 4, 6, 3), widths: tuple[int, ...] = (64, 128, 256, 512)) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, widths[0], 7, stride=2, padding=3, bias=False)
+        self.bn1 = RowBatchNorm2d(widths[0])
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        channels = widths[0]
+        for stage, (count, width) in enumerate(zip(blocks, widths)):
+            layer = []
+            for block in range(count):
+                layer.append(Bottleneck(channels, width, 2 if stage > 0 and block == 0 else 1))
+                channels = width * Bottleneck.expansion
+            self.add_module(f"layer{stage + 1}", nn.Sequential(*layer))
+        self.out_dim = channels
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x)), inplace=True))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+
+
 def build_backbone(name: str, image_size: int) -> nn.Module:
     """A backbone by name; ``out_dim`` is its embedding size at ``image_size``."""
     if name == "conv4":
         return Conv4(image_size)
     if name == "resnet18":
         return ResNet18()
+    if name == "resnet50":
+        return ResNet50()
     raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
 
 

@@ -29,7 +29,7 @@ from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.torch.dataset import task_batch_to_torch
 from clients.torch.models import build_backbone, parameter_count, prototype_logits
 from clients.torch.md_train import CHECKPOINT_FORMAT, select_device
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 from clients.seeds import derive_seed
 from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM

@@ -176,7 +176,8 @@ def test_one_tls_pair_rule_for_the_client_and_every_trainer_command_line(tmp_pat
 
 def test_one_error_to_exit_mapping_for_every_trainer():
     from clients.core import SamplerClientError
-    from clients.trainer_shell import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_SERVER, UsageError, exit_for
+    from clients.trainer_shell import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_SERVER, exit_for
+    from clients.errors import UsageError
 
     assert exit_for(UsageError("argument --x: got 1"), "h:1") == (EXIT_BAD_INPUT, "argument --x: got 1")
     refused = SamplerClientError("ListTasks on h:1: NOT_FOUND: no task", grpc.StatusCode.NOT_FOUND)

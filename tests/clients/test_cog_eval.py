@@ -22,7 +22,7 @@ from clients.cog_eval import CogRun, HParams, choose, cosine_lr, log_points, sea
 from clients.torch.cog_eval import BuiltinBackbone, TorchCogBackend
 from clients.torch.cog_eval import main as torch_main
 from clients.trainer_args import parse_cog_args
-from clients.trainer_shell import UsageError
+from clients.errors import UsageError
 
 
 def _args(tmp_path: Path, *extra: str) -> object:

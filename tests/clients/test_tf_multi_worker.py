@@ -72,7 +72,7 @@ def test_tf_config_gives_the_rank(monkeypatch):
         assert tf_config_ranks() == (rank, 3)
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["h:1"]}, "task": {"type": "worker"}}))
     assert tf_config_ranks() is None  # one worker: a plain run
-    from clients.trainer_shell import UsageError
+    from clients.errors import UsageError
 
     for bad, said in (("{", "not JSON"), (json.dumps({"cluster": {"worker": ["h:1"], "ps": ["h:2"]},
                                                        "task": {"type": "worker"}}), "ps"),

@@ -25,7 +25,7 @@ from conftest import REPO_ROOT
 
 torch = pytest.importorskip("torch")
 
-from clients.trainer_shell import UsageError  # noqa: E402
+from clients.errors import UsageError  # noqa: E402
 from clients.torch.md_train import CHECKPOINT, TorchFramework, main, select_device, torchrun_ranks  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 

@@ -1,0 +1,319 @@
+"""One idea of a backbone for every trainer command of both frameworks (framework-free).
+
+``--backbone SPEC`` names the network:
+  - a named backbone of our model zoo (``conv4``, ``resnet18``, ``resnet50``, ``tiny``), random
+    initial weights drawn from the command's seed;
+  - ``module:callable``: a factory called with no arguments that returns the model;
+  - a model file: TorchScript or ``.pt2`` (torch); a SavedModel directory, ``.keras`` or
+    ``.h5`` (tf).
+``--weights FILE`` loads a state dict (torch) / weights file (tf), or one of our own
+trainer checkpoints, into it.
+
+The model maps float images (NCHW in torch, NHWC in tf) to features [N, D]. What it
+expects is declared once, by flags or by attributes on the model (``input_size``,
+``input_range``, ``mean``, ``std``); a flag wins over an attribute, an attribute over the
+command's default. The server serves images at the declared size, resized as the
+protocol prescribes; the trainer maps uint8 [0, 255] linearly onto ``input_range`` and
+then subtracts ``mean`` and divides by ``std`` per channel. Our named backbones declare
+[-1, 1], mean 0 and std 1 (Meta-Dataset's scaling).
+
+A model whose output is not [N, D] floating point is refused at once (``check_features``)
+with one line naming what it returned and what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from clients.errors import UsageError
+
+# tiny: three stride-2 convolutions, 64 features (fast on CPU: tests and the demo)
+NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
+CALLABLE_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+ATTRIBUTES = ("input_size", "input_range", "mean", "std")
+# formats to nothing; its presence stops ArgumentDefaultsHelpFormatter adding a second "(default: None)"
+HIDE_DEFAULT = "%(default).0s"
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """What ``--backbone`` names: ``kind`` is 'named', 'callable' or 'file'; ``target`` the
+    name, 'module:callable' or the file; ``weights`` the ``--weights`` file or None."""
+
+    kind: str
+    target: str
+    weights: str | None = None
+
+    def describe(self) -> str:
+        return self.target + (f" + {self.weights}" if self.weights else "")
+
+
+def classify_backbone(text: str) -> BackboneSpec:
+    """The kind of ``--backbone`` text, or one line saying what is allowed."""
+    if text in NAMED_BACKBONES:
+        return BackboneSpec("named", text)
+    if Path(text).exists():
+        return BackboneSpec("file", text)
+    if CALLABLE_PATTERN.match(text):
+        return BackboneSpec("callable", text)
+    raise argparse.ArgumentTypeError(
+        f"got {text!r}, expected a named backbone ({', '.join(NAMED_BACKBONES)}), module:callable, or an existing "
+        "model file (torch: TorchScript or .pt2; tf: a SavedModel directory, .keras or .h5)")
+
+
+def backbone_text(text: str) -> str:
+    """argparse type of ``--backbone``: the text itself, once it names something allowed."""
+    classify_backbone(text)
+    return text
+
+
+def backbone_spec(args: argparse.Namespace) -> BackboneSpec:
+    """The spec of a parsed command line (``--backbone`` and ``--weights``)."""
+    spec = classify_backbone(args.backbone)
+    return BackboneSpec(spec.kind, spec.target, args.weights)
+
+
+def load_callable(target: str) -> Callable[..., Any]:
+    """The object ``module:callable`` names (dotted attributes allowed), else one line."""
+    module_name, _, attribute = target.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as error:
+        raise UsageError(f"argument --backbone: got {target!r}, which cannot be loaded ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:160]})") from None
+    if not callable(value):
+        raise UsageError(f"argument --backbone: got {target!r}, which names a {type(value).__name__}, not a callable")
+    return value
+
+
+# ---- what the model expects -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Served side ``size``; uint8 [0, 255] -> [low, high] linearly, then (x - mean) / std."""
+
+    size: int
+    low: float
+    high: float
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    @property
+    def scale(self) -> float:
+        return (self.high - self.low) / 255.0
+
+    def to_float(self, images: np.ndarray) -> np.ndarray:
+        """uint8 [N, H, W, 3] -> float32 [N, H, W, 3] as the model expects (NHWC: the frameworks
+        transpose themselves; the reference of every framework's own conversion)."""
+        x = images.astype(np.float32) * np.float32(self.scale) + np.float32(self.low)
+        return ((x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)).astype(np.float32)
+
+    def as_config(self) -> dict[str, Any]:
+        return {"input_size": self.size, "input_range": [self.low, self.high], "mean": list(self.mean),
+                "std": list(self.std)}
+
+    def key(self) -> str:
+        """A stable text for cache keys."""
+        return (f"{self.size}:{self.low!r},{self.high!r}:{','.join(map(repr, self.mean))}:"
+                f"{','.join(map(repr, self.std))}")
+
+
+NAMED_PREPROCESSING = {"input_range": (-1.0, 1.0), "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+
+
+def _triple(name: str, value: Any, positive: bool, source: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(v) for v in np.asarray(value, dtype=np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        values = ()
+    if len(values) == 1:
+        values = values * 3
+    if len(values) != 3 or not all(math.isfinite(v) and (v > 0 or not positive) for v in values):
+        allowed = "3 positive finite numbers" if positive else "3 finite numbers"
+        raise UsageError(f"{source}: {name} got {value!r}, expected {allowed} (one per RGB channel) or one for all")
+    return values  # type: ignore[return-value]
+
+
+def _range(value: Any, source: str) -> tuple[float, float]:
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{source}: input_range got {value!r}, expected two numbers (low, high), "
+                         "e.g. 0 1 or -1 1") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise UsageError(f"{source}: input_range got {value!r}, expected finite low < high")
+    return low, high
+
+
+def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: int) -> Preprocessing:
+    """Flags, then the model's declared attributes, then the command's defaults (set by
+    ``add_backbone_group``). Sets ``args.image_size`` to the resolved side."""
+    defaults = {**NAMED_PREPROCESSING, **getattr(args, "preprocessing_defaults", {})}
+    declared = {name: getattr(model, name) for name in ATTRIBUTES if getattr(model, name, None) is not None}
+    where = "the command's default"
+
+    def pick(name: str, flag: Any) -> tuple[Any, str]:
+        if flag is not None:
+            return flag, f"argument --{name.replace('_', '-')}"
+        if name in declared:
+            return declared[name], f"the backbone's {name} attribute"
+        return defaults.get(name), where
+
+    size_value, size_source = pick("input_size", getattr(args, "image_size", None))
+    size_source = "argument --image-size" if size_source.startswith("argument") else size_source
+    if size_value is None:
+        size_value = default_size
+    try:
+        size = int(size_value)
+    except (TypeError, ValueError):
+        size = -1
+    if size < 8 or size != size_value:
+        raise UsageError(f"{size_source}: input_size got {size_value!r}, expected an integer >= 8")
+    value, source = pick("input_range", getattr(args, "input_range", None))
+    low, high = _range(value, source)
+    value, source = pick("mean", getattr(args, "mean", None))
+    mean = _triple("mean", value, False, source)
+    value, source = pick("std", getattr(args, "std", None))
+    std = _triple("std", value, True, source)
+    args.image_size = size
+    return Preprocessing(size, low, high, mean, std)
+
+
+@dataclass(frozen=True)
+class LoadedBackbone:
+    """A backbone ready to use: the framework's model (module, Keras model or callable), what
+    it expects, its feature size, and the sha256 of its weights as loaded (which keys feature
+    caches and says whether two runs started from the same network)."""
+
+    spec: BackboneSpec
+    model: Any
+    preprocessing: Preprocessing
+    out_dim: int
+    fingerprint: str
+
+
+class FeatureExtractor(Protocol):
+    """What ``evaluate`` needs of a framework: frozen features of uint8 NHWC images."""
+
+    backbone: LoadedBackbone
+
+    def features(self, images: np.ndarray) -> np.ndarray:
+        """uint8 [N, S, S, 3] -> float32 [N, D], inference mode, no gradient."""
+
+
+# ---- what the model returns -------------------------------------------------------------------
+
+
+def check_features(spec: BackboneSpec | str, shape: Sequence[int], dtype: str, rows: int) -> int:
+    """The feature dimension D of an output of ``shape``/``dtype`` for ``rows`` images, or
+    one line naming what the backbone returned and what was expected."""
+    name = spec.target if isinstance(spec, BackboneSpec) else spec
+    shape = tuple(int(s) for s in shape)
+    dtype = str(dtype).replace("torch.", "").replace("<dtype: '", "").rstrip("'>")
+    if len(shape) != 2 or shape[0] != rows or shape[1] < 1 or dtype not in FLOAT_DTYPES:
+        raise UsageError(f"argument --backbone: {name} returned {dtype} {list(shape)} for {rows} images, expected "
+                         f"floating-point features [{rows}, D] (flatten or pool them in the model)")
+    return shape[1]
+
+
+def describe_output(value: Any) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype name) of whatever a model returned; a non-tensor is its type name."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return (), type(value).__name__
+    return tuple(int(s) for s in shape), str(dtype)
+
+
+# ---- the command-line group -------------------------------------------------------------------
+
+
+def _range_flag(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite number")
+    return value
+
+
+def _std_flag(text: str) -> float:
+    value = _range_flag(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number")
+    return value
+
+
+def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, image_size_default: int,
+                       image_size_help: str, preprocessing: dict[str, Any] | None = None,
+                       title: str = "backbone") -> argparse._ArgumentGroup:
+    """``--backbone``, ``--weights``, ``--image-size``, ``--input-range``, ``--mean``, ``--std``:
+    the same flags and meanings in every trainer command; ``preprocessing`` is the command's
+    default for a backbone that declares none (kept on the parsed arguments)."""
+    defaults = {**NAMED_PREPROCESSING, **(preprocessing or {})}
+    parser.set_defaults(preprocessing_defaults=defaults)
+    shown = {name: " ".join(f"{v:g}" for v in value) for name, value in defaults.items()}
+    group = parser.add_argument_group(title, "the model maps float images to features [N, D]; what it expects is "
+                                             "declared by these flags or by its attributes input_size, input_range, "
+                                             "mean, std (a flag wins)")
+    group.add_argument("--backbone", type=backbone_text, default=default,
+                       required=default is None, metavar="SPEC",
+                       help=f"{', '.join(NAMED_BACKBONES)}; module:callable (a factory returning the model); or a "
+                            "model file (torch: TorchScript, .pt2; tf: SavedModel directory, .keras, .h5)"
+                            + (" (default: %(default)s)" if default else ""))
+    group.add_argument("--weights", default=None, metavar="FILE",
+                       help="weights loaded into the backbone: a state dict (torch) or weights file (tf), or one of "
+                            "our trainer checkpoints (default: none, a named backbone starts from random weights)"
+                            + HIDE_DEFAULT)
+    group.add_argument("--image-size", type=_size_flag, default=None, metavar="PIXELS",
+                       help=f"{image_size_help} (default: the backbone's input_size, else {image_size_default})"
+                            + HIDE_DEFAULT)
+    group.add_argument("--input-range", nargs=2, type=_range_flag, default=None, metavar=("LOW", "HIGH"),
+                       help="pixel values 0..255 are mapped linearly onto [LOW, HIGH] (default: the backbone's "
+                            f"input_range, else {shown['input_range']})" + HIDE_DEFAULT)
+    group.add_argument("--mean", nargs=3, type=_range_flag, default=None, metavar="M",
+                       help="per-channel mean subtracted after the range mapping, RGB (default: the backbone's "
+                            f"mean, else {shown['mean']})" + HIDE_DEFAULT)
+    group.add_argument("--std", nargs=3, type=_std_flag, default=None, metavar="S",
+                       help="per-channel standard deviation divided by, RGB (default: the backbone's std, else "
+                            f"{shown['std']})" + HIDE_DEFAULT)
+    return group
+
+
+def _size_flag(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 8") from None
+    if value < 8:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 8")
+    return value
+
+
+def check_backbone_group(parser: argparse.ArgumentParser, args: argparse.Namespace, image_size_default: int) -> None:
+    """``--weights`` must exist and fit the kind of backbone; a named backbone's side is
+    known at once (it declares none), so ``args.image_size`` is filled in for it here."""
+    kind = classify_backbone(args.backbone).kind
+    if args.weights is not None:
+        if not Path(args.weights).exists() and not Path(args.weights + ".index").exists():  # tf checkpoint prefix
+            parser.error(f"argument --weights: got {args.weights!r}, expected an existing weights file (a state "
+                         "dict, Keras weights, or one of our trainer checkpoints)")
+        if kind == "file":
+            parser.error(f"argument --weights: got {args.weights!r}, but --backbone {args.backbone!r} is a model "
+                         "file holding its own weights (--weights is for named and module:callable backbones)")
+    if kind == "named" and args.image_size is None:
+        args.image_size = image_size_default
