@@ -112,14 +112,22 @@ class Preprocessing:
     std: tuple[float, float, float]
 
     @property
-    def scale(self) -> float:
-        return (self.high - self.low) / 255.0
+    def divisor(self) -> float:
+        """x / divisor + low maps [0, 255] onto [low, high]; a division (not a multiplication by
+        the reciprocal) so [-1, 1] is x / 127.5 - 1 and [0, 1] is x / 255 bit for bit."""
+        return 255.0 / (self.high - self.low)
+
+    @property
+    def normalises(self) -> bool:
+        return self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0)
 
     def to_float(self, images: np.ndarray) -> np.ndarray:
-        """uint8 [N, H, W, 3] -> float32 [N, H, W, 3] as the model expects (NHWC: the frameworks
-        transpose themselves; the reference of every framework's own conversion)."""
-        x = images.astype(np.float32) * np.float32(self.scale) + np.float32(self.low)
-        return ((x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)).astype(np.float32)
+        """uint8 [N, H, W, 3] -> float32 [N, H, W, 3] as the model expects (NHWC; each framework
+        does the same operations in the same order on its device, and tests compare to this)."""
+        x = images.astype(np.float32) / np.float32(self.divisor) + np.float32(self.low)
+        if self.normalises:
+            x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        return x.astype(np.float32)
 
     def as_config(self) -> dict[str, Any]:
         return {"input_size": self.size, "input_range": [self.low, self.high], "mean": list(self.mean),
