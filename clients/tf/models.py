@@ -8,6 +8,9 @@ Backbones map uint8 NHWC images (converted by ``to_unit_range`` to float32 in
   flattened (1600 features at 84 x 84, 256 at 32 x 32).
 - ``resnet18``: a 7x7/2 stem with a 3x3/2 max-pool, basic residual blocks [2, 2, 2, 2]
   with widths 64/128/256/512, global average pooling (512 features).
+- ``resnet50``: the same stem, bottleneck blocks [3, 4, 6, 3] of widths 64/128/256/512
+  expanded 4 times (stride on the 3x3 convolution, as torchvision's ResNet-50 v1.5),
+  global average pooling (2048 features; the parameters of the torch ``resnet50``).
 
 Prototypical Networks (Snell et al., 2017, as Meta-Dataset uses them): a class
 prototype is the mean embedding of its support images, a query's logit for a class
@@ -40,7 +43,7 @@ from typing import Any
 import tensorflow as tf
 
 keras = tf.keras
-BACKBONES = ("conv4", "resnet18")
+BACKBONES = ("conv4", "resnet18", "resnet50")
 _BN_MOMENTUM = 0.9
 _BN_EPSILON = 1e-5
 
@@ -127,11 +130,37 @@ def resnet18(image_size: int) -> keras.Model:
     return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="pool")(x), name="resnet18")
 
 
+def _bottleneck_block(x: tf.Tensor, width: int, stride: int, name: str) -> tf.Tensor:
+    filters = width * 4
+    shortcut = x
+    if stride != 1 or x.shape[-1] != filters:
+        shortcut = _conv_bn_relu(x, filters, 1, stride, f"{name}_down", relu=False)
+    y = _conv_bn_relu(x, width, 1, 1, f"{name}_a")
+    y = _conv_bn_relu(y, width, 3, stride, f"{name}_b")
+    y = _conv_bn_relu(y, filters, 1, 1, f"{name}_c", relu=False)
+    return keras.layers.ReLU(name=f"{name}_out")(keras.layers.Add(name=f"{name}_add")([y, shortcut]))
+
+
+def resnet50(image_size: int) -> keras.Model:
+    """ResNet-50 with bottleneck blocks [3, 4, 6, 3] and global average pooling (2048 features)."""
+    if image_size < 8:
+        raise ValueError(f"image_size: got {image_size}, the resnet50 backbone needs at least 8")
+    inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
+    x = _conv_bn_relu(inputs, 64, 7, 2, "stem")
+    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    for stage, (blocks, width) in enumerate(((3, 64), (4, 128), (6, 256), (3, 512))):
+        for block in range(blocks):
+            x = _bottleneck_block(x, width, 2 if stage > 0 and block == 0 else 1, f"stage{stage}_{block}")
+    return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="pool")(x), name="resnet50")
+
+
 def build_backbone(name: str, image_size: int) -> keras.Model:
     if name == "conv4":
         return conv4(image_size)
     if name == "resnet18":
         return resnet18(image_size)
+    if name == "resnet50":
+        return resnet50(image_size)
     raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
 
 
