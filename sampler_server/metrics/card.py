@@ -1,0 +1,257 @@
+"""The report card: the Meta-Dataset, VTAB-1k, ImageNet-CoG and calibrated tables of one
+or more runs on one page, as markdown (the terminal) or as one self-contained HTML file.
+
+Pure arrangement, no arithmetic: each table comes in built and rendered by its own
+protocol's registered table (``metrics.registry``, markdown format) and each plot as the
+PNG bytes its protocol's plot module wrote, so a card shows exactly the numbers
+``sampler-server report --table ...`` shows for the same runs (accuracies in %, as every
+table writes them). The runs stand side by side: one column per run in the MD and VTAB
+tables, one block of rows per run in the CoG table, as those tables lay them out.
+
+A table whose protocol has no results for any run shown is left out with one line saying
+so; a run that lacks one protocol is named under that table, which then shows the runs
+that have it (so the MD ranks are over the runs shown in it).
+
+The HTML has its CSS inline, the plots as ``data:image/png;base64`` URIs and no script
+or external resource: it opens in any browser, offline, and travels as one file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sampler_server.metrics.cog.report import CogReport
+from sampler_server.metrics.md.report import Report as MdReport
+from sampler_server.metrics.vtab.report import VtabReport
+
+
+def md_runs(report: MdReport) -> list[str]:
+    """The runs of an MD report with at least one episode's accuracy."""
+    return [run for run in report.runs if any(run in by_run for by_run in report.accuracy.values())]
+
+
+def vtab_runs(report: VtabReport) -> list[str]:
+    """The runs of a VTAB report with a result on at least one task of its benchmark."""
+    return [run for run in report.runs if report.scores[run].accuracy]
+
+
+def cog_runs(report: CogReport) -> list[str]:
+    """The runs of a CoG report with at least one (level, N) result."""
+    return [run for run in report.runs if report.cells[run]]
+
+
+@dataclass(frozen=True)
+class CardTable:
+    """One registered table on the card: its registry name, its heading, what its
+    results are called (in the lines naming who lacks them) and who has any."""
+
+    name: str
+    title: str
+    results: str
+    runs_with_results: Callable[[Any], list[str]]
+
+
+CARD_TABLES = (
+    CardTable("md", "Meta-Dataset", "Meta-Dataset episode reports", md_runs),
+    CardTable("vtab", "VTAB-1k", "VTAB-1k task results", vtab_runs),
+    CardTable("cog", "ImageNet-CoG", "ImageNet-CoG results", cog_runs),
+)
+"""The tables every card shows where their runs have results, in card order; the
+calibrated table (``CALIBRATED``) follows them where scratch and max runs exist."""
+
+CALIBRATED = CardTable("calibrated", "Calibrated (control baselines)", "VTAB results at a data regime",
+                       lambda report: list(report.runs) if report.calibration["tasks"] else [])
+
+
+@dataclass(frozen=True)
+class ControlRuns:
+    """The scratch and max runs a calibrated table needs, or why there are none."""
+
+    scratch: str | None
+    max: str | None
+    missing: str = ""  # one line; empty when both were found
+
+
+def control_runs(roles: Mapping[str, str | None]) -> ControlRuns:
+    """The one scratch run and the one max run among ``roles`` (run -> role of its VTAB
+    results); ``missing`` says what is absent or ambiguous (then both are None)."""
+    found = {role: sorted(run for run, r in roles.items() if r == role) for role in ("scratch", "max")}
+    for role, runs in found.items():
+        if not runs:
+            return ControlRuns(None, None, f"no {role} run in the metrics database")
+        if len(runs) > 1:
+            return ControlRuns(None, None, f"{len(runs)} {role} runs ({', '.join(runs)}); pick one with "
+                                           f"--{role} RUN")
+    return ControlRuns(found["scratch"][0], found["max"][0])
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str  # the file name its plot module gave it
+    png: bytes
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels, from the PNG's header chunk (IHDR, bytes 16-24)."""
+        if self.png[:8] != b"\x89PNG\r\n\x1a\n":
+            raise ValueError(f"{self.name}: not a PNG file")
+        return int.from_bytes(self.png[16:20], "big"), int.from_bytes(self.png[20:24], "big")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One table of the card: ``markdown`` as its renderer wrote it, or empty when the
+    table is left out; ``lines`` say why it is left out (one line) or, above a shown
+    table, which runs it lacks and what was not checked."""
+
+    title: str
+    markdown: str = ""
+    lines: tuple[str, ...] = ()
+    plots: tuple[Plot, ...] = ()
+
+    @property
+    def shown(self) -> bool:
+        return bool(self.markdown)
+
+
+@dataclass(frozen=True)
+class Card:
+    runs: tuple[str, ...]
+    sections: tuple[Section, ...]
+    provenance: tuple[str, ...] = ()  # where the numbers come from, one line each
+    plots_dir: str = ""  # where the PNGs were written (named in the markdown); empty: nowhere kept
+
+
+def left_out(title: str, why: str) -> Section:
+    """A table left out, with the one line saying why."""
+    return Section(title, lines=(f"{title}: left out, {why}.",))
+
+
+# ---- markdown ---------------------------------------------------------------------------------
+
+
+def render_markdown(card: Card) -> str:
+    """The card as markdown: a heading, where the numbers come from, then each table
+    (or the line saying it is left out) and, with a plots folder, its plots' names."""
+    parts = [f"# Report card: {', '.join(card.runs)}", "\n".join(card.provenance)]
+    for section in card.sections:
+        if not section.shown:
+            parts.append("\n".join(section.lines))
+            continue
+        body = [f"## {section.title}"]
+        if section.lines:
+            body.append("\n".join(section.lines))
+        body.append(section.markdown.rstrip())
+        if card.plots_dir and section.plots:
+            body.append(f"plots in {card.plots_dir}: " + ", ".join(plot.name for plot in section.plots))
+        parts.append("\n\n".join(body))
+    return "\n\n".join(part for part in parts if part) + "\n"
+
+
+# ---- HTML -------------------------------------------------------------------------------------
+
+STYLE = """
+body { font: 14px/1.45 "Liberation Sans", Arial, Helvetica, sans-serif; color: #1b1f24; background: #fff;
+       max-width: 1160px; margin: 20px auto; padding: 0 16px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 8px; padding-bottom: 3px; border-bottom: 2px solid #d7dde4; }
+p { margin: 4px 0; }
+.provenance, .notes { color: #57606a; font-size: 12px; }
+.notes { margin: 6px 0 0; padding-left: 18px; }
+.absent { color: #6e7781; font-style: italic; margin: 14px 0; }
+.lines { color: #9a6700; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; margin: 6px 0; }
+th, td { border: 1px solid #d0d7de; padding: 3px 9px; white-space: nowrap; text-align: left; }
+th { background: #eef2f6; }
+td.number { text-align: right; }
+tr.summary td { background: #f6f8fa; font-weight: bold; }
+td.group { background: #fbfcfd; font-weight: bold; vertical-align: top; }
+.plots { display: flex; flex-wrap: wrap; gap: 10px; margin-top: 10px; }
+figure { margin: 0; flex: 0 1 calc(50% - 5px); }
+figure.wide { flex-basis: 100%; }
+figure img { display: block; width: 100%; height: auto; border: 1px solid #e4e8ec; }
+figcaption { color: #57606a; font-size: 11px; }
+"""
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+
+
+def _is_number(cell: str) -> bool:
+    head = cell.split(" ", 1)[0].lstrip("+-Δ")
+    return head.replace(".", "", 1).isdigit() or cell == "-"
+
+
+def _is_summary(row: Sequence[str]) -> bool:
+    """A row of means, ranks or CCI, which the eye looks for first."""
+    return any(cell in ("mean", "CCI") or cell.startswith("average rank") for cell in row[:3])
+
+
+def grid_html(markdown: str) -> str:
+    """A table as ``tables.render_grid`` writes it in markdown (header, ``|---|`` row, body
+    rows, blank line, notes) as an HTML table and a list of notes. Runs of equal
+    first-column cells (a VTAB group, a CoG run) become one cell spanning them."""
+    lines = markdown.splitlines()
+    rows = [_cells(line) for line in lines if line.startswith("|")]
+    notes = [line.strip() for line in lines if line.strip() and not line.startswith("|")]
+    if not rows:
+        return "".join(f"<p>{html.escape(note)}</p>" for note in notes)
+    header, body = rows[0], rows[2:]
+    out = ["<div class=\"scroll\"><table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    for i, row in enumerate(body):
+        span = 1
+        while i + span < len(body) and body[i + span][0] == row[0]:
+            span += 1
+        first_of_run = i == 0 or body[i - 1][0] != row[0]
+        cells = []
+        if first_of_run:
+            cells.append(f"<td class=\"group\" rowspan=\"{span}\">{html.escape(row[0])}</td>" if span > 1
+                         else f"<td>{html.escape(row[0])}</td>")
+        cells += [f"<td class=\"number\">{html.escape(c)}</td>" if _is_number(c) else f"<td>{html.escape(c)}</td>"
+                  for c in row[1:]]
+        attribute = " class=\"summary\"" if _is_summary(row) else ""
+        out.append(f"<tr{attribute}>" + "".join(cells) + "</tr>")
+    out.append("</table></div>")
+    if notes:
+        out.append("<ul class=\"notes\">" + "".join(f"<li>{html.escape(note)}</li>" for note in notes) + "</ul>")
+    return "\n".join(out)
+
+
+WIDE = 2.0
+"""Width over height from which a plot takes the page's width (the VTAB per-task bars);
+narrower ones stand two in a row."""
+
+
+def _plot_html(plot: Plot) -> str:
+    data = base64.b64encode(plot.png).decode("ascii")
+    name = html.escape(plot.name)
+    width, height = plot.size
+    wide = " class=\"wide\"" if width >= WIDE * height else ""
+    return (f"<figure{wide}><img src=\"data:image/png;base64,{data}\" width=\"{width}\" height=\"{height}\" "
+            f"alt=\"{name}\"><figcaption>{name}</figcaption></figure>")
+
+
+def render_html(card: Card) -> str:
+    """The card as one HTML page (inline CSS, PNGs as data URIs, no script)."""
+    title = html.escape(f"Report card: {', '.join(card.runs)}")
+    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">", f"<title>{title}</title>",
+           f"<style>{STYLE}</style></head><body>", f"<h1>{title}</h1>"]
+    out += [f"<p class=\"provenance\">{html.escape(line)}</p>" for line in card.provenance]
+    for section in card.sections:
+        if not section.shown:
+            out += [f"<p class=\"absent\">{html.escape(line)}</p>" for line in section.lines]
+            continue
+        out.append(f"<section><h2>{html.escape(section.title)}</h2>")
+        out += [f"<p class=\"lines\">{html.escape(line)}</p>" for line in section.lines]
+        out.append(grid_html(section.markdown))
+        if section.plots:
+            out.append("<div class=\"plots\">" + "".join(_plot_html(plot) for plot in section.plots) + "</div>")
+        out.append("</section>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
