@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sampler_server.metrics.plotting import file_safe_name, finish_axes  # first: it selects the file backend
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from sampler_server.metrics.baselines.report import CalibratedReport  # noqa: E402
 
@@ -49,6 +50,10 @@ def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
         if len(curve) < len(regimes):
             axes.scatter([r["n"] for r in regimes], [r["cR"] for r in regimes], s=8, color=line.get_color())
     axes.set_xscale("log")
+    regimes_n = sorted({n for n, _, _ in report.scratch_curves[task]}
+                       | {r["n"] for c in value["runs"].values() for r in c["regimes"]})
+    axes.set_xticks(regimes_n, [str(n) for n in regimes_n])  # the regimes themselves, not 2x10^1
+    axes.xaxis.set_minor_locator(NullLocator())
     return finish_axes(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
                    f"{task}: cR against n", path)
 

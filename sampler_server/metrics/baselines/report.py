@@ -136,9 +136,12 @@ def build_calibrated_report(
     for run in run_ids:
         risks = _risks(store, run, "model", "run")
         seeds = _seed_counts(risks)
+        unregimed = sorted({task for task, n, _ in risks if n == 0})
+        if unregimed:  # one note per run: a model run of every VTAB task would otherwise add 19
+            report.ignored.append(f"{run}: {', '.join(unregimed)} without a regime (the usual training split) "
+                                  f"{'is' if len(unregimed) == 1 else 'are'} not calibrated")
         for (task, n, seed), risk in sorted(risks.items()):
             if n == 0:
-                report.ignored.append(f"{run}: {task} without a regime (the usual training split) is not calibrated")
                 continue
             entries.append(RiskEntry(task=task, role="model", risk=risk, run=run, n=n, seed=seed))
             report.seeds[(task, run, n)] = seeds[(task, n)]

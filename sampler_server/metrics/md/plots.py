@@ -1,6 +1,6 @@
 """The robustness plots Meta-Dataset recommends (Appendix .1): accuracy against the
 episode's ways, and per-class precision against the class's shots, one line per run
-with a 95% confidence band, per source and over all sources."""
+with a 95% confidence band, per source and over all sources; in percent, as the table."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sampler_server.metrics.plotting import file_safe_name  # first: it selects matplotlib's file backend
 import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from sampler_common.intervals import mean_ci95  # noqa: E402
 from sampler_server.metrics.md.report import ClassPoint, EpisodePoint, Report  # noqa: E402
@@ -41,16 +42,18 @@ def _series(points: Iterable[tuple[str, int, float]]) -> dict[str, list[tuple[in
 
 
 def _plot(series: dict[str, list[tuple[int, float, float]]], xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    """One line per run with its 95% band, in percent (as the MD table), on whole-number x ticks."""
     figure, axes = plt.subplots(figsize=(6, 4), dpi=100)
     for run, rows in sorted(series.items()):
         xs = [r[0] for r in rows]
-        means = [r[1] for r in rows]
+        means = [100 * r[1] for r in rows]
         axes.plot(xs, means, marker="o", markersize=3, label=run)
-        axes.fill_between(xs, [m - c for _, m, c in rows], [m + c for _, m, c in rows], alpha=0.2)
+        axes.fill_between(xs, [100 * (m - c) for _, m, c in rows], [100 * (m + c) for _, m, c in rows], alpha=0.2)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # ways and shot bins are counts
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_title(title)
-    axes.set_ylim(0, 1)
+    axes.set_ylim(0, 100)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
@@ -71,10 +74,10 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         suffix = file_safe_name(source) if source else "all"
         if episodes:
             series = _series((p.run, p.ways, p.accuracy) for p in episodes)
-            written.append(_plot(series, "ways", "query accuracy", f"accuracy vs ways ({label})",
+            written.append(_plot(series, "ways", "query accuracy (%)", f"accuracy vs ways ({label})",
                                  directory / f"ways_{suffix}.png"))
         if classes:
             series = _series((p.run, _bin_of_shots(p.shots), p.precision) for p in classes)
-            written.append(_plot(series, "shots (bin start)", "class precision", f"precision vs shots ({label})",
+            written.append(_plot(series, "shots (bin start)", "class precision (%)", f"precision vs shots ({label})",
                                  directory / f"shots_{suffix}.png"))
     return written
