@@ -181,7 +181,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
                         help="bf16 autocast (default on cuda) or fp32 (default on cpu)")
     parser.add_argument("--memory-format", choices=("channels_last", "contiguous"), default=None,
-                        help="default: channels_last on cuda, contiguous on cpu (as clients.torch.models.to_input)")
+                        help="default: channels_last on cuda, contiguous on cpu (as clients.torch.backbones.to_model_input)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=40, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")

@@ -54,13 +54,17 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
-from clients.torch.models import LinearHead, ProtoNet, build_backbone, parameter_count, to_input
+from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
+from clients.torch.backbones import autocast, load_backbone, to_model_input
+from clients.torch.models import LinearHead, ProtoNet, parameter_count
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
+from clients.trainer_args import MD_IMAGE_SIZE
 
 CHECKPOINT = "checkpoint.pt"
 CHECKPOINT_FORMAT = 2
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
+SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
 
 def select_device(choice: str, local_rank: int | None = None) -> torch.device:
@@ -142,7 +146,10 @@ class TorchFramework(Framework):
             self.collectives = str(dist.get_backend())
         cuda = self.torch_device.type == "cuda"
         self.precision = "bf16-autocast" if cuda else "float32"
-        self.buckets = resolve_buckets(args.shape_buckets, cuda)
+        self.loaded: LoadedBackbone | None = None
+        if args.image_size is None:  # a user's backbone declares its side: known before the feed asks for episodes
+            self.loaded = self._load_backbone()
+        self.buckets = self._buckets(args.shape_buckets, cuda)
         # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
         # ResNet-18 at 126 px consumes; on CPU the cores train
         self.receive_streams = 2 if cuda else 1
@@ -154,17 +161,35 @@ class TorchFramework(Framework):
 
     # ---- model ----------------------------------------------------------------------------
 
+    def _buckets(self, setting: str, cuda: bool) -> bool:
+        """Shape buckets need our batch norms (they count the valid rows): a user's backbone
+        trains on unpadded episodes (auto: off; on: refused)."""
+        if self.args.backbone in NAMED_BACKBONES:
+            return resolve_buckets(setting, cuda)
+        if setting == "on":
+            raise UsageError(f"argument --shape-buckets: got on, but --backbone {self.args.backbone} is not one of "
+                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' statistics; "
+                             "use auto or off")
+        return False
+
+    def _load_backbone(self) -> LoadedBackbone:
+        loaded = load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, SEED_NAME)
+        if not isinstance(loaded.model, nn.Module):
+            raise UsageError(f"argument --backbone: {loaded.spec.target} made a {type(loaded.model).__name__}, "
+                             "expected an nn.Module (the trainer trains its parameters)")
+        return loaded
+
     def build(self, num_classes: int) -> None:
         args, device = self.args, self.torch_device
+        if self.loaded is None:
+            self.loaded = self._load_backbone()
+        self.backbone = self.loaded.model
+        self.preprocessing = self.loaded.preprocessing
         torch.manual_seed(args.seed)
-        self.backbone = build_backbone(args.backbone, args.image_size)
         self.protonet = ProtoNet(self.backbone)
-        self.head = LinearHead(self.backbone.out_dim, num_classes) if num_classes else None
-        self.backbone.to(device)
+        self.head = LinearHead(self.loaded.out_dim, num_classes) if num_classes else None
         if self.head is not None:
             self.head.to(device)
-        if device.type == "cuda":
-            self.backbone.to(memory_format=torch.channels_last)
         self.trainee = _Trainee(self.protonet, self.head)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
@@ -186,11 +211,11 @@ class TorchFramework(Framework):
         return {"torch_version": str(torch.__version__), "device": self.device, "precision": self.precision,
                 "shape_buckets": "on" if self.buckets else "off",
                 "parameter_count": self.parameter_count(),
-                "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.backbone.out_dim}
+                "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.loaded.out_dim,
+                "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.loaded.preprocessing.as_config()}
 
     def _autocast(self) -> torch.autocast:
-        cuda = self.torch_device.type == "cuda"
-        return torch.autocast(device_type=self.torch_device.type, dtype=torch.bfloat16, enabled=cuda)
+        return autocast(self.torch_device)
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -242,7 +267,7 @@ class TorchFramework(Framework):
         return staged.ready()
 
     def _logits(self, staged: StagedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.protonet.packed(to_input(staged.images, self.torch_device), staged.labels, staged.support,
+        return self.protonet.packed(to_model_input(staged.images, self.preprocessing, self.torch_device), staged.labels, staged.support,
                                     staged.query, staged.ways)
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
@@ -253,11 +278,11 @@ class TorchFramework(Framework):
                 if not isinstance(item.images, torch.Tensor):  # not staged by the feed
                     item = self.stage(item)
                 images = item.images
-                logits, labels = self._step_module(to_input(images, self.torch_device), item.labels)
+                logits, labels = self._step_module(to_model_input(images, self.preprocessing, self.torch_device), item.labels)
             else:
                 staged = self._staged(item)
                 images = staged.images
-                logits, labels = self._step_module(to_input(images, self.torch_device), staged.labels,
+                logits, labels = self._step_module(to_model_input(images, self.preprocessing, self.torch_device), staged.labels,
                                                    staged.support, staged.query, staged.ways)
         self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)

@@ -9,9 +9,11 @@ Backbones map uint8 NHWC images to one embedding vector per image:
     64/128/256/512 x 4 (stride on the 3x3 convolution, as torchvision's ResNet-50 v1.5),
     global average pooling to 2048 features; its layers carry torchvision's names
     (``conv1``, ``bn1``, ``layer1.0.conv1``, ``layer1.0.downsample.0``, ...), so a
-    torchvision ``resnet50`` state dict without ``fc.*`` loads into it unchanged.
-Inputs are scaled to [-1, 1] as Meta-Dataset does and laid out NCHW (channels_last
-in memory on CUDA, where cuDNN prefers it). The trainer runs backbones under bf16
+    torchvision ``resnet50`` state dict without ``fc.*`` loads into it unchanged;
+  - ``tiny``: three stride-2 3x3 convolutions, ReLU, global average pooling to 64
+    features (fast on CPU: tests and the demo).
+Inputs are scaled to [-1, 1] as Meta-Dataset does (``clients.torch.backbones.to_model_input``)
+and laid out NCHW (channels_last in memory on CUDA, where cuDNN prefers it). The trainer runs backbones under bf16
 autocast on CUDA; prototype distances are always computed in float32. Heads:
   - ``prototype_logits``: class means of the support embeddings, logits = negative
     squared Euclidean distance of each query embedding to each prototype;
@@ -36,14 +38,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
-BACKBONES = ("conv4", "resnet18", "resnet50")
-
-
-def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] in [-1, 1] on ``device``."""
-    images = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
-    memory_format = torch.channels_last if device.type == "cuda" else torch.contiguous_format
-    return images.contiguous(memory_format=memory_format)
+BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
 
 
 class RowBatchNorm2d(nn.BatchNorm2d):
@@ -280,6 +275,24 @@ class ResNet50(nn.Module):
         return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
 
 
+class Tiny(nn.Module):
+    """Three stride-2 3x3 convolutions with ReLU, global average pooling: 64 features (fast
+    on CPU: tests and the demo; no batch norm, so padding rows change nothing)."""
+
+    out_dim = 64
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.body(images)
+
+
 def build_backbone(name: str, image_size: int) -> nn.Module:
     """A backbone by name; ``out_dim`` is its embedding size at ``image_size``."""
     if name == "conv4":
@@ -288,6 +301,8 @@ def build_backbone(name: str, image_size: int) -> nn.Module:
         return ResNet18()
     if name == "resnet50":
         return ResNet50()
+    if name == "tiny":
+        return Tiny()
     raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
 
 

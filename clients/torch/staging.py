@@ -5,7 +5,7 @@ rows, zero padding up to its bucket, or no padding with buckets off) into a
 ``StagedEpisode`` whose tensors live on the device. On CUDA:
 
 - pixels stay uint8 on the bus (a quarter of float32's bytes); conversion to float
-  and the [-1, 1] scaling happen on the GPU in the step (``models.to_input``);
+  and the scaling the backbone declares happen on the GPU in the step (``backbones.to_model_input``);
 - the valid rows are copied into a ring of pinned host buffers (one memcpy; NumPy
   and PyTorch copies release the GIL) and from there to the device on a side stream,
   so the copy overlaps the step running on the default stream; only the valid rows

@@ -19,7 +19,8 @@ SIDE, ROWS = 64, 2
 
 def test_torch_resnet50_maps_images_to_2048_features_with_the_standard_parameters():
     torch = pytest.importorskip("torch")
-    from clients.torch.models import BACKBONES, RowBatchNorm2d, build_backbone, parameter_count, to_input
+    from clients.torch.backbones import named_preprocessing, to_model_input
+    from clients.torch.models import BACKBONES, RowBatchNorm2d, build_backbone, parameter_count
 
     assert "resnet50" in BACKBONES
     model = build_backbone("resnet50", SIDE).eval()
@@ -28,7 +29,7 @@ def test_torch_resnet50_maps_images_to_2048_features_with_the_standard_parameter
     assert sum(isinstance(m, RowBatchNorm2d) for m in model.modules()) == 53  # every norm counts valid rows
     images = torch.from_numpy(np.random.RandomState(0).randint(0, 256, (ROWS, SIDE, SIDE, 3), dtype=np.uint8))
     with torch.inference_mode():
-        features = model(to_input(images, torch.device("cpu")))
+        features = model(to_model_input(images, named_preprocessing(SIDE), torch.device("cpu")))
     assert features.shape == (ROWS, 2048) and features.dtype == torch.float32
     assert torch.isfinite(features).all()
 
@@ -53,13 +54,14 @@ def test_torch_resnet50_lays_out_its_state_dict_as_torchvision_does():
 @pytest.mark.slow
 def test_keras_resnet50_maps_images_to_2048_features_with_the_standard_parameters():
     tf = pytest.importorskip("tensorflow")
-    from clients.tf.models import BACKBONES, RowBatchNormalization, build_backbone, parameter_count, to_unit_range
+    from clients.tf.backbones import named_preprocessing, to_model_input
+    from clients.tf.models import BACKBONES, RowBatchNormalization, build_backbone, parameter_count
 
     assert "resnet50" in BACKBONES
     model = build_backbone("resnet50", SIDE)
     assert parameter_count(model) == RESNET50_BODY_PARAMETERS
     assert sum(isinstance(layer, RowBatchNormalization) for layer in model.layers) == 53
     images = tf.constant(np.random.RandomState(0).randint(0, 256, (ROWS, SIDE, SIDE, 3), dtype=np.uint8))
-    features = model(to_unit_range(images), training=False)
+    features = model(to_model_input(images, named_preprocessing(SIDE)), training=False)
     assert tuple(features.shape) == (ROWS, 2048) and features.dtype == tf.float32
     assert bool(tf.reduce_all(tf.math.is_finite(features)))

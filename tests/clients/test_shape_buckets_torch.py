@@ -19,7 +19,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from clients.buckets import Ladder, pack_episode  # noqa: E402
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
-from clients.torch.models import ProtoNet, build_backbone, to_input  # noqa: E402
+from clients.torch.backbones import named_preprocessing, to_model_input  # noqa: E402
+from clients.torch.models import ProtoNet, build_backbone  # noqa: E402
 from clients.torch.staging import Stager  # noqa: E402
 from clients.torch.md_train import TorchFramework, main  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
@@ -47,6 +48,11 @@ def _step(model: ProtoNet, episode: tuple[torch.Tensor, ...], ways: int, padded_
     """One training forward + backward: unpadded (``padded_rows`` None, the plain
     ``ProtoNet.forward``) or in the bucketed layout of ``padded_rows`` rows."""
     support, support_labels, query, query_labels = (t.to(device) for t in episode)
+    scaling = named_preprocessing(support.shape[1])
+
+    def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
+        return to_model_input(images, scaling, device)
+
     model.train()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         if padded_rows is None:

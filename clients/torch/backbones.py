@@ -1,0 +1,378 @@
+"""The backbone contract (``clients.backbone_contract``) in PyTorch: one loader for every
+torch command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
+
+``load_backbone`` turns ``--backbone`` / ``--weights`` / the preprocessing flags into a
+``LoadedBackbone``:
+  - a named backbone (``clients.torch.models``), its random initial weights drawn from
+    the command's seed and a name (``clients.seeds.derive_seed``), declaring Meta-Dataset's
+    scaling ([-1, 1], mean 0, std 1) as attributes;
+  - ``module:callable``: the factory is called with no arguments (under the same seeded
+    generator) and returns an ``nn.Module`` or any callable on NCHW float tensors;
+  - a TorchScript file (``torch.jit.save``) or a ``.pt2`` exported program (``torch.export``);
+then ``--weights`` (named and ``module:callable`` backbones): a plain state dict, our MD
+trainer's ``checkpoint.pt`` (its backbone), a ``{"state_dict": ...}`` / ``{"model": ...}``
+wrapper, keys prefixed ``module.`` (DDP), a classifier ``fc.*`` the backbone lacks, or a
+torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers). A file that does
+not fit is refused with one line naming what it holds and what the backbone expected.
+
+The model is probed once (2 images at the resolved size, eval mode) for its feature size;
+a wrong output ([N, D, 1], integers, a tuple) is refused there with ``check_features``'s
+line, before any data is asked for. The fingerprint is the sha256 of the weights as
+loaded (names, dtypes, shapes and bytes in key order), which keys feature caches.
+
+``to_model_input`` is the one place uint8 images become the model's input: the same
+operations, in the same order, as ``Preprocessing.to_float``; ``TorchFeatures`` is the
+``FeatureExtractor`` of ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, LoadedBackbone, Preprocessing,
+                                       backbone_spec, check_features, describe_output, load_callable,
+                                       resolve_preprocessing)
+from clients.errors import UsageError
+from clients.seeds import derive_seed
+from clients.torch.models import ResNet18, build_backbone
+
+PROBE_ROWS = 2
+_TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
+_TORCHVISION_DEPTHS = {("basic", (2, 2, 2, 2)): "ResNet-18", ("basic", (3, 4, 6, 3)): "ResNet-34",
+                       ("bottleneck", (3, 4, 6, 3)): "ResNet-50", ("bottleneck", (3, 4, 23, 3)): "ResNet-101",
+                       ("bottleneck", (3, 8, 36, 3)): "ResNet-152"}
+
+
+# ---- building -----------------------------------------------------------------------------
+
+
+class _Declared:
+    """What a named backbone declares, before it is built (its side is the command's)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def _seeded(args: argparse.Namespace, seed_name: str, spec: BackboneSpec) -> int:
+    return derive_seed(int(getattr(args, "seed", 0) or 0), seed_name, spec.target)
+
+
+def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int, seed_name: str) -> nn.Module:
+    size = resolve_preprocessing(args, _Declared(NAMED_PREPROCESSING), default_size).size
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_seeded(args, seed_name, spec))
+        try:
+            model = build_backbone(spec.target, size)
+        except ValueError as error:  # e.g. conv4 below 16 px
+            raise UsageError(f"argument --image-size: {error}") from None
+    for name, value in NAMED_PREPROCESSING.items():
+        setattr(model, name, value)
+    return model
+
+
+def _build_callable(spec: BackboneSpec, args: argparse.Namespace, seed_name: str) -> Any:
+    factory = load_callable(spec.target)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_seeded(args, seed_name, spec))
+        try:
+            model = factory()
+        except TypeError as error:
+            raise UsageError(f"argument --backbone: {spec.target}() failed ({' '.join(str(error).split())}); "
+                             "expected a factory called with no arguments that returns the model") from None
+    if not callable(model):
+        raise UsageError(f"argument --backbone: {spec.target}() returned a {type(model).__name__}, expected an "
+                         "nn.Module or a callable mapping NCHW float images to features [N, D]")
+    return model
+
+
+def _load_file(spec: BackboneSpec) -> Any:
+    exported = spec.target.endswith(".pt2")
+    try:
+        if exported:  # an ExportedProgram runs in the mode it was exported in
+            return torch.export.load(spec.target).module()
+        return torch.jit.load(spec.target, map_location="cpu")
+    except Exception as error:  # not a TorchScript archive / exported program
+        kind = "an exported program (torch.export.save)" if exported else "a TorchScript file (torch.jit.save)"
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UsageError(f"argument --backbone: got {spec.target!r}, expected {kind} ({type(error).__name__}: "
+                         f"{reason[:160]}{'...' if len(reason) > 160 else ''})") from None
+
+
+# ---- --weights -------------------------------------------------------------------------------
+
+
+def architecture(names: list[str]) -> str | None:
+    """The architecture a state dict's key names look like, where we know it."""
+    keys = set(names)
+    if "layer4.0.conv1.weight" in keys:
+        kind = "bottleneck" if "layer1.0.conv3.weight" in keys else "basic"
+        depths = []
+        for layer in range(1, 5):
+            blocks = {int(m.group(1)) for m in (re.match(rf"^layer{layer}\.(\d+)\.", k) for k in keys) if m}
+            depths.append(max(blocks) + 1 if blocks else 0)
+        return f"torchvision's {_TORCHVISION_DEPTHS.get((kind, tuple(depths)), f'ResNet with {kind} blocks {depths}')}"
+    if "stem.0.weight" in keys and "blocks.7.conv2.weight" in keys:
+        return "our resnet18"
+    if "features.12.weight" in keys and "features.13.running_var" in keys:
+        return "our conv4"
+    if "body.0.weight" in keys and "body.4.weight" in keys:
+        return "our tiny"
+    return None
+
+
+def describe_state(state: Mapping[str, torch.Tensor]) -> str:
+    """One phrase: how many tensors, what they look like (architecture, first names)."""
+    names = list(state)
+    values = sum(int(t.numel()) for t in state.values())
+    looks = architecture(names)
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return (f"{len(names)} tensors ({values:,} values)" + (f", like {looks}" if looks else "")
+            + (f": {shown}" if names else ""))
+
+
+def from_torchvision(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A torchvision ResNet-18 state dict under our ``ResNet18``'s names (its ``fc`` dropped)."""
+    renamed: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if key.startswith("fc."):
+            continue
+        key = key.replace("conv1.", "stem.0.", 1) if key.startswith("conv1.") else key
+        key = key.replace("bn1.", "stem.1.", 1) if key.startswith("bn1.") else key
+        match = _TORCHVISION_BLOCK.match(key)
+        if match:
+            index = 2 * (int(match.group(1)) - 1) + int(match.group(2))
+            key = f"blocks.{index}.{match.group(3).replace('downsample.', 'shortcut.')}"
+        renamed[key] = value
+    return renamed
+
+
+def _tensors(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def weights_state(raw: Any, path: str) -> tuple[dict[str, torch.Tensor], str]:
+    """(the state dict a weights file holds, what the file is) or one line."""
+    allowed = ("a state dict (name -> tensor), a {'state_dict': ...} or {'model': ...} wrapper, or our MD "
+               "trainer's checkpoint.pt")
+    if isinstance(raw, Mapping) and "format" in raw and isinstance(raw.get("backbone"), Mapping):
+        from clients.torch.md_train import CHECKPOINT_FORMAT  # md_train imports this module
+        if raw["format"] != CHECKPOINT_FORMAT:
+            raise UsageError(f"argument --weights: {path} is an MD trainer checkpoint of format {raw['format']!r}, "
+                             f"expected format {CHECKPOINT_FORMAT}")
+        return dict(raw["backbone"]), "our MD trainer's checkpoint"
+    for wrapper in ("state_dict", "model"):
+        if isinstance(raw, Mapping) and _tensors(raw.get(wrapper)):
+            return dict(raw[wrapper]), f"a {{{wrapper!r}: ...}} checkpoint"
+    if _tensors(raw):
+        return dict(raw), "a state dict"
+    held = (f"a {type(raw).__name__} of keys {', '.join(map(str, list(raw)[:4]))}" if isinstance(raw, Mapping)
+            else f"a {type(raw).__name__}")
+    raise UsageError(f"argument --weights: {path} holds {held}, expected {allowed}")
+
+
+def adapt_state(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """Layouts we translate: DDP's ``module.`` prefix, a classifier ``fc.*`` the backbone
+    lacks, torchvision ResNet-18 names for our ``resnet18``."""
+    expected = model.state_dict()
+    if all(k.startswith("module.") for k in state) and not any(k.startswith("module.") for k in expected):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    if isinstance(model, ResNet18) and "conv1.weight" in state:
+        return from_torchvision(state)
+    if not any(k.startswith("fc.") for k in expected):
+        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    return state
+
+
+def mismatch(given: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> str | None:
+    """What keeps ``given`` out of a model whose state dict is ``expected`` (None: it fits)."""
+    for key, value in given.items():
+        if key in expected and tuple(value.shape) != tuple(expected[key].shape):
+            return f"{key} is {list(value.shape)} there, {list(expected[key].shape)} expected"
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} of the backbone's tensors missing (first {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} it does not have (first {unexpected[0]})")
+    return "; ".join(parts) or None
+
+
+def load_weights(model: Any, spec: BackboneSpec) -> None:
+    """Load ``--weights`` into ``model`` (strict), or one line saying why it does not fit."""
+    path = str(spec.weights)
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"argument --weights: got {path!r}, but --backbone {spec.target} made a "
+                         f"{type(model).__name__}, not an nn.Module to load a state dict into")
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and format errors alike: not a torch file we can read safely
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise UsageError(f"argument --weights: got {path!r}, expected a torch state dict saved with torch.save "
+                         f"({type(error).__name__}: {reason[:160]}{'...' if len(reason) > 160 else ''})") from None
+    state, what = weights_state(raw, path)
+    state = adapt_state(state, model)
+    expected = model.state_dict()
+    problem = mismatch(state, expected)
+    if problem is None:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as error:  # e.g. a dtype that cannot be copied
+            problem = " ".join(str(error).split()).split(". ")[0]
+    if problem is not None:
+        looks = architecture(list(expected))
+        raise UsageError(f"argument --weights: {path} ({what} of {describe_state(state)}) does not fit --backbone "
+                         f"{spec.target} ({len(expected)} tensors{', ' + looks if looks else ''}): {problem}")
+
+
+# ---- fingerprint, input, probe ------------------------------------------------------------------
+
+
+def fingerprint(model: Any, spec: BackboneSpec) -> str:
+    """sha256 of the weights as loaded: each state-dict entry's name, dtype, shape and bytes in
+    key order; a callable without state: of its qualified name (and file)."""
+    digest = hashlib.sha256()
+    state = model.state_dict() if hasattr(model, "state_dict") else {}
+    if not state:
+        code = getattr(model, "__code__", None) or getattr(type(model).__call__, "__code__", None)
+        digest.update(f"callable\0{spec.target}\0{getattr(code, 'co_filename', '')}".encode())
+        return digest.hexdigest()
+    for name, tensor in state.items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}\0{str(tensor.dtype).replace('torch.', '')}\0{list(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def named_preprocessing(size: int) -> Preprocessing:
+    """What our named backbones expect at side ``size``: [-1, 1], mean 0, std 1 (Meta-Dataset's)."""
+    return Preprocessing(size, *NAMED_PREPROCESSING["input_range"], NAMED_PREPROCESSING["mean"],
+                         NAMED_PREPROCESSING["std"])
+
+
+@functools.lru_cache(maxsize=16)
+def _constants(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The preprocessing's numbers as float32 tensors on ``device`` (a tensor divisor, not a
+    Python scalar: CUDA multiplies by a scalar's reciprocal, which is not the same division)."""
+    def tensor(value: Any) -> torch.Tensor:
+        return torch.tensor(value, dtype=torch.float32, device=device)
+    return (tensor(preprocessing.divisor), tensor(preprocessing.low),
+            tensor(preprocessing.mean).reshape(1, 3, 1, 1), tensor(preprocessing.std).reshape(1, 3, 1, 1))
+
+
+def to_model_input(images: torch.Tensor, preprocessing: Preprocessing, device: torch.device) -> torch.Tensor:
+    """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] on ``device`` as the model expects:
+    ``Preprocessing.to_float``'s operations in its order (channels_last in memory on CUDA)."""
+    divisor, low, mean, std = _constants(preprocessing, torch.device(device))
+    x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(divisor).add_(low)
+    if preprocessing.normalises:
+        x = x.sub_(mean).div_(std)
+    memory_format = torch.channels_last if x.device.type == "cuda" else torch.contiguous_format
+    return x.contiguous(memory_format=memory_format)
+
+
+def autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast on CUDA, off elsewhere."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def checked(spec: BackboneSpec, output: Any, rows: int) -> torch.Tensor:
+    """``output`` when it is floating-point features [rows, D], else ``check_features``'s line."""
+    if isinstance(output, torch.Tensor):
+        check_features(spec, *describe_output(output), rows)
+    else:  # a tuple, a dict, a NumPy array: named by its type
+        check_features(spec, (), type(output).__name__, rows)
+    return output
+
+
+def set_eval(model: Any) -> None:
+    """Eval mode, where the model has one (an exported program's module runs as it was exported)."""
+    if isinstance(model, nn.Module):
+        try:
+            model.eval()
+        except (NotImplementedError, RuntimeError):
+            pass
+
+
+def probe(model: Any, spec: BackboneSpec, preprocessing: Preprocessing, device: torch.device) -> int:
+    """The feature size D, from one forward pass of ``PROBE_ROWS`` images in eval mode."""
+    training = isinstance(model, nn.Module) and model.training
+    set_eval(model)
+    images = torch.zeros(PROBE_ROWS, preprocessing.size, preprocessing.size, 3, dtype=torch.uint8)
+    try:
+        with torch.inference_mode(), autocast(device):
+            output = model(to_model_input(images, preprocessing, device))
+    except Exception as error:  # the user's model failed on input of the declared size
+        reason = " ".join(str(error).split())
+        raise UsageError(f"argument --backbone: {spec.target} failed on {PROBE_ROWS} images of "
+                         f"{preprocessing.size} x {preprocessing.size} ({type(error).__name__}: {reason[:200]}"
+                         f"{'...' if len(reason) > 200 else ''}); declare input_size or pass --image-size") from None
+    dim = int(checked(spec, output, PROBE_ROWS).shape[1])
+    if training:
+        model.train()
+    return dim
+
+
+def load_backbone(args: argparse.Namespace, device: torch.device, default_size: int,
+                  seed_name: str) -> LoadedBackbone:
+    """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags) on
+    ``device`` in eval mode, probed; ``args.image_size`` is set to the resolved side. A named
+    or module:callable backbone's random weights come from ``derive_seed(args.seed, seed_name,
+    target)``."""
+    spec = backbone_spec(args)
+    if spec.kind == "named":
+        model: Any = _build_named(spec, args, default_size, seed_name)
+    elif spec.kind == "callable":
+        model = _build_callable(spec, args, seed_name)
+    else:
+        model = _load_file(spec)
+    if spec.weights is not None:
+        load_weights(model, spec)
+    preprocessing = resolve_preprocessing(args, model, default_size)
+    digest = fingerprint(model, spec)
+    if isinstance(model, nn.Module):
+        model = model.to(device)
+        if device.type == "cuda" and not isinstance(model, torch.jit.ScriptModule):
+            model = model.to(memory_format=torch.channels_last)
+    set_eval(model)
+    out_dim = probe(model, spec, preprocessing, device)
+    return LoadedBackbone(spec, model, preprocessing, out_dim, digest)
+
+
+class TorchFeatures:
+    """``FeatureExtractor``: frozen features of uint8 NHWC images, ``batch_size`` at a time,
+    eval mode, inference mode, bf16 autocast on CUDA; every batch's output is checked."""
+
+    def __init__(self, backbone: LoadedBackbone, device: torch.device, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size: got {batch_size}, expected an integer >= 1")
+        self.backbone, self.device, self.batch_size = backbone, torch.device(device), batch_size
+
+    def features(self, images: np.ndarray) -> np.ndarray:
+        """uint8 [N, S, S, 3] -> float32 [N, D]."""
+        model, spec = self.backbone.model, self.backbone.spec
+        set_eval(model)
+        pixels = images if images.flags.writeable else np.array(images)  # wire arrays are read-only views
+        out = []
+        with torch.inference_mode(), autocast(self.device):
+            for start in range(0, len(pixels), self.batch_size):
+                batch = torch.from_numpy(np.ascontiguousarray(pixels[start:start + self.batch_size]))
+                output = model(to_model_input(batch, self.backbone.preprocessing, self.device))
+                out.append(checked(spec, output, len(batch)).float())
+        if not out:
+            return np.zeros((0, self.backbone.out_dim), np.float32)
+        return torch.cat(out).cpu().numpy()
+
+
+__all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",
+           "load_weights", "named_preprocessing", "to_model_input"]
