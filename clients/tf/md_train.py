@@ -44,16 +44,20 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.tf import models
+from clients.tf.backbones import load_backbone, to_model_input
 from clients.errors import UsageError
+from clients.trainer_args import MD_IMAGE_SIZE
 
 keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)
 _CONFIG_KEY = "config/.ATTRIBUTES/VARIABLE_VALUE"
 _NEXT_INDEX_KEY = "next_index/.ATTRIBUTES/VARIABLE_VALUE"
+SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
 
 def select_device(requested: str) -> str:
@@ -116,7 +120,6 @@ class TFFramework(Framework):
         if ranks is not None and args.device == "cpu":
             tf.config.set_visible_devices([], "GPU")  # the strategy would take the GPUs otherwise
         self.device = select_device(args.device)
-        self.buckets = resolve_buckets(args.shape_buckets, self.device.startswith("/GPU"))
         self.manager: tf.train.CheckpointManager | None = None
         self._ladders: dict[bytes, Ladder] = {}
         self.strategy: tf.distribute.Strategy | None = None
@@ -130,6 +133,30 @@ class TFFramework(Framework):
                 raise UsageError(f"environment TF_CONFIG: {self.world_size} workers train {replicas} replicas; "
                                  "expected one per worker (give each worker one GPU with CUDA_VISIBLE_DEVICES, or "
                                  "use --device cpu)")
+        self.loaded: LoadedBackbone | None = None
+        if args.image_size is None:  # a user's backbone declares its side: known before the feed asks for episodes
+            self.loaded = self._load_backbone()
+        self.buckets = self._buckets(args.shape_buckets, self.device.startswith("/GPU"))
+
+    def _buckets(self, setting: str, gpu: bool) -> bool:
+        """Shape buckets need our batch norms (they count the valid rows): a user's backbone
+        trains on unpadded episodes (auto: off; on: refused)."""
+        if self.args.backbone in NAMED_BACKBONES:
+            return resolve_buckets(setting, gpu)
+        if setting == "on":
+            raise UsageError(f"argument --shape-buckets: got on, but --backbone {self.args.backbone} is not one of "
+                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' "
+                             "statistics; use auto or off")
+        return False
+
+    def _load_backbone(self) -> LoadedBackbone:
+        """The backbone, its variables where the steps run (the strategy's, or the device's)."""
+        with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
+            loaded = load_backbone(self.args, MD_IMAGE_SIZE, SEED_NAME)
+        if not isinstance(loaded.model, keras.Model):
+            raise UsageError(f"argument --backbone: {loaded.spec.target} made a {type(loaded.model).__name__}, "
+                             "expected a Keras model (the trainer trains its variables and checkpoints them)")
+        return loaded
 
     def _placement(self) -> Any:
         """Where a step runs: the strategy places its replica; one process: ``self.device``."""
@@ -143,10 +170,12 @@ class TFFramework(Framework):
         with tf.device(self.device):  # bookkeeping, not replicated state
             self.next_index = tf.Variable(0, dtype=tf.int64, trainable=False, name="next_index")
             self.config = tf.Variable("", dtype=tf.string, trainable=False, name="config")
+        if self.loaded is None:
+            self.loaded = self._load_backbone()
+        self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
             tf.keras.utils.set_random_seed(args.seed)
-            self.backbone = models.build_backbone(args.backbone, args.image_size)
-            self.head = models.build_head(num_classes, self.backbone.output_shape[-1]) if num_classes else None
+            self.head = models.build_head(num_classes, self.loaded.out_dim) if num_classes else None
             self.optimizer = keras.optimizers.Adam(learning_rate=args.lr)
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:
@@ -159,7 +188,7 @@ class TFFramework(Framework):
         if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
         self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
-        self._evaluator = Evaluator(self.backbone, args.image_size, self.buckets)
+        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets)
 
     @property
     def trainable(self) -> list[tf.Variable]:
@@ -169,8 +198,11 @@ class TFFramework(Framework):
         return models.parameter_count(self.backbone, *([self.head] if self.head else []))
 
     def describe(self) -> dict[str, Any]:
+        assert self.loaded is not None
         return {"tensorflow_version": tf.__version__, "keras_version": keras.__version__, "device": self.device,
-                "parameter_count": self.parameter_count(), "shape_buckets": "on" if self.buckets else "off"}
+                "parameter_count": self.parameter_count(), "shape_buckets": "on" if self.buckets else "off",
+                "embedding_dim": self.loaded.out_dim, "backbone_sha256": self.loaded.fingerprint,
+                "preprocessing": self.loaded.preprocessing.as_config()}
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -214,7 +246,7 @@ class TFFramework(Framework):
             rows = support + query
             with tf.GradientTape() as tape:
                 with models.valid_rows(self.backbone, rows if padded else None):
-                    embedded = self.backbone(models.to_unit_range(images), training=True)
+                    embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
                 logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
                 loss = models.episode_loss(logits, labels[support:rows])
                 replica_loss = self._replica_loss(loss)
@@ -246,7 +278,8 @@ class TFFramework(Framework):
 
         def step(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             with tf.GradientTape() as tape:
-                logits = head(self.backbone(models.to_unit_range(images), training=True), training=True)
+                logits = head(self.backbone(to_model_input(images, self.preprocessing), training=True),
+                              training=True)
                 loss = models.episode_loss(logits, labels, classes)
                 replica_loss = self._replica_loss(loss)
             variables = self.trainable
@@ -330,15 +363,15 @@ class Evaluator:
     With ``buckets``, each embedding chunk is padded to a bucket (``EVAL_CHUNK`` at most);
     inference-mode batch norm is per row, so padding changes no valid row."""
 
-    def __init__(self, backbone: keras.Model, image_size: int, buckets: bool = False) -> None:
-        images = tf.TensorSpec((None, image_size, image_size, 3), tf.uint8)
+    def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False) -> None:
+        images = tf.TensorSpec((None, preprocessing.size, preprocessing.size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
         self.ladder = Ladder(cap=EVAL_CHUNK) if buckets else None
 
         @tf.function(input_signature=[images])
         def embed(batch: tf.Tensor) -> tf.Tensor:
-            return backbone(models.to_unit_range(batch), training=False)
+            return backbone(to_model_input(batch, preprocessing), training=False)
 
         @tf.function(input_signature=[features, labels, features, labels, tf.TensorSpec((), tf.int32)])
         def score(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, query_labels: tf.Tensor,

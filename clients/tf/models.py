@@ -1,8 +1,9 @@
 """Keras models of the TensorFlow trainer: the Meta-Dataset backbones, Prototypical
 Networks' episode loss and the inference-only baseline's linear head.
 
-Backbones map uint8 NHWC images (converted by ``to_unit_range`` to float32 in
-[-1, 1]) to one embedding vector per image:
+Backbones map float32 NHWC images in [-1, 1] (uint8 pixels converted by
+``clients.tf.backbones.to_model_input``, the backbone contract's scaling) to one
+embedding vector per image:
 
 - ``conv4``: four blocks of [Conv2D 3x3, 64 filters; BatchNorm; ReLU; MaxPool 2],
   flattened (1600 features at 84 x 84, 256 at 32 x 32).
@@ -11,6 +12,9 @@ Backbones map uint8 NHWC images (converted by ``to_unit_range`` to float32 in
 - ``resnet50``: the same stem, bottleneck blocks [3, 4, 6, 3] of widths 64/128/256/512
   expanded 4 times (stride on the 3x3 convolution, as torchvision's ResNet-50 v1.5),
   global average pooling (2048 features; the parameters of the torch ``resnet50``).
+- ``tiny``: three stride-2 3x3 convolutions (16/32/64 filters, padding 1 as torch's,
+  bias, ReLU), global average pooling (64 features; no batch norm): fast on CPU, for
+  tests and the demo.
 
 Prototypical Networks (Snell et al., 2017, as Meta-Dataset uses them): a class
 prototype is the mean embedding of its support images, a query's logit for a class
@@ -43,14 +47,9 @@ from typing import Any
 import tensorflow as tf
 
 keras = tf.keras
-BACKBONES = ("conv4", "resnet18", "resnet50")
+BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
 _BN_MOMENTUM = 0.9
 _BN_EPSILON = 1e-5
-
-
-def to_unit_range(images: tf.Tensor) -> tf.Tensor:
-    """uint8 pixels -> float32 in [-1, 1]."""
-    return tf.cast(images, tf.float32) / 127.5 - 1.0
 
 
 class RowBatchNormalization(keras.layers.BatchNormalization):
@@ -154,6 +153,18 @@ def resnet50(image_size: int) -> keras.Model:
     return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="pool")(x), name="resnet50")
 
 
+def tiny(image_size: int) -> keras.Model:
+    """Three stride-2 3x3 convolutions with ReLU (zero padding 1 on each side, as torch's
+    ``padding=1``, so the torch ``tiny`` computes the same with the same weights), global
+    average pooling: 64 features."""
+    inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
+    x = inputs
+    for block, filters in enumerate((16, 32, 64)):
+        x = keras.layers.ZeroPadding2D(1, name=f"block{block}_pad")(x)
+        x = keras.layers.Conv2D(filters, 3, strides=2, padding="valid", activation="relu", name=f"block{block}_conv")(x)
+    return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(name="pool")(x), name="tiny")
+
+
 def build_backbone(name: str, image_size: int) -> keras.Model:
     if name == "conv4":
         return conv4(image_size)
@@ -161,6 +172,8 @@ def build_backbone(name: str, image_size: int) -> keras.Model:
         return resnet18(image_size)
     if name == "resnet50":
         return resnet50(image_size)
+    if name == "tiny":
+        return tiny(image_size)
     raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
 
 

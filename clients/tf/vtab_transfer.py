@@ -1,21 +1,21 @@
 """``python -m clients.tf transfer``: the VTAB-1k transfer learner in TensorFlow/Keras (the
 run itself is ``clients.vtab_transfer``; this file holds weights, steps and predictions).
 
-Same behaviour as ``clients.torch.vtab_transfer``: images scaled to [0, 1] as the adapters
-do, then to [-1, 1] (the MD backbones' range); a zero-initialised linear head; linear
-mode embeds each (task, split, record) once with the frozen backbone in inference
-mode. Op determinism is on, so a repeated run reports the same accuracies.
-
-``--init`` takes our MD trainer's checkpoint (a ``tf.train.Checkpoint`` prefix such as
-``ckpt-10``, its ``.index`` file, or the directory holding it) or a Keras weights file
-(``*.weights.h5``) of the same backbone.
+Same behaviour as ``clients.torch.vtab_transfer``: the backbone is any of the contract's
+(``clients.tf.backbones.load_backbone``: named, ``module:callable``, SavedModel or Keras
+file; ``--weights`` takes our MD trainer's checkpoint, a ``tf.train.Checkpoint`` prefix
+such as ``ckpt-10``, its ``.index`` file or its directory, or Keras weights
+``*.weights.h5``), its input scaled and normalised as it declares (our named backbones:
+[-1, 1]); a zero-initialised linear head; linear mode embeds each (task, split, record)
+once with the frozen backbone in inference mode. ``--mode finetune`` trains the backbone,
+so it needs a Keras model. Op determinism is on, so a repeated run reports the same
+accuracies.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,37 +23,17 @@ import tensorflow as tf
 
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
+from clients.tf.backbones import inference, load_backbone, to_model_input
 from clients.tf.md_train import select_device
 from clients.errors import UsageError
-from clients.seeds import derive_seed
+from clients.trainer_args import TRANSFER_IMAGE_SIZE
 from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM
 
 keras = tf.keras
 
 
-def _checkpoint_prefix(path: str) -> str | None:
-    """The tf.train.Checkpoint prefix ``path`` names (prefix, ``.index`` file or directory), else None."""
-    if Path(path).is_dir():
-        return tf.train.latest_checkpoint(path)
-    prefix = path[: -len(".index")] if path.endswith(".index") else path
-    return prefix if Path(prefix + ".index").exists() else None
-
-
-def load_init(backbone: keras.Model, path: str, name: str) -> None:
-    """Load ``--init`` into ``backbone``; anything else is a one-line UsageError."""
-    allowed = f"our MD trainer's checkpoint (prefix, .index or directory) or Keras weights (.weights.h5) of {name}"
-    try:
-        prefix = _checkpoint_prefix(path)
-        if prefix is not None:
-            tf.train.Checkpoint(backbone=backbone).restore(prefix).expect_partial().assert_existing_objects_matched()
-        elif path.endswith(".h5"):
-            backbone.load_weights(path)
-        else:
-            raise ValueError("neither a checkpoint nor a .weights.h5 file")
-    except (AssertionError, ValueError, OSError, tf.errors.OpError) as error:
-        detail = " ".join(str(error).split())[:200]
-        raise UsageError(f"argument --init: got {path!r}, expected {allowed} ({detail})") from None
+SEED_NAME = "scratch"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
 
 class TFTransferLearner(TransferLearner):
@@ -64,28 +44,34 @@ class TFTransferLearner(TransferLearner):
         tf.config.experimental.enable_op_determinism()
         self.device = select_device(args.device)
         with tf.device(self.device):
-            keras.utils.set_random_seed(derive_seed(args.seed, "scratch", args.backbone))
-            self.backbone = models.build_backbone(args.backbone, args.image_size)
-        if args.init != "scratch":
-            load_init(self.backbone, args.init, args.backbone)
-        self.initial = self.backbone.get_weights()
-        self.dim = int(self.backbone.output_shape[-1])
+            self.loaded = load_backbone(args, TRANSFER_IMAGE_SIZE, SEED_NAME)
+        self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
+        self.trainable_backbone = isinstance(self.backbone, keras.Model)
+        if args.mode == "finetune" and not self.trainable_backbone:
+            raise UsageError(f"argument --mode: got finetune, but --backbone {self.loaded.spec.target} made a "
+                             f"{type(self.backbone).__name__}, expected a Keras model (finetuning trains its "
+                             "variables); use --mode linear or protonet")
+        self.initial = self.backbone.get_weights() if self.trainable_backbone else []
+        self.dim = self.loaded.out_dim
         self.features: dict[tuple[str, str, int], np.ndarray] = {}
         images = tf.TensorSpec((None, args.image_size, args.image_size, 3), tf.uint8)
-        self._embed = tf.function(lambda x: self.backbone(self._input(x), training=False), input_signature=[images])
+        forward = inference(self.backbone)
+        self._embed = tf.function(lambda x: forward(self._input(x)), input_signature=[images])
 
-    @staticmethod
-    def _input(images: tf.Tensor) -> tf.Tensor:
-        """uint8 -> [0, 1] (the adapters' scale) -> [-1, 1]."""
-        return (tf.cast(images, tf.float32) / 255.0) * 2.0 - 1.0
+    def _input(self, images: tf.Tensor) -> tf.Tensor:
+        """uint8 -> what the backbone declares (``clients.tf.backbones.to_model_input``)."""
+        return to_model_input(images, self.preprocessing)
 
     def describe(self) -> dict[str, Any]:
+        count = models.parameter_count(self.backbone) if self.trainable_backbone else 0
         return {"framework": self.name, "tensorflow_version": tf.__version__, "device": self.device,
-                "backbone_parameter_count": models.parameter_count(self.backbone), "embedding_dim": self.dim}
+                "backbone_parameter_count": count, "embedding_dim": self.dim,
+                "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.preprocessing.as_config()}
 
     def reset(self, num_classes: int, seed: int) -> None:
         args = self.args
-        self.backbone.set_weights(self.initial)
+        if self.trainable_backbone:
+            self.backbone.set_weights(self.initial)
         with tf.device(self.device):
             inputs = keras.Input(shape=(self.dim,), dtype="float32")
             self.head = keras.Model(inputs, keras.layers.Dense(num_classes, kernel_initializer="zeros")(inputs))

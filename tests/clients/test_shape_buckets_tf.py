@@ -15,6 +15,7 @@ tf = pytest.importorskip("tensorflow")
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.tf import models  # noqa: E402
+from clients.tf.backbones import named_preprocessing, to_model_input  # noqa: E402
 from clients.tf.md_train import Evaluator, main  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def _step(model, episode: tuple[np.ndarray, ...], ways: int, padded_rows: int | 
     labels[:ns], labels[ns:ns + nq] = support_labels, query_labels
     with tf.GradientTape() as tape:
         with models.valid_rows(model, ns + nq if padded_rows is not None and count_valid_rows else None):
-            embedded = model(models.to_unit_range(images), training=True)
+            embedded = model(to_model_input(images, named_preprocessing(images.shape[1])), training=True)
         logits = models.prototype_logits(embedded[:ns], labels[:ns], embedded[ns:ns + nq], tf.constant(ways))
         loss = models.episode_loss(logits, labels[ns:ns + nq])
     gradients = tape.gradient(loss, model.trainable_variables)
@@ -83,7 +84,8 @@ def test_padded_step_equals_unpadded_step(backbone: str):
 def test_evaluation_predicts_the_same_with_buckets(served):
     tf.keras.utils.set_random_seed(0)
     backbone = models.build_backbone("conv4", 32)
-    on, off = Evaluator(backbone, 32, buckets=True), Evaluator(backbone, 32, buckets=False)
+    on, off = (Evaluator(backbone, named_preprocessing(32), buckets=True),
+               Evaluator(backbone, named_preprocessing(32), buckets=False))
     with SamplerClient(served.address) as client:
         episodes = list(client.episodes(EpisodeSpec(sources=("folder",), split="test", image_size=32), 0, 4))
     assert any(on.ladder.size(len(e.support_images)) != len(e.support_images) for e in episodes)  # padding happens
