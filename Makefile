@@ -8,7 +8,7 @@ DEMO_DIR ?= demo-data
 export TF_CPP_MIN_LOG_LEVEL := 2
 export TF_ENABLE_ONEDNN_OPTS := 0
 
-.PHONY: demo test install proto wordnet postgresql clean
+.PHONY: demo test install proto wordnet postgresql chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,19 @@ postgresql:
 		|| echo "postgresql not installed; the PostgreSQL metrics tests fail (SAMPLER_TESTS_WITHOUT_POSTGRES=1 skips them)"; \
 	fi
 
-test: install wordnet postgresql
+# Chromium from Debian, where apt is available: the report card's test renders its HTML
+# in headless Chromium and checks the screenshot. Without it that test fails, unless
+# SAMPLER_TESTS_WITHOUT_CHROMIUM=1 says to skip it.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		fi; \
+		command -v chromium >/dev/null 2>&1 \
+		|| echo "chromium not installed; the report card's browser test fails (SAMPLER_TESTS_WITHOUT_CHROMIUM=1 skips it)"; \
+	fi
+
+test: install wordnet postgresql chromium
 	$(BIN)/python -m pytest -q
 
 # Regenerate sampler_common/wire/gen from protos/ after a .proto change (commit the result;

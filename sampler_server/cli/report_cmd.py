@@ -294,9 +294,10 @@ def _calibrated_section(
         if chosen:
             raise
         return card.left_out(shown.title, f"against {controls.scratch} (scratch) and {controls.max} (max): {error}")
-    if not shown.runs_with_results(report):
-        return card.left_out(shown.title, f"no {shown.results} for {', '.join(models)}")
-    lines = [f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in models]
+    having = shown.runs_with_results(report)
+    if not having:
+        return card.left_out(shown.title, f"no {shown.results} for {', '.join(query.run_ids)}")
+    lines = [f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in having]
     if not chosen:
         lines.append(f"control runs: {controls.scratch} (scratch), {controls.max} (max), the metrics database's only "
                      "ones (--scratch and --max pick others)")

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sampler_server.metrics.baselines.report import CalibratedReport
 from sampler_server.metrics.cog.report import CogReport
 from sampler_server.metrics.md.report import Report as MdReport
 from sampler_server.metrics.vtab.report import VtabReport
@@ -63,8 +64,14 @@ CARD_TABLES = (
 """The tables every card shows where their runs have results, in card order; the
 calibrated table (``CALIBRATED``) follows them where scratch and max runs exist."""
 
+def calibrated_runs(report: CalibratedReport) -> list[str]:
+    """The model runs of a calibrated report with a result at a data regime of some task."""
+    calibrated = {run for task in report.calibration["tasks"].values() for run in task["runs"]}
+    return [run for run in report.runs if run in calibrated]
+
+
 CALIBRATED = CardTable("calibrated", "Calibrated (control baselines)", "VTAB results at a data regime",
-                       lambda report: list(report.runs) if report.calibration["tasks"] else [])
+                       calibrated_runs)
 
 
 @dataclass(frozen=True)
