@@ -1,10 +1,12 @@
 """The ImageNet-CoG feature cache (framework-free): a level split's features, extracted once
 with one backbone and reused by every seed, every N and every later run.
 
-An entry is keyed by everything its features depend on: the sha256 of the backbone's
-checkpoint (file, or every file of a SavedModel directory), the split's fingerprint (as
-GetCogSplit and ``sampler-server cog split`` give it), the image size, the framework,
-the backbone's kind and the input normalisation. The key's sha256 names a directory
+An entry is keyed by everything its features depend on (``feature_key``): the backbone's
+fingerprint (``LoadedBackbone.fingerprint``: the sha256 of its weights as loaded), the
+split's fingerprint (as GetCogSplit and ``sampler-server cog split`` give it), the
+preprocessing (``Preprocessing.key()``: side, range, mean, std) and the resize; so every
+command that embeds the same split with the same weights shares the entry. The key's
+sha256 names a directory
 ``<DIR>/<key>/`` holding ``meta.json`` (the key and the shapes), ``record_ids.npy``,
 ``labels.npy`` and ``features.npy`` (float32 [N, D], the backbone's raw output: the
 evaluation L2-normalises it when it reads it, so one entry serves any use).
@@ -100,6 +102,13 @@ class CachedFeatures:
         if labels is not None and not np.array_equal(self.labels[rows], np.asarray(labels, np.int64)):
             raise FeatureCacheError(f"feature cache {self.path}: the {what}'s labels disagree with its split's")
         return rows
+
+
+def feature_key(backbone_sha256: str, split_fingerprint: str, preprocessing: str, resize: str) -> dict[str, str]:
+    """The key fields of the entry of one split's features: what they depend on, nothing else
+    (not the command, nor the framework beyond what the weights' fingerprint says)."""
+    return {"backbone_sha256": backbone_sha256, "split_fingerprint": split_fingerprint,
+            "preprocessing": preprocessing, "resize": resize}
 
 
 def entry_key(fields: Mapping[str, Any]) -> str:

@@ -7,9 +7,11 @@ training step and predictions.
 The protocol (CoG paper, supplementary B; the reference's ``logreg.py`` defaults):
 for each level asked (default: every level ListCogLevels gives, IN-1K first), the
 backbone embeds the level's whole ``train`` split and its ``test`` split once, images
-preprocessed by the server (shorter side to ``--image-size`` bicubic, centre crop),
-then divided by 255 and normalised with ``--mean``/``--std`` (ImageNet's by default).
-The features are cached on disk (``clients.cog_cache``) and L2-normalised when read.
+preprocessed by the server (shorter side to the backbone's input size, bicubic, centre
+crop), then mapped as the backbone declares (``clients.backbone_contract``; a backbone
+that declares nothing gets the reference's: divided by 255, ImageNet's mean and std).
+The features are cached on disk (``clients.cog_cache``, keyed by the weights' sha256,
+the split's fingerprint and the preprocessing) and L2-normalised when read.
 For each N of ``--shots`` (``all`` = every train image) and each seed of ``--seeds``,
 three subsets come from the server as record ids (GetCogSplit) and select rows of the
 cached train features, as the reference draws them: val(seed), 20% of the full train
@@ -45,28 +47,27 @@ does; in the search it scores 0 (never preferred over one that trained).
 Reports (protocol "cog"): key (run, level, N, seed); metrics ``accuracy`` (test top-1),
 ``val_accuracy``, ``learning_rate``, ``weight_decay``; ``examples`` = test images. The
 run configuration leaves out what only selects work (``--levels``, ``--shots``,
-``--seeds``) and where files live (the checkpoint's path; its sha256 is kept), so one
-run may be completed over several invocations.
+``--seeds``) and where files live (the paths of ``--weights`` and of a model file; the
+weights' sha256 is kept, ``backbone_sha256``), so one run may be completed over several
+invocations.
 """
 
 from __future__ import annotations
 
 import abc
 import argparse
-import importlib
 import json
 import math
-import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from clients.backbone_contract import LoadedBackbone
 from clients.client import SamplerClient
-from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, sha256_path
+from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, feature_key
 from clients.cog_protocol import LR_RANGE, MOMENTUM, RESIZE, WD_RANGE
 from clients.errors import SamplerClientError
 from clients.reporting import run_config_json
@@ -78,8 +79,8 @@ from sampler_common.protocols import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 # What selects work or names a place, not what defines a result: left out of the run configuration.
-COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "backbone_checkpoint",
-                   "extract_batch_size")
+COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "extract_batch_size")
+SEED_NAME = "backbone"  # a named backbone's random weights: derive_seed(0, SEED_NAME, name), as the MD trainer's at seed 0
 
 
 # ---- the pure parts ---------------------------------------------------------------------------
@@ -126,73 +127,17 @@ def choose(scores: Sequence[float], grid: Sequence[HParams]) -> HParams:
     return grid[max(range(len(grid)), key=lambda i: (scores[i], -i))]
 
 
-_CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-@dataclass(frozen=True)
-class BackboneSpec:
-    """What ``--backbone`` names: ``kind`` 'builtin', 'file' or 'callable'; ``target`` the
-    file, or 'module:callable'; ``checkpoint`` the weights file whose sha256 keys the cache
-    (for 'builtin': where its weights are kept, written when missing)."""
-
-    kind: str
-    target: str
-    checkpoint: Path
-
-
-def backbone_spec(args: argparse.Namespace, builtin_name: str) -> BackboneSpec:
-    """Resolve ``--backbone`` / ``--backbone-checkpoint``; bad combinations are one line (exit 2)."""
-    text, checkpoint = args.backbone, args.backbone_checkpoint
-    if text == "builtin":
-        return BackboneSpec("builtin", text, Path(checkpoint or Path(args.feature_cache) / builtin_name))
-    if Path(text).exists():
-        if checkpoint is not None:
-            raise UsageError(f"argument --backbone-checkpoint: got {checkpoint!r}, but --backbone {text!r} is a file "
-                             "holding its own weights (the flag is for builtin and module:callable backbones)")
-        return BackboneSpec("file", text, Path(text))
-    if _CALLABLE.match(text):
-        if checkpoint is None or not Path(checkpoint).exists():
-            raise UsageError(f"argument --backbone-checkpoint: got {checkpoint!r}, expected the existing weights file "
-                             f"that {text} loads (its sha256 keys the feature cache)")
-        return BackboneSpec("callable", text, Path(checkpoint))
-    raise UsageError(f"argument --backbone: got {text!r}, expected builtin, an existing model file, or "
-                     "module:callable")
-
-
-def load_callable(target: str) -> Callable[..., Any]:
-    """The object ``module:callable`` names (dotted attributes allowed), else one line (exit 2)."""
-    module_name, _, attribute = target.partition(":")
-    try:
-        value: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError) as error:
-        raise UsageError(f"argument --backbone: got {target!r}, which cannot be loaded ({type(error).__name__}: "
-                         f"{' '.join(str(error).split())[:160]})") from None
-    if not callable(value):
-        raise UsageError(f"argument --backbone: got {target!r}, which names a {type(value).__name__}, not a callable")
-    return value
-
-
 # ---- what a framework supplies --------------------------------------------------------------
 
 
 class CogBackend(abc.ABC):
-    """A framework's backbone (frozen, inference mode) and linear classifier."""
+    """A framework's backbone (``LoadedBackbone``: frozen, inference mode; its fingerprint and
+    preprocessing key the feature cache) and linear classifier."""
 
     name = "framework"
 
-    def __init__(self, args: argparse.Namespace, spec: BackboneSpec) -> None:
-        self.args, self.spec = args, spec
-
-    @property
-    def checkpoint(self) -> Path:
-        """The backbone's weights on disk (file or directory): its sha256 keys the feature cache."""
-        return self.spec.checkpoint
-
-    def backbone_kind(self) -> str:
-        """'builtin', 'file' or the 'module:callable' named: part of the cache key and configuration."""
-        return self.spec.target if self.spec.kind == "callable" else self.spec.kind
+    def __init__(self, args: argparse.Namespace, backbone: LoadedBackbone) -> None:
+        self.args, self.backbone = args, backbone
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
@@ -200,7 +145,7 @@ class CogBackend(abc.ABC):
 
     @abc.abstractmethod
     def extract(self, images: np.ndarray) -> np.ndarray:
-        """Features float32 [B, D] of uint8 RGB images [B, S, S, 3] (scaled to [0, 1], then --mean/--std)."""
+        """Features float32 [B, D] of uint8 RGB images [B, S, S, 3], preprocessed as the backbone declares."""
 
     @abc.abstractmethod
     def classifier_data(self, features: np.ndarray, labels: np.ndarray) -> Any:
@@ -281,7 +226,7 @@ class CogRun:
         self.args = args = backend.args
         self.grid = search_grid(*args.grid)
         self.cache = FeatureCache(args.feature_cache)
-        self.checkpoint_sha256 = sha256_path(backend.checkpoint)
+        self.fingerprint = backend.backbone.fingerprint
         self.splits: dict[tuple[str, str, int, int], SplitIds] = {}
         self.features: dict[str, CachedFeatures] = {}
         self.num_classes: dict[str, int] = {}
@@ -323,11 +268,7 @@ class CogRun:
     # -- features --
 
     def cache_fields(self, split: SplitIds) -> dict[str, Any]:
-        args = self.args
-        return {"checkpoint_sha256": self.checkpoint_sha256, "split_fingerprint": split.fingerprint,
-                "image_size": args.image_size, "resize": RESIZE, "framework": self.backend.name,
-                "backbone": self.backend.backbone_kind(), "mean": list(args.mean), "std": list(args.std),
-                "level": split.level, "split": split.split}
+        return feature_key(self.fingerprint, split.fingerprint, self.backend.backbone.preprocessing.key(), RESIZE)
 
     def _batches(self, split: SplitIds) -> Callable[[int], Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
         args = self.args
@@ -437,11 +378,17 @@ class CogRun:
                                  seed=result["seed"], examples=result["test_examples"], metrics=metrics)
         self.client.report([report], run_config_json=run_config_json(config))
 
+    def backbone_name(self) -> str:
+        """The backbone as the configuration names it: a file's path is where it lives (its sha256 says what it is)."""
+        spec = self.backend.backbone.spec
+        return "file" if spec.kind == "file" else spec.target
+
     def config(self) -> dict[str, Any]:
         config: dict[str, Any] = {k: v for k, v in sorted(vars(self.args).items()) if k not in COG_OPERATIONAL}
         config.update(self.backend.describe())
-        config.update({"protocol": COG, "backbone": self.backend.backbone_kind(),
-                       "checkpoint_sha256": self.checkpoint_sha256, "search": "log grid, learning rate major",
+        config.update({"protocol": COG, "backbone": self.backbone_name(), "backbone_sha256": self.fingerprint,
+                       "preprocessing": self.backend.backbone.preprocessing.as_config(),
+                       "search": "log grid, learning rate major",
                        "grid": [asdict(hp) for hp in self.grid], "momentum": MOMENTUM, "resize": RESIZE})
         return json.loads(json.dumps(config))
 
@@ -481,7 +428,7 @@ class CogRun:
 def format_summary(summary: Mapping[str, Any]) -> str:
     config = summary["config"]
     lines = [f"run {summary['run']}: {config.get('framework', '?')} ImageNet-CoG linear evaluation, backbone "
-             f"{config.get('backbone', '?')} (sha256 {config.get('checkpoint_sha256', '?')[:12]}), "
+             f"{config.get('backbone', '?')} (sha256 {config.get('backbone_sha256', '?')[:12]}), "
              f"{summary['extracted']} images embedded"]
     for level, entry in summary["levels"].items():
         for result in entry["results"]:

@@ -268,7 +268,10 @@ def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
 # How a run was operated, not what defines its results: left out of the run configuration,
 # so evaluating a checkpoint again (--eval-only, another address) sends the same one.
 OPERATIONAL = ("server", "connect_timeout", "retries", "eval_only", "report_batch", "checkpoint_dir",
-               "checkpoint_every", "log_every", "json_summary", "tls_ca", "tls_cert", "tls_key", "token_file")
+               "checkpoint_every", "log_every", "json_summary", "tls_ca", "tls_cert", "tls_key", "token_file",
+               # where the weights live and the command's fallbacks: the trainers record the weights'
+               # sha256 (backbone_sha256) and the preprocessing as resolved instead
+               "weights", "preprocessing_defaults")
 
 
 def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:

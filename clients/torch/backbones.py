@@ -295,11 +295,12 @@ def checked(spec: BackboneSpec, output: Any, rows: int) -> torch.Tensor:
     return output
 
 
-def set_eval(model: Any) -> None:
-    """Eval mode, where the model has one (an exported program's module runs as it was exported)."""
+def set_mode(model: Any, training: bool) -> None:
+    """Training or eval mode, where the model has one (an exported program's module runs as
+    it was exported and refuses both)."""
     if isinstance(model, nn.Module):
         try:
-            model.eval()
+            model.train(training)
         except (NotImplementedError, RuntimeError):
             pass
 
@@ -307,7 +308,7 @@ def set_eval(model: Any) -> None:
 def probe(model: Any, spec: BackboneSpec, preprocessing: Preprocessing, device: torch.device) -> int:
     """The feature size D, from one forward pass of ``PROBE_ROWS`` images in eval mode."""
     training = isinstance(model, nn.Module) and model.training
-    set_eval(model)
+    set_mode(model, False)
     images = torch.zeros(PROBE_ROWS, preprocessing.size, preprocessing.size, 3, dtype=torch.uint8)
     try:
         with torch.inference_mode(), autocast(device):
@@ -318,8 +319,7 @@ def probe(model: Any, spec: BackboneSpec, preprocessing: Preprocessing, device: 
                          f"{preprocessing.size} x {preprocessing.size} ({type(error).__name__}: {reason[:200]}"
                          f"{'...' if len(reason) > 200 else ''}); declare input_size or pass --image-size") from None
     dim = int(checked(spec, output, PROBE_ROWS).shape[1])
-    if training:
-        model.train()
+    set_mode(model, training)
     return dim
 
 
@@ -344,7 +344,7 @@ def load_backbone(args: argparse.Namespace, device: torch.device, default_size: 
         model = model.to(device)
         if device.type == "cuda" and not isinstance(model, torch.jit.ScriptModule):
             model = model.to(memory_format=torch.channels_last)
-    set_eval(model)
+    set_mode(model, False)
     out_dim = probe(model, spec, preprocessing, device)
     return LoadedBackbone(spec, model, preprocessing, out_dim, digest)
 
@@ -361,7 +361,7 @@ class TorchFeatures:
     def features(self, images: np.ndarray) -> np.ndarray:
         """uint8 [N, S, S, 3] -> float32 [N, D]."""
         model, spec = self.backbone.model, self.backbone.spec
-        set_eval(model)
+        set_mode(model, False)
         pixels = images if images.flags.writeable else np.array(images)  # wire arrays are read-only views
         out = []
         with torch.inference_mode(), autocast(self.device):
@@ -375,4 +375,4 @@ class TorchFeatures:
 
 
 __all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",
-           "load_weights", "named_preprocessing", "to_model_input"]
+           "load_weights", "named_preprocessing", "set_mode", "to_model_input"]

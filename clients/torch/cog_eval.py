@@ -1,31 +1,22 @@
 """``python -m clients.torch cog``: the ImageNet-CoG linear evaluation in PyTorch (the run
 itself is ``clients.cog_eval``; this file holds the backbone and the linear classifier).
 
-``--backbone`` is one of:
-- a TorchScript file (``torch.jit.save`` of a module mapping a float32 NCHW batch to
-  features [B, D]), or a ``.pt2`` exported program (``torch.export.save``, exported in
-  eval mode with a dynamic batch dimension);
-- ``module:callable``: imported and called with the ``--backbone-checkpoint`` path, it
-  returns an ``nn.Module`` (or any callable on tensors) mapping NCHW to [B, D];
-- ``builtin``: a small random-init convolutional network (three stride-2 3x3
-  convolutions, ReLU, global average pooling, 64 features) for tests and demos. Its
-  weights are drawn once from a fixed seed and kept in a file (``--backbone-checkpoint``
-  or ``<feature-cache>/builtin-torch.pt``), so it has a checksum like any checkpoint.
-
-The backbone runs in eval mode under ``torch.inference_mode``; its input is the server's
-uint8 RGB crop divided by 255 and normalised per channel with ``--mean``/``--std``, as the
-reference's feature extraction does. The classifier is ``nn.Linear`` trained by
-``torch.optim.SGD`` (momentum 0.9, ``weight_decay`` on weight and bias, as the reference
-passes ``model.parameters()``) with mean cross-entropy; a step whose loss is not finite
-is not applied (the run stops that fit). On the CPU deterministic algorithms are on.
+``--backbone`` is any backbone of the contract (``clients.torch.backbones``): a named one
+(``tiny`` is a small random-init network for tests and demos), ``module:callable``, a
+TorchScript or ``.pt2`` file; ``--weights`` loads a state dict into a named or
+module:callable one. It runs in eval mode under ``torch.inference_mode`` (bf16 autocast
+on CUDA); its input is the server's uint8 RGB crop mapped as it declares, by default as
+the reference's feature extraction does (divided by 255, ImageNet's mean and std). The
+classifier is ``nn.Linear`` trained by ``torch.optim.SGD`` (momentum 0.9,
+``weight_decay`` on weight and bias, as the reference passes ``model.parameters()``) with
+mean cross-entropy; a step whose loss is not finite is not applied (the run stops that
+fit). On the CPU deterministic algorithms are on.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,107 +24,33 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clients.cog_eval import BackboneSpec, CogBackend, backbone_spec, load_callable, run_cog_main
-from clients.cog_protocol import MOMENTUM
+from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
+from clients.cog_protocol import IMAGE_SIZE, MOMENTUM
+from clients.torch.backbones import TorchFeatures, load_backbone
 from clients.torch.md_train import select_device
-from clients.errors import UsageError
 
-BUILTIN_FILE = "builtin-torch.pt"
-BUILTIN_SEED = 20210607
 PREDICT_ROWS = 8192
-
-
-class BuiltinBackbone(nn.Module):
-    """Three stride-2 3x3 convolutions with ReLU, global average pooling: 64 features."""
-
-    out_dim = 64
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.body(images)
-
-
-def builtin_backbone(path: Path) -> nn.Module:
-    """The builtin network with the weights kept at ``path`` (drawn from a fixed seed, written there when missing)."""
-    model = BuiltinBackbone()
-    if path.exists():
-        try:
-            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-        except Exception as error:  # pickle, zip, key and shape errors alike
-            detail = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
-            raise UsageError(f"argument --backbone-checkpoint: got {str(path)!r}, expected the builtin torch "
-                             f"backbone's weights ({detail})") from None
-        return model
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(BUILTIN_SEED)
-        model = BuiltinBackbone()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, path)
-    return model
-
-
-def load_backbone(spec: BackboneSpec, device: torch.device) -> Any:
-    """The user's backbone, on ``device``, in eval mode."""
-    if spec.kind == "builtin":
-        model: Any = builtin_backbone(spec.checkpoint)
-    elif spec.kind == "file":
-        exported = spec.target.endswith(".pt2")
-        try:
-            if exported:  # an ExportedProgram is traced in the mode it was exported in: no .eval() to call
-                return torch.export.load(spec.target).module().to(device)
-            model = torch.jit.load(spec.target, map_location=device)
-        except Exception as error:  # not a TorchScript archive / exported program
-            kind = "an exported program (torch.export.save)" if exported else "a TorchScript file (torch.jit.save)"
-            detail = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
-            raise UsageError(f"argument --backbone: got {spec.target!r}, expected {kind}, builtin or "
-                             f"module:callable ({detail})") from None
-    else:
-        model = load_callable(spec.target)(str(spec.checkpoint))
-        if not callable(model):
-            raise UsageError(f"argument --backbone: {spec.target} returned a {type(model).__name__}, "
-                             "expected an nn.Module")
-    if isinstance(model, nn.Module):
-        model = model.to(device).eval()
-    return model
 
 
 class TorchCogBackend(CogBackend):
     name = "torch"
 
     def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(args, backbone_spec(args, BUILTIN_FILE))
         self.device = select_device(args.device)
         if self.device.type == "cpu":
             torch.use_deterministic_algorithms(True)
-        self.backbone = load_backbone(self.spec, self.device)
-        shape = (1, 3, 1, 1)
-        self.mean = torch.tensor(args.mean, dtype=torch.float32, device=self.device).reshape(shape)
-        self.std = torch.tensor(args.std, dtype=torch.float32, device=self.device).reshape(shape)
+        super().__init__(args, load_backbone(args, self.device, IMAGE_SIZE, SEED_NAME))
+        self.extractor = TorchFeatures(self.backbone, self.device, args.extract_batch_size)
         self.linear: nn.Linear | None = None
 
     def describe(self) -> dict[str, Any]:
-        parameters = sum(p.numel() for p in self.backbone.parameters()) if hasattr(self.backbone, "parameters") else 0
+        model = self.backbone.model
+        parameters = sum(p.numel() for p in model.parameters()) if isinstance(model, nn.Module) else 0
         return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device),
-                "backbone_parameter_count": int(parameters)}
+                "backbone_parameter_count": int(parameters), "embedding_dim": self.backbone.out_dim}
 
     def extract(self, images: np.ndarray) -> np.ndarray:
-        pixels = images if images.flags.writeable else np.array(images)  # wire arrays are read-only views
-        x = torch.from_numpy(np.ascontiguousarray(pixels)).to(self.device).permute(0, 3, 1, 2).float().div(255.0)
-        with torch.inference_mode():
-            out = self.backbone((x - self.mean) / self.std)
-        if not isinstance(out, torch.Tensor):
-            raise UsageError(f"argument --backbone: it returned a {type(out).__name__}, expected a tensor of "
-                             "features [B, D]")
-        return out.float().cpu().numpy()
+        return self.extractor.features(images)
 
     def classifier_data(self, features: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.from_numpy(np.ascontiguousarray(features, np.float32)).to(self.device),

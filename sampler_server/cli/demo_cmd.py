@@ -81,7 +81,7 @@ CONTROL_RUNS = {  # role -> what that run adds to VTAB_PROBE (the last --mode/--
 # and 782); IN-1K is the MD leg's ILSVRC store (its classes' train images, and their
 # validation images as the test set: 3 per class here, 50 in ILSVRC-2012).
 COG_LEVEL_CONFIG = ("--level-size", "4", "--min-images", "60")
-COG_EVAL = ("--backbone", "builtin", "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--image-size", "32",
+COG_EVAL = ("--backbone", "tiny", "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--image-size", "32",
             "--shots", "all", "1", "4", "--seeds", "1", "2", "--epochs", "5", "--grid", "3x2", *COG_LEVEL_CONFIG)
 COG_SHARDS = 2
 
@@ -235,7 +235,7 @@ def run_controls(address: str, args: argparse.Namespace) -> None:
     ProtoNet checkpoint, scratch and max fine-tune conv4 from random init."""
     checkpoint = args.workdir / "checkpoints-torch" / "checkpoint.pt"
     for role, extra in CONTROL_RUNS.items():
-        init = ("--init", str(checkpoint)) if role == "model" else ()
+        init = ("--weights", str(checkpoint)) if role == "model" else ()
         command = [
             sys.executable, "-m", "clients.torch", "transfer", "--server", address, "--run", f"demo-control-{role}",
             "--tasks", *VTAB_TASKS, *VTAB_PROBE, *extra, *init, "--role", role, "--device", "cpu",

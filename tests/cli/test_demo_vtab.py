@@ -77,7 +77,7 @@ def test_control_baseline_runs_parse_with_their_roles_and_regimes():
     from clients.trainer_args import parse_transfer_args
 
     for role, extra in demo_cmd.CONTROL_RUNS.items():
-        init = ["--init", __file__] if role == "model" else []
+        init = ["--weights", __file__] if role == "model" else []
         args = parse_transfer_args("torch", ["--server", "127.0.0.1:1", "--run", f"demo-control-{role}", "--tasks",
                                              *demo_cmd.VTAB_TASKS, *demo_cmd.VTAB_PROBE, *extra, *init, "--role", role])
         assert args.role == role

@@ -23,7 +23,7 @@ COLOURS = {"L1": [(220, 30, 30), (30, 200, 30), (30, 30, 220)],
            "L2": [(200, 200, 30), (30, 200, 200), (200, 30, 200), (120, 120, 120)]}
 TRAIN_PER_CONCEPT = 20
 TEST_PER_CONCEPT = 6
-SMALL = ["--server", "127.0.0.1:1", "--run", "cog-test", "--backbone", "builtin", "--image-size", "16",
+SMALL = ["--server", "127.0.0.1:1", "--run", "cog-test", "--backbone", "tiny", "--image-size", "16",
          "--extract-batch-size", "16", "--epochs", "3", "--batch-size", "32", "--grid", "2x2", "--device", "cpu"]
 
 

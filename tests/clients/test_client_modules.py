@@ -166,7 +166,7 @@ def test_one_tls_pair_rule_for_the_client_and_every_trainer_command_line(tmp_pat
         SamplerClient("localhost:1", tls_ca=pem, tls_cert=pem)
     common = ["--server", "localhost:1", "--run", "r", "--tls-ca", str(pem), "--tls-cert", str(pem)]
     for parse, rest in ((parse_args, ["--sources", "omniglot"]), (parse_transfer_args, ["--tasks", "cifar100"]),
-                        (parse_cog_args, ["--backbone", "builtin", "--feature-cache", str(tmp_path)])):
+                        (parse_cog_args, ["--backbone", "tiny", "--feature-cache", str(tmp_path)])):
         with pytest.raises(SystemExit) as stop:
             parse("torch", [*common, *rest])
         assert stop.value.code == 2

@@ -19,8 +19,9 @@ from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 from clients import cog_eval
 from clients.cog_cache import FeatureCacheError
 from clients.cog_eval import CogRun, HParams, choose, cosine_lr, log_points, search_grid
-from clients.torch.cog_eval import BuiltinBackbone, TorchCogBackend
+from clients.torch.cog_eval import TorchCogBackend
 from clients.torch.cog_eval import main as torch_main
+from clients.torch.models import Tiny
 from clients.trainer_args import parse_cog_args
 from clients.errors import UsageError
 
@@ -116,7 +117,7 @@ def test_run_reports_every_level_n_and_seed_with_the_best_val_setting(tmp_path):
         (level, shots, seed) for level in ("L1", "L2") for seed in (1, 2) for shots in (0, 8)]
     grid = search_grid(2, 2)
     for level, entry in summary["levels"].items():
-        assert entry["test_size"] == len(client.colours[level]) * 6 and entry["feature_dim"] == BuiltinBackbone.out_dim
+        assert entry["test_size"] == len(client.colours[level]) * 6 and entry["feature_dim"] == Tiny.out_dim
         for result in entry["results"]:
             scores = [point["val_accuracy"] for point in result["search"]]
             best = choose(scores, grid)
@@ -127,7 +128,7 @@ def test_run_reports_every_level_n_and_seed_with_the_best_val_setting(tmp_path):
     assert report.protocol == "cog" and report.examples == summary["levels"]["L1"]["test_size"]
     assert set(report.metrics) == {"accuracy", "val_accuracy", "learning_rate", "weight_decay"}
     config = json.loads(client.configs[0])
-    assert config["framework"] == "torch" and config["backbone"] == "builtin" and "levels" not in config
+    assert config["framework"] == "torch" and config["backbone"] == "tiny" and "levels" not in config
     assert len(set(client.configs)) == 1
     # colours are separable even through a random-init network
     assert summary["levels"]["L1"]["results"][0]["accuracy"] >= 0.9
@@ -181,9 +182,8 @@ def test_cache_is_keyed_by_image_size_and_checkpoint(tmp_path):
     streamed = client.streamed
     _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--image-size", "20")
     assert client.streamed == 2 * streamed
-    torch.save(BuiltinBackbone().state_dict(), tmp_path / "other.pt")  # other random weights
-    _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--backbone-checkpoint",
-         str(tmp_path / "other.pt"))
+    torch.save(Tiny().state_dict(), tmp_path / "other.pt")  # other random weights
+    _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--weights", str(tmp_path / "other.pt"))
     assert client.streamed == 3 * streamed
 
 
@@ -214,30 +214,32 @@ def test_an_extraction_that_broke_resumes_at_the_next_batch(tmp_path):
 # ---- backbones and the command line -------------------------------------------------------------
 
 
-def test_torchscript_exported_and_module_callable_backbones_give_the_builtins_features(tmp_path):
-    builtin = TorchCogBackend(_args(tmp_path))
+def test_torchscript_exported_and_module_callable_backbones_give_the_named_ones_features(tmp_path):
+    named = TorchCogBackend(_args(tmp_path))
     images = FakeCogClient().image("L1", 100_001, 16)[None]
-    expected = builtin.extract(images)
+    expected = named.extract(images)
     script = tmp_path / "net.pt"
-    torch.jit.script(builtin.backbone).save(str(script))
+    torch.jit.script(named.backbone.model).save(str(script))  # keeps the declared input_range, mean, std
     program = tmp_path / "net.pt2"
     batch = torch.export.Dim("batch")
-    torch.export.save(torch.export.export(builtin.backbone, (torch.rand(2, 3, 16, 16),), dynamic_shapes=({0: batch},)),
-                      str(program))
-    for path in (script, program):
-        from_file = parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(path)])
+    torch.export.save(torch.export.export(named.backbone.model, (torch.rand(2, 3, 16, 16),),
+                                          dynamic_shapes=({0: batch},)), str(program))
+    scaling = ["--input-range", "-1", "1", "--mean", "0", "0", "0", "--std", "1", "1", "1"]  # a program declares none
+    for path, flags in ((script, []), (program, scaling)):
+        from_file = parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(path), *flags])
         assert np.allclose(TorchCogBackend(from_file).extract(np.repeat(images, 3, 0)), expected, atol=1e-6), path
+    weights = tmp_path / "tiny.pt"
+    torch.save(named.backbone.model.state_dict(), weights)
     sys.path.insert(0, str(tmp_path))
     try:
         (tmp_path / "cog_user_net.py").write_text(
-            "import torch\nfrom clients.torch.cog_eval import BuiltinBackbone\n\n"
-            "def build(path):\n    net = BuiltinBackbone()\n"
-            "    net.load_state_dict(torch.load(path, weights_only=True))\n    return net\n")
-        checkpoint = tmp_path / "cache" / "builtin-torch.pt"
+            "from clients.torch.models import Tiny\n\n"
+            "def build():\n    net = Tiny()\n    net.input_range, net.mean, net.std = (-1, 1), 0, 1\n    return net\n")
         args = parse_cog_args("torch", [*SMALL, "--feature-cache", str(tmp_path), "--backbone",
-                                        "cog_user_net:build", "--backbone-checkpoint", str(checkpoint)])
+                                        "cog_user_net:build", "--weights", str(weights)])
         backend = TorchCogBackend(args)
-        assert backend.backbone_kind() == "cog_user_net:build"
+        assert backend.backbone.spec.target == "cog_user_net:build"
+        assert backend.backbone.fingerprint == named.backbone.fingerprint  # the same weights
         assert np.allclose(backend.extract(images), expected, atol=1e-6)
     finally:
         sys.path.remove(str(tmp_path))
@@ -247,8 +249,8 @@ def test_torchscript_exported_and_module_callable_backbones_give_the_builtins_fe
     (["--shots", "0"], "argument --shots: got 0, expected 'all' or an integer >= 1"),
     (["--shots", "all", "all"], "argument --shots: got all all, expected each value once"),
     (["--grid", "3"], "argument --grid: got '3', expected LRxWD"),
-    (["--backbone", "nowhere/net.pt"], "argument --backbone: got 'nowhere/net.pt', expected builtin"),
-    (["--backbone", "os:getcwd"], "argument --backbone-checkpoint: got None, expected the existing weights file"),
+    (["--backbone", "nowhere/net.pt"], "argument --backbone: got 'nowhere/net.pt', expected a named backbone"),
+    (["--backbone", "os:getcwd"], "argument --backbone: os:getcwd() returned a str, expected an nn.Module"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, flags, message):
     assert torch_main([*SMALL, "--feature-cache", str(tmp_path), *flags]) == 2

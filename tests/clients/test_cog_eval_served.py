@@ -23,7 +23,7 @@ LEVELS = ("IN-1K", "L3")
 SHOTS = ("all", "2")
 SMALL = ["--levels", *LEVELS, "--shots", *SHOTS, "--seeds", "1", "--level-size", str(LEVEL_SIZE),
          "--min-images", str(MIN_IMAGES), "--image-size", "32", "--extract-batch-size", "64", "--epochs", "2",
-         "--batch-size", "64", "--grid", "2x1", "--backbone", "builtin", "--device", "cpu"]
+         "--batch-size", "64", "--grid", "2x1", "--backbone", "tiny", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(ser
         cell = cells[level]["all" if shots == 0 else str(shots)]
         assert cell["seeds"] == [1] and cell["mean"] == pytest.approx(result["accuracy"])
     config = table["configs"][run_id]
-    assert config["framework"] == framework and config["checkpoint_sha256"] == summary["config"]["checkpoint_sha256"]
+    assert config["framework"] == framework and config["backbone_sha256"] == summary["config"]["backbone_sha256"]
 
 
 def test_in1k_without_validation_images_is_named_not_evaluated_on_train_images(tmp_path, capsys):
@@ -100,7 +100,7 @@ def test_in1k_without_validation_images_is_named_not_evaluated_on_train_images(t
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=4, grace_seconds=0.5)).start()
     try:
         common = ["--server", server.address, "--run", "no-validation", "--feature-cache", str(tmp_path / "cache"),
-                  "--backbone", "builtin", "--device", "cpu"]
+                  "--backbone", "tiny", "--device", "cpu"]
         assert main([*common, "--levels", "IN-1K"]) == 2
         err = capsys.readouterr().err
         assert "argument --levels: level IN-1K: store ilsvrc_2012 has no validation partition" in err

@@ -136,7 +136,7 @@ def test_torch_finetune_per_task_and_protonet_from_an_md_checkpoint(torch_main, 
     torch.save({"format": 2, "next_index": 5, "resume": {}, "backbone": build_backbone("conv4", 16).state_dict(),
                 "head": None, "optimizer": {}}, checkpoint)
     proto = _run(torch_main, served, "torch-protonet", tmp_path, "--tasks", TASK, "--backbone", "conv4",
-                 "--image-size", "16", "--mode", "protonet", "--init", str(checkpoint))
+                 "--image-size", "16", "--mode", "protonet", "--weights", str(checkpoint))
     result = proto["tasks"][TASK]
     assert result["test_examples"] == 30 and result["support_examples"] == 1000
     _check_report(served, "torch-protonet", proto)
@@ -150,8 +150,8 @@ def test_bad_inputs_end_in_one_line_and_exit_2(served, tmp_path, framework, capf
     base = ["--server", served.address, "--run", "bad", "--backbone", "conv4", "--image-size", "16"]
     cases = [
         (["--tasks", "no_such_task"], ["--tasks", "no_such_task", TASK]),
-        (["--tasks", TASK, "--init", str(junk)], ["--init", str(junk)]),
-        (["--tasks", TASK, "--init", str(tmp_path / "missing.pt")], ["--init", "scratch"]),
+        (["--tasks", TASK, "--weights", str(junk)], ["--weights", str(junk)]),
+        (["--tasks", TASK, "--weights", str(tmp_path / "missing.pt")], ["--weights", "missing.pt"]),
         (["--tasks", TASK, "--lrs", "-1"], ["--lrs", "-1"]),
     ]
     if framework == "tf":
@@ -245,7 +245,7 @@ def test_tf_finetune_and_protonet_from_keras_weights(tf_main, served, tmp_path):
     weights = tmp_path / "conv4.weights.h5"
     models.build_backbone("conv4", 16).save_weights(str(weights))
     proto = _run(tf_main, served, "tf-protonet", tmp_path, "--tasks", TASK, "--backbone", "conv4",
-                 "--image-size", "16", "--mode", "protonet", "--init", str(weights))
+                 "--image-size", "16", "--mode", "protonet", "--weights", str(weights))
     assert proto["tasks"][TASK]["test_examples"] == 30
     _check_report(served, "tf-protonet", proto)
 

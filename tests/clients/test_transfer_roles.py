@@ -60,7 +60,7 @@ def _reports_are_held(served, summary: dict, role: str, regime_seed: int) -> Non
 
 
 def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
-    model = _run(main, served, f"{framework}-model", tmp_path, *SMALL, "--mode", "linear", "--init", init,
+    model = _run(main, served, f"{framework}-model", tmp_path, *SMALL, "--mode", "linear", "--weights", init,
                  "--role", "model", *AT_REGIMES)
     scratch = _run(main, served, f"{framework}-scratch", tmp_path, *SMALL, "--mode", "finetune", "--role", "scratch",
                    *AT_REGIMES, "--regime-sampling", "stratified")
@@ -145,7 +145,7 @@ def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_pa
     base = ["--server", served.address, "--run", "bad", *SMALL]
     cases = [
         (["--role", "max", "--regime", "8"], ["--regime", "8", "--role max"]),
-        (["--role", "scratch", "--init", str(weights)], ["--init", "scratch", "--role scratch"]),
+        (["--role", "scratch", "--weights", str(weights)], ["--weights", "--role scratch"]),
         (["--regime", "8", "--regime", "8"], ["--regime", "each value once"]),
         (["--regime-seed", "3"], ["--regime-seed", "3", "--regime N"]),
         (["--regime", "8", "--mode", "protonet"], ["--mode", "protonet"]),

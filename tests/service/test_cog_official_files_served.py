@@ -191,7 +191,7 @@ def test_the_torch_cog_command_evaluates_the_files_levels(served, tmp_path) -> N
     argv = ["--server", client.address, "--run", "cog-files", "--levels", "L2",
             "--shots", "2", "--seeds", "1", "--levels-file", FILES["levels_file"], "--concepts-split-file",
             FILES["concepts_split_file"], "--image-size", "16", "--extract-batch-size", "8", "--epochs", "1",
-            "--batch-size", "8", "--grid", "1x1", "--backbone", "builtin", "--device", "cpu", "--feature-cache",
+            "--batch-size", "8", "--grid", "1x1", "--backbone", "tiny", "--device", "cpu", "--feature-cache",
             str(tmp_path / "cache"), "--json-summary", str(summary_path)]
     assert torch_cog(argv) == 0
     level = json.loads(summary_path.read_text())["levels"]["L2"]
@@ -203,7 +203,7 @@ def test_the_tf_cog_command_line_takes_the_files() -> None:
     from clients.trainer_args import build_cog_parser
 
     parser = build_cog_parser("tf")
-    base = ["--server", "127.0.0.1:1", "--run", "r", "--backbone", "builtin", "--feature-cache", "c"]
+    base = ["--server", "127.0.0.1:1", "--run", "r", "--backbone", "tiny", "--feature-cache", "c"]
     args = parser.parse_args([*base, "--levels-file", "/f/levels.pkl", "--concepts-split-file", "split.pkl"])
     assert (args.levels_file, args.concepts_split_file) == ("/f/levels.pkl", "split.pkl")
     with pytest.raises(SystemExit):
