@@ -26,10 +26,10 @@ and val) and tested on the task's ``test``; each regime's results are reported u
 N and S; ``--regime-sampling`` (uniform or stratified) says how the server draws them.
 ``--role max`` trains on all of the task's training data: the sweep on ``train``, scored
 on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max`` start
-from random init (``--init scratch``, checked when parsing).
+from random init (no ``--weights``, checked when parsing).
 
-Determinism: every fit starts from the same ``--init`` weights and a head drawn from a
-seed hashed from (--seed, task, split, lr, steps, and the final run's seed after the
+Determinism: every fit starts from the same initial weights (``--weights``, or drawn
+from ``--seed``) and a head drawn from a seed hashed from (--seed, task, split, lr, steps, and the final run's seed after the
 first); batches come from the server's shuffle under ``--seed`` (the final runs after
 the first: seeds hashed from it); so two runs with the same arguments report the same
 accuracies (CPU; deterministic kernels are switched on by each framework).
@@ -157,7 +157,7 @@ class TransferLearner(abc.ABC):
 
     @abc.abstractmethod
     def reset(self, num_classes: int, seed: int) -> None:
-        """Backbone back to ``--init``, a fresh ``num_classes`` head drawn from ``seed``, a fresh optimiser."""
+        """Backbone back to its initial weights, a fresh ``num_classes`` head drawn from ``seed``, a fresh optimiser."""
 
     @abc.abstractmethod
     def train_step(self, batch: TaskBatchArrays, lr: float) -> float:
@@ -169,7 +169,7 @@ class TransferLearner(abc.ABC):
 
     @abc.abstractmethod
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
-        """Query predictions from support prototypes of the ``--init`` embedding."""
+        """Query predictions from support prototypes of the initial embedding."""
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         """(exit status, one line) for a framework error worth a clean exit, else None."""
@@ -241,7 +241,7 @@ class TransferRun:
         return {"regime": regime, "regime_seed": self.args.regime_seed, "regime_sampling": self.args.regime_sampling}
 
     def fit(self, task: str, split: str, setting: Setting, regime: int = 0, seed: int | None = None) -> float:
-        """Train a fresh head (and, finetuning, the backbone from ``--init``) for ``setting.steps``
+        """Train a fresh head (and, finetuning, the backbone from its initial weights) for ``setting.steps``
         steps on ``split``, batches shuffled under ``seed`` (default ``--seed``); the last loss."""
         args = self.args
         seed = args.seed if seed is None else seed
