@@ -1,6 +1,8 @@
 """``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.md_train``);
 ``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.vtab_transfer``);
 ``python -m clients.tf cog ...``: the ImageNet-CoG linear evaluation (``clients.tf.cog_eval``).
+``python -m clients.tf evaluate ...``: one checkpoint on MD, VTAB-1k and CoG, resumable
+(``clients.tf.evaluate``).
 
 TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
 set these variables. They take effect only if TensorFlow is not imported yet, i.e.
@@ -22,6 +24,10 @@ if __name__ == "__main__":
         from clients.tf.cog_eval import main as cog_main
 
         sys.exit(cog_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["evaluate"]:
+        from clients.tf.evaluate import main as evaluate_main
+
+        sys.exit(evaluate_main(sys.argv[2:]))
     from clients.tf.md_train import main
 
     sys.exit(main())

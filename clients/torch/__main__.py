@@ -1,6 +1,8 @@
 """``python -m clients.torch``: the PyTorch trainer (see ``clients.torch.md_train``);
 ``python -m clients.torch transfer ...``: the VTAB-1k transfer learner (``clients.torch.vtab_transfer``);
 ``python -m clients.torch cog ...``: the ImageNet-CoG linear evaluation (``clients.torch.cog_eval``).
+``python -m clients.torch evaluate ...``: one checkpoint on MD, VTAB-1k and CoG, resumable
+(``clients.torch.evaluate``).
 
 Exit status: 0 done, 2 bad input, 3 a server fault; errors are one line on stderr.
 
@@ -24,6 +26,10 @@ if __name__ == "__main__":
         from clients.torch.cog_eval import main as cog_main
 
         sys.exit(cog_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["evaluate"]:
+        from clients.torch.evaluate import main as evaluate_main
+
+        sys.exit(evaluate_main(sys.argv[2:]))
     from clients.torch.md_train import main
 
     status = main()

@@ -91,7 +91,7 @@ def test_limits_and_configuration_are_checked_before_any_report(handlers, contex
 
 @pytest.mark.parametrize(("request_", "words"), [
     (pb.GetReportRequest(run_ids=["x"], table="cogs"), "table: got 'cogs', expected one of md, vtab, vtab-md, cog, "
-     "calibrated"),
+     "calibrated, held"),
     (pb.GetReportRequest(run_ids=["x"], baseline_run="y"), "baseline_run: only with table 'cog' (got table 'md')"),
     (pb.GetReportRequest(run_ids=["x"], table="cog", vtab_split="test"),
      "vtab_split: only with table vtab (table cog has no VTAB benchmark or split)"),

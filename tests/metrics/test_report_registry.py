@@ -80,7 +80,7 @@ def test_an_unregistered_table_and_protocol_are_refused_naming_what_is_registere
     registry.unregister_protocol(TOY)
     try:
         with pytest.raises(InvalidArgument, match="^table: got 'toy', expected one of md, vtab, vtab-md, cog, "
-                                                  "calibrated$"):
+                                                  "calibrated, held$"):
             registry.table("toy")
         with pytest.raises(InvalidArgument, match="^reports.protocol: got 'toy-score', expected one of 'md-episode', "
                                                   "'vtab-task', 'cog'$"):

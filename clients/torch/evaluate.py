@@ -1,0 +1,64 @@
+"""``python -m clients.torch evaluate``: one checkpoint on every protocol, in PyTorch (the job
+itself is ``clients.evaluate``; this file names the torch parts it runs).
+
+The backbone is loaded by the contract (``clients.torch.backbones.load_backbone``) and
+embeds Meta-Dataset episodes through ``TorchFeatures`` (eval mode, inference mode, bf16
+autocast on CUDA); VTAB-1k runs the ``transfer`` command's ``TorchTransferLearner`` and
+ImageNet-CoG the ``cog`` command's ``TorchCogBackend``, each built from that command's own
+parsed arguments. On the CPU deterministic algorithms are on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from clients.backbone_contract import FeatureExtractor, LoadedBackbone
+from clients.cog_eval import CogBackend
+from clients.evaluate import EvaluateFramework, run_evaluate_main
+from clients.trainer_args import MD_IMAGE_SIZE
+from clients.torch.backbones import TorchFeatures, load_backbone
+from clients.torch.cog_eval import TorchCogBackend
+from clients.torch.md_train import select_device
+from clients.torch.vtab_transfer import TorchTransferLearner
+from clients.vtab_transfer import TransferLearner
+
+SEED_NAME = "evaluate"
+
+
+class TorchEvaluate(EvaluateFramework):
+    name = "torch"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.device = select_device(args.device)
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True)
+
+    def load(self, args: argparse.Namespace) -> LoadedBackbone:
+        return load_backbone(args, self.device, MD_IMAGE_SIZE, SEED_NAME)
+
+    def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
+        return TorchFeatures(backbone, self.device, batch_size)
+
+    def transfer_learner(self, args: argparse.Namespace) -> TransferLearner:
+        return TorchTransferLearner(args)
+
+    def cog_backend(self, args: argparse.Namespace) -> CogBackend:
+        return TorchCogBackend(args)
+
+    def describe(self) -> dict[str, Any]:
+        return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device)}
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        if isinstance(error, torch.OutOfMemoryError):
+            return 1, f"out of memory on {self.device} (try a smaller --extract-batch-size or --vtab-batch-size)"
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the evaluation; exit status 0, 2 bad input, 3 server fault."""
+    return run_evaluate_main("torch", TorchEvaluate, argv)

@@ -1,0 +1,1 @@
+"""What the server holds of a run, as keys (the "held" table): for clients that resume."""
