@@ -33,7 +33,7 @@ from sampler_server.metrics.store import MetricsStore
 from sampler_server.quoting import quoted
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-PROTOCOL_PACKAGES = ("md", "vtab", "cog", "baselines")
+PROTOCOL_PACKAGES = ("md", "vtab", "cog", "baselines", "held")
 """The packages under ``sampler_server.metrics`` whose ``protocol`` module declares a
 protocol's registration: ``PROTOCOLS`` (its parsers) and ``TABLES``, registered in this
 order when the registry is first read (importing a ``protocol`` module registers nothing)."""
