@@ -186,7 +186,7 @@ def adapt_state(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, t
     expected = model.state_dict()
     if all(k.startswith("module.") for k in state) and not any(k.startswith("module.") for k in expected):
         state = {k[len("module."):]: v for k, v in state.items()}
-    if isinstance(model, ResNet18) and "conv1.weight" in state:
+    if isinstance(model, ResNet18) and architecture(list(state)) == "torchvision's ResNet-18":
         return from_torchvision(state)
     if not any(k.startswith("fc.") for k in expected):
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}

@@ -147,7 +147,7 @@ class TorchFramework(Framework):
         cuda = self.torch_device.type == "cuda"
         self.precision = "bf16-autocast" if cuda else "float32"
         self.loaded: LoadedBackbone | None = None
-        if args.image_size is None:  # a user's backbone declares its side: known before the feed asks for episodes
+        if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
         self.buckets = self._buckets(args.shape_buckets, cuda)
         # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
