@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, LoadedBackbone, Preprocessing,
                                        backbone_spec, check_features, describe_output, load_callable,
@@ -156,10 +157,24 @@ def checkpoint_prefix(path: str) -> str | None:
 
 
 def _checkpoint_shapes(prefix: str) -> tuple[list[tuple[int, ...]], int]:
-    """(shapes of the values under ``backbone/``, count of every value) of a tf checkpoint."""
-    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
-    values = [key for key in shapes if key.endswith(_VALUE_SUFFIX) and ".OPTIMIZER_SLOT" not in key]
-    return [tuple(shapes[key]) for key in sorted(values) if key.startswith("backbone/")], len(values)
+    """(shapes of the variables of the checkpoint's ``backbone`` object, count of all its
+    variables). Read from the object graph, as a restore matches them: a variable's key is
+    the first path that reaches it (an optimizer's list of the variables it trains, say)."""
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    pending = [child.node_id for child in graph.nodes[0].children if child.local_name == "backbone"]
+    seen: set[int] = set()
+    while pending:
+        node = pending.pop()
+        if node not in seen:
+            seen.add(node)
+            pending += [child.node_id for child in graph.nodes[node].children]
+    keys = {attribute.checkpoint_key for node in seen for attribute in graph.nodes[node].attributes
+            if attribute.name == "VARIABLE_VALUE"}
+    every = sum(1 for node in graph.nodes for attribute in node.attributes if attribute.name == "VARIABLE_VALUE")
+    return [tuple(shapes[key]) for key in sorted(keys)], every
 
 
 def _h5_shapes(path: str) -> list[tuple[int, ...]]:
@@ -183,9 +198,9 @@ def _difference(held: list[tuple[int, ...]], expected: list[tuple[int, ...]]) ->
     missing = sorted((collections.Counter(expected) - collections.Counter(held)).elements())
     parts = []
     if extra:
-        parts.append(f"{len(extra)} the backbone has no place for (first {list(extra[0])})")
+        parts.append(f"{len(extra)} of the file's arrays have no place in it (first {list(extra[0])})")
     if missing:
-        parts.append(f"{len(missing)} of the backbone's missing (first {list(missing[0])})")
+        parts.append(f"{len(missing)} of its arrays are not in the file (first {list(missing[0])})")
     return "; ".join(parts)
 
 
@@ -261,11 +276,15 @@ def fingerprint(model: Any, spec: BackboneSpec) -> str:
 
 def to_model_input(images: Any, preprocessing: Preprocessing) -> tf.Tensor:
     """uint8 [N, H, W, 3] -> float32 [N, H, W, 3] as the model expects: ``Preprocessing.to_float``'s
-    operations in its order (a division by the divisor, then the low end; then mean and std)."""
-    x = tf.cast(images, tf.float32) / tf.constant(preprocessing.divisor, tf.float32) \
+    operations in its order (a division by the divisor, then the low end; then mean and std),
+    bit for bit, eager or compiled. The divisions are ``divide_no_nan`` (the divisors are never
+    zero): inside a ``tf.function`` Grappler's constant folding turns a plain division by a
+    constant into a multiplication by its reciprocal, which rounds differently."""
+    x = tf.math.divide_no_nan(tf.cast(images, tf.float32), tf.constant(preprocessing.divisor, tf.float32)) \
         + tf.constant(preprocessing.low, tf.float32)
     if preprocessing.normalises:
-        x = (x - tf.constant(preprocessing.mean, tf.float32)) / tf.constant(preprocessing.std, tf.float32)
+        x = tf.math.divide_no_nan(x - tf.constant(preprocessing.mean, tf.float32),
+                                  tf.constant(preprocessing.std, tf.float32))
     return x
 
 

@@ -134,7 +134,7 @@ class TFFramework(Framework):
                                  "expected one per worker (give each worker one GPU with CUDA_VISIBLE_DEVICES, or "
                                  "use --device cpu)")
         self.loaded: LoadedBackbone | None = None
-        if args.image_size is None:  # a user's backbone declares its side: known before the feed asks for episodes
+        if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
         self.buckets = self._buckets(args.shape_buckets, self.device.startswith("/GPU"))
 

@@ -1,7 +1,7 @@
 """The ImageNet-CoG evaluation's TensorFlow backend: its linear classifier learns a separable
 problem and takes the same steps as torch's SGD (same draws, same weights within float
 error), runs over the stand-in client deterministically with its cache, and loads
-SavedModel, Keras-file and module:callable backbones."""
+SavedModel, Keras-file and module:callable (with --weights) backbones."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
 from clients import cog_eval
 from clients.cog_eval import CogRun, HParams
-from clients.tf.cog_eval import TFCogBackend, builtin_model
+from clients.tf import models
+from clients.tf.cog_eval import TFCogBackend
 from clients.tf.cog_eval import main as tf_main
 from clients.trainer_args import parse_cog_args
 
 keras = tf.keras
+NAMED_FLAGS = ["--input-range", "-1", "1", "--mean", "0", "0", "0", "--std", "1", "1", "1"]  # what tiny declares
 
 
 def _args(tmp_path: Path, *extra: str) -> object:
@@ -68,33 +70,38 @@ def test_tf_run_is_deterministic_and_reuses_its_cache(tmp_path):
 
 
 def test_saved_model_keras_file_and_module_callable_backbones(tmp_path):
-    builtin = TFCogBackend(_args(tmp_path))
+    named = TFCogBackend(_args(tmp_path))
     images = FakeCogClient().image("L1", 100_001, 16)[None]
-    expected = builtin.extract(images)
-    model = builtin.model
+    expected = named.extract(images)
+    model = named.model
     model.save(tmp_path / "net.keras")
     model.export(str(tmp_path / "saved"), verbose=False)
+    weights = tmp_path / "tiny.weights.h5"
+    model.save_weights(str(weights))
     for path in (tmp_path / "net.keras", tmp_path / "saved"):
-        args = parse_cog_args("tf", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(path)])
+        args = parse_cog_args("tf", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(path), *NAMED_FLAGS])
         assert np.allclose(TFCogBackend(args).extract(images), expected, atol=1e-5), path
     sys.path.insert(0, str(tmp_path))
     try:
         (tmp_path / "cog_user_tf_net.py").write_text(
-            "from clients.tf.cog_eval import builtin_model\n\n"
-            "def build(path):\n    net = builtin_model()\n    net.load_weights(path)\n    return net\n")
+            "from clients.tf.models import tiny\n\n"
+            "def build():\n    return tiny(16)\n")
         args = parse_cog_args("tf", [*SMALL, "--feature-cache", str(tmp_path), "--backbone", "cog_user_tf_net:build",
-                                     "--backbone-checkpoint", str(tmp_path / "cache" / "builtin-tf.weights.h5")])
+                                     "--weights", str(weights), *NAMED_FLAGS])
         assert np.allclose(TFCogBackend(args).extract(images), expected, atol=1e-5)
     finally:
         sys.path.remove(str(tmp_path))
-    assert builtin_model().output_shape == (None, 64)
+    assert models.tiny(16).output_shape == (None, 64)
 
 
 def test_tf_bad_backbone_is_one_line(tmp_path, capsys):
     (tmp_path / "junk.keras").write_bytes(b"not a model")
     assert tf_main([*SMALL, "--feature-cache", str(tmp_path), "--backbone", str(tmp_path / "junk.keras")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "expected a SavedModel directory or a Keras model file" in err, err
-    assert tf_main([*SMALL, "--feature-cache", str(tmp_path), "--backbone-checkpoint", str(tmp_path / "w.h5")]) == 2
+    assert len(err.splitlines()) == 1 and "expected a Keras model file (.keras, .h5)" in err, err
+    conv4 = tmp_path / "conv4.weights.h5"
+    models.build_backbone("conv4", 16).save_weights(str(conv4))
+    assert tf_main([*SMALL, "--feature-cache", str(tmp_path), "--weights", str(conv4)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "expected a file name ending in .weights.h5" in err, err
+    assert len(err.splitlines()) == 1 and f"{conv4} is Keras weights of 20 arrays" in err, err
+    assert "--backbone tiny expects 6 arrays" in err, err
