@@ -275,6 +275,7 @@ class EvaluateJob:
 
     def cog_plan(self) -> tuple[argparse.Namespace, list[str]]:
         ns = cog_namespace(self.args, self.framework.name, self.runs["cog"])
+        ns.backbone_fingerprint = self.fingerprint  # in the cog run's configuration: a rerun checks it
         files = {name: path for name, path in (("levels_file", ns.levels_file),
                                                ("concepts_split_file", ns.concepts_split_file)) if path}
         response = self.client.cog_levels_response(level_size=ns.level_size, min_images=ns.min_images, **files)
