@@ -47,6 +47,7 @@ from clients.seeds import derive_seed
 from clients.torch.models import ResNet18, build_backbone
 
 PROBE_ROWS = 2
+CHECKPOINT_FORMAT = 2  # the MD trainer's checkpoint.pt layout (written by clients.torch.md_train, read by --weights)
 _TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
 _TORCHVISION_DEPTHS = {("basic", (2, 2, 2, 2)): "ResNet-18", ("basic", (3, 4, 6, 3)): "ResNet-34",
                        ("bottleneck", (3, 4, 6, 3)): "ResNet-50", ("bottleneck", (3, 4, 23, 3)): "ResNet-101",
@@ -165,7 +166,6 @@ def weights_state(raw: Any, path: str) -> tuple[dict[str, torch.Tensor], str]:
     allowed = ("a state dict (name -> tensor), a {'state_dict': ...} or {'model': ...} wrapper, or our MD "
                "trainer's checkpoint.pt")
     if isinstance(raw, Mapping) and "format" in raw and isinstance(raw.get("backbone"), Mapping):
-        from clients.torch.md_train import CHECKPOINT_FORMAT  # md_train imports this module
         if raw["format"] != CHECKPOINT_FORMAT:
             raise UsageError(f"argument --weights: {path} is an MD trainer checkpoint of format {raw['format']!r}, "
                              f"expected format {CHECKPOINT_FORMAT}")

@@ -55,14 +55,13 @@ from clients.buckets import resolve_buckets
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
-from clients.torch.backbones import autocast, load_backbone, to_model_input
+from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, to_model_input
 from clients.torch.models import LinearHead, ProtoNet, parameter_count
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
 CHECKPOINT = "checkpoint.pt"
-CHECKPOINT_FORMAT = 2
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
 SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
