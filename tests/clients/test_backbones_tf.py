@@ -123,6 +123,34 @@ def test_saved_model_and_keras_file_give_the_named_backbones_features(tmp_path):
     assert (plain.preprocessing.low, plain.preprocessing.high) == (0.0, 1.0) and plain.preprocessing.normalises
 
 
+class Pooled(tf.Module):
+    """Channel means times a variable: a SavedModel of a plain module, no Keras."""
+
+    def __init__(self, scale: list[float]) -> None:
+        super().__init__()
+        self.scale = tf.Variable(scale)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32)])
+    def pool(self, images: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_mean(images, axis=[1, 2]) * self.scale
+
+
+def test_saved_model_of_a_callable_module_or_a_serving_signature(tmp_path):
+    callable_module, signed = Pooled([1.0, 2.0, 3.0]), Pooled([1.0, 2.0, 4.0])
+    callable_module.__call__ = callable_module.pool
+    tf.saved_model.save(callable_module, str(tmp_path / "callable"))
+    tf.saved_model.save(signed, str(tmp_path / "signed"), signatures={"serving_default": signed.pool})
+    images = _images(3, 16)
+    fingerprints = set()
+    for name, scale in (("callable", [1.0, 2.0, 3.0]), ("signed", [1.0, 2.0, 4.0])):
+        loaded = load_backbone(_cog(tmp_path, str(tmp_path / name)), 224, "backbone")
+        expected = loaded.preprocessing.to_float(images).mean(axis=(1, 2)) * np.asarray(scale, np.float32)
+        assert loaded.out_dim == 3 and np.allclose(TFFeatures(loaded, 2).features(images), expected, atol=1e-5)
+        fingerprints.add(loaded.fingerprint)
+        assert load_backbone(_cog(tmp_path, str(tmp_path / name)), 224, "backbone").fingerprint == loaded.fingerprint
+    assert len(fingerprints) == 2  # other weights, another fingerprint
+
+
 def test_keras_weights_load_and_a_mismatched_file_is_one_whole_line(tmp_path):
     source = load_backbone(_md("--image-size", "16", "--backbone", "tiny", "--seed", "4"), 84, "backbone")
     weights = tmp_path / "tiny.weights.h5"
