@@ -80,7 +80,8 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 # What selects work or names a place, not what defines a result: left out of the run configuration.
 COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "extract_batch_size")
-SEED_NAME = "backbone"  # a named backbone's random weights: derive_seed(0, SEED_NAME, name), as the MD trainer's at seed 0
+# a named backbone's random weights: derive_seed(0, SEED_NAME, name), the MD trainer's at --seed 0
+SEED_NAME = "backbone"
 
 
 # ---- the pure parts ---------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from clients.buckets import resolve_buckets
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
-from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, to_model_input
+from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.models import LinearHead, ProtoNet, parameter_count
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
@@ -167,8 +167,8 @@ class TorchFramework(Framework):
             return resolve_buckets(setting, cuda)
         if setting == "on":
             raise UsageError(f"argument --shape-buckets: got on, but --backbone {self.args.backbone} is not one of "
-                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' statistics; "
-                             "use auto or off")
+                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' "
+                             "statistics; use auto or off")
         return False
 
     def _load_backbone(self) -> LoadedBackbone:
@@ -265,24 +265,28 @@ class TorchFramework(Framework):
         staged = item if isinstance(item, StagedEpisode) else self._inline_stager.stage(item)
         return staged.ready()
 
+    def _input(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 NHWC on the device -> the backbone's float input, as it declares."""
+        return to_model_input(images, self.preprocessing, self.torch_device)
+
     def _logits(self, staged: StagedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.protonet.packed(to_model_input(staged.images, self.preprocessing, self.torch_device), staged.labels, staged.support,
-                                    staged.query, staged.ways)
+        return self.protonet.packed(self._input(staged.images), staged.labels, staged.support, staged.query,
+                                    staged.ways)
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
-        self.backbone.train()
+        set_mode(self.backbone, True)
         with self._autocast():
             if isinstance(item, Batch):
                 assert self.head is not None
                 if not isinstance(item.images, torch.Tensor):  # not staged by the feed
                     item = self.stage(item)
                 images = item.images
-                logits, labels = self._step_module(to_model_input(images, self.preprocessing, self.torch_device), item.labels)
+                logits, labels = self._step_module(self._input(images), item.labels)
             else:
                 staged = self._staged(item)
                 images = staged.images
-                logits, labels = self._step_module(to_model_input(images, self.preprocessing, self.torch_device), staged.labels,
-                                                   staged.support, staged.query, staged.ways)
+                logits, labels = self._step_module(self._input(images), staged.labels, staged.support, staged.query,
+                                                   staged.ways)
         self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -354,7 +358,7 @@ class TorchFramework(Framework):
         return [next(read) if isinstance(v, torch.Tensor) else float(v) for v in values]
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
-        self.backbone.eval()
+        set_mode(self.backbone, False)
         with torch.inference_mode(), self._autocast():
             logits, labels = self._logits(self._staged(episode))
             return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
