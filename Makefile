@@ -15,7 +15,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[server,dev,torch,tf,vtab,postgres]'
+	$(BIN)/pip install --quiet -e '.[server,dev,torch,tf,vtab,postgres,evaluate]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -484,7 +484,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
              f"{summary['backbone_fingerprint'][:12]}): {len(ran)} units run, {len(summary['units']) - len(ran)} held "
              "already",
              f"  reported under: {', '.join(summary['runs'])}",
-             f"  the card: sampler-server report --card --data DIR --run {' --run '.join(summary['runs'])}"]
+             f"  the card: sampler-server report --card --data DIR --run {summary['run']}"]
     if "calibrated" in summary:
         lines += ["", summary["calibrated"]]
     return "\n".join(lines)

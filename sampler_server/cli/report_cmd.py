@@ -311,6 +311,7 @@ def run_card(args: argparse.Namespace) -> int:
     _check_card_flags(args, query)
     check_runs(query.run_ids)
     store = _open_metrics(args)
+    query = dataclasses.replace(query, run_ids=card.expand_runs(query.run_ids, store.run_ids()))
     _check_runs_known(store, registry.run_ids_named(query))
     context = StoresContext(args.data) if args.data is not None else None
     provenance = [f"metrics: {store.name}"

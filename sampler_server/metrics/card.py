@@ -83,6 +83,20 @@ class ControlRuns:
     missing: str = ""  # one line; empty when both were found
 
 
+def expand_runs(asked: Sequence[str], known: Sequence[str]) -> tuple[str, ...]:
+    """Each asked run, or, for a run id with no reports of its own, the runs ``RUN/...`` under
+    it (``evaluate`` reports one checkpoint as ``RUN/<preset>/<learner>``, ``RUN/vtab`` and
+    ``RUN/cog``), so the card of a checkpoint is asked for by the name it was evaluated as."""
+    held = set(known)
+    expanded: list[str] = []
+    for run in asked:
+        under = sorted(other for other in known if other.startswith(run + "/")) if run not in held else []
+        for name in under or [run]:
+            if name not in expanded:
+                expanded.append(name)
+    return tuple(expanded)
+
+
 def control_runs(roles: Mapping[str, str | None]) -> ControlRuns:
     """The one scratch run and the one max run among ``roles`` (run -> role of its VTAB
     results); ``missing`` says what is absent or ambiguous (then both are None)."""

@@ -84,3 +84,25 @@ def test_the_cog_client_example_runs(cog_address):
     checks = ("assert [level.level for level in levels] == ['IN-1K', 'L1', 'L2', 'L3', 'L4', 'L5'], levels\n"
               "assert batch.images.shape[1:] == (224, 224, 3) and batch.last and len(split.record_ids) == 8 * 4\n")
     run_python(code + checks)
+
+
+def test_the_backbone_factory_example_declares_what_the_trainers_apply(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from clients.evaluate_args import parse_evaluate_args
+    from clients.torch.backbones import TorchFeatures, load_backbone
+
+    (tmp_path / "my_models.py").write_text(python_block("docs/clients.md", "backbone-factory"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = parse_evaluate_args("torch", ["--server", "127.0.0.1:1", "--run", "doc", "--backbone", "my_models:small_net",
+                                         "--feature-cache", str(tmp_path / "features")])
+    loaded = load_backbone(args, torch.device("cpu"), 224, "backbone")
+    assert args.image_size == 32 and loaded.out_dim == 32
+    assert loaded.preprocessing.as_config() == {"input_size": 32, "input_range": [0.0, 1.0],
+                                                "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    with torch.inference_mode():
+        expected = loaded.model(torch.from_numpy(loaded.preprocessing.to_float(images)).permute(0, 3, 1, 2))
+    np.testing.assert_allclose(TorchFeatures(loaded, torch.device("cpu"), 2).features(images), expected.numpy(),
+                               rtol=1e-5, atol=1e-6)

@@ -264,3 +264,13 @@ def test_the_controls_must_be_unambiguous_and_html_tables_group_their_rows():
     assert '<td class="group" rowspan="2">g</td>' in page and "<td>h</td>" in page
     assert '<tr class="summary"><td>mean</td><td class="number">2.00</td></tr>' in page
     assert "<li>a note</li>" in page
+
+
+def test_a_checkpoint_evaluated_as_one_run_id_is_asked_for_by_that_id():
+    from sampler_server.metrics.card import expand_runs
+
+    known = ["ck/vtab", "ck/md-v1/prototypes", "ck/cog", "ck/md-v1/logreg", "ck-other", "scratch"]
+    assert expand_runs(["ck"], known) == ("ck/cog", "ck/md-v1/logreg", "ck/md-v1/prototypes", "ck/vtab")
+    assert expand_runs(["ck-other", "ck/vtab", "ck"], known) == (
+        "ck-other", "ck/vtab", "ck/cog", "ck/md-v1/logreg", "ck/md-v1/prototypes")
+    assert expand_runs(["scratch", "missing"], known) == ("scratch", "missing")  # missing: refused by name later
