@@ -46,6 +46,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -188,6 +189,11 @@ class EvaluateFramework(abc.ABC):
     def cog_backend(self, args: argparse.Namespace) -> CogBackend:
         """The ``cog`` command's backend for its parsed arguments."""
 
+    def save_weights(self, backbone: LoadedBackbone, directory: Path) -> str | None:
+        """Write the backbone's weights under ``directory`` (named by their fingerprint) for the
+        other protocols' commands to load; None where the model has no weights file form."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Framework and versions: stored with the MD reports."""
         return {"framework": self.name}
@@ -223,6 +229,12 @@ class EvaluateJob:
         self.args = args = framework.args
         self.backbone = framework.load(copy.copy(args))  # a copy: the contract sets image_size to MD's side
         self.fingerprint = self.backbone.fingerprint
+        if self.backbone.spec.kind != "file" and args.weights is None:
+            # random initial weights (a named backbone, a factory's): the VTAB and CoG commands load
+            # these same ones, not weights of their own seeds, so one checkpoint is evaluated
+            saved = framework.save_weights(self.backbone, Path(args.feature_cache) / "initial-weights")
+            if saved is not None:
+                args.weights = saved
         self.runs = sub_runs(args.run, args.presets, args.learners)
         self.cache = FeatureCache(args.feature_cache)
         self.source_names: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -355,9 +367,18 @@ class EvaluateJob:
         return {"episodes": len(accuracies), "held_before": args.episodes - len(missing),
                 "mean_accuracy": float(np.mean(accuracies)) if accuracies else None}
 
+    def same_weights(self, loaded: LoadedBackbone | None, command: str) -> None:
+        """Refuse a protocol whose command loaded other weights than the job's checkpoint."""
+        if loaded is not None and loaded.fingerprint != self.fingerprint:
+            raise UsageError(f"argument --backbone: the {command} command loaded weights of sha256 "
+                             f"{loaded.fingerprint[:16]}..., not the checkpoint's {self.fingerprint[:16]}... (a "
+                             "backbone whose weights change from one load to the next cannot be evaluated as one "
+                             "checkpoint; pass --weights)")
+
     def run_vtab(self, unit: Unit, ns_of: Callable[[Sequence[str]], argparse.Namespace]) -> dict[str, Any]:
         ns = ns_of(list(unit.parts))
         learner = self.framework.transfer_learner(ns)
+        self.same_weights(getattr(learner, "loaded", None), "transfer")
         run = TransferRun(learner, VtabReports(self.client, self.fingerprint), self.say)  # type: ignore[arg-type]
         summary = run.execute()
         parts = summary.get("regimes") or [summary]
@@ -414,6 +435,8 @@ class EvaluateJob:
         self.log(f"{len(units)} units ({len(skipped)} held by the server, {len(pending)} to run); checkpoint sha256 "
                  f"{self.fingerprint[:16]}, {self.framework.name}, runs {', '.join(sorted(set(u.run_id for u in units)))}")
         cog_backend = self.framework.cog_backend(context["cog"]) if any(u.protocol == "cog" for u in pending) else None
+        if cog_backend is not None:
+            self.same_weights(cog_backend.backbone, "cog")
 
         def vtab_ns(tasks: Sequence[str]) -> argparse.Namespace:
             return transfer_namespace(args, self.framework.name, tasks, self.runs["vtab"])

@@ -11,7 +11,9 @@ determinism is on, so a repeated run reports the same numbers.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
@@ -49,6 +51,16 @@ class TFEvaluate(EvaluateFramework):
 
     def cog_backend(self, args: argparse.Namespace) -> CogBackend:
         return TFCogBackend(args)
+
+    def save_weights(self, backbone: LoadedBackbone, directory: Path) -> str | None:
+        if not isinstance(backbone.model, tf.keras.Model):
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{backbone.fingerprint}.weights.h5"
+        tmp = directory / f".{os.getpid()}.{path.name}"  # Keras wants the .weights.h5 ending
+        backbone.model.save_weights(str(tmp))
+        os.replace(tmp, path)
+        return str(path)
 
     def describe(self) -> dict[str, Any]:
         return {"framework": self.name, "tensorflow_version": str(tf.__version__), "device": self.device}

@@ -11,10 +11,13 @@ parsed arguments. On the CPU deterministic algorithms are on.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from clients.backbone_contract import FeatureExtractor, LoadedBackbone
 from clients.cog_eval import CogBackend
@@ -49,6 +52,16 @@ class TorchEvaluate(EvaluateFramework):
 
     def cog_backend(self, args: argparse.Namespace) -> CogBackend:
         return TorchCogBackend(args)
+
+    def save_weights(self, backbone: LoadedBackbone, directory: Path) -> str | None:
+        if not isinstance(backbone.model, nn.Module):
+            return None
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{backbone.fingerprint}.pt"
+        tmp = directory / f".{os.getpid()}.{path.name}"
+        torch.save(backbone.model.state_dict(), tmp)
+        os.replace(tmp, path)
+        return str(path)
 
     def describe(self) -> dict[str, Any]:
         return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device)}

@@ -28,7 +28,12 @@
 6. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
    both runs, write the robustness plots, and print the VTAB table, the calibrated table
    of the control baselines (with its plots) and the CoG table (with the torch run as the
-   baseline, and its plots).
+   baseline, and its plots);
+7. a checkpoint in, its card out: ``python -m clients.torch evaluate`` of the torch
+   trainer's checkpoint on every protocol of the demo (frozen features: MD test episodes
+   with prototypes and logistic regression, a VTAB linear probe, the CoG evaluation),
+   reported as ``demo-eval``; then ``report --card`` of it beside the control-baseline
+   model run (the same checkpoint probed at the data regimes), as markdown and HTML.
 """
 
 from __future__ import annotations
@@ -84,6 +89,14 @@ COG_LEVEL_CONFIG = ("--level-size", "4", "--min-images", "60")
 COG_EVAL = ("--backbone", "tiny", "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--image-size", "32",
             "--shots", "all", "1", "4", "--seeds", "1", "2", "--epochs", "5", "--grid", "3x2", *COG_LEVEL_CONFIG)
 COG_SHARDS = 2
+# evaluate of the torch trainer's checkpoint, small enough for two CPU cores: every MD
+# evaluation source, VTAB+MD's linear probe, CoG's levels at one N and seed
+EVALUATE_RUN = "demo-eval"
+EVALUATE = ("--backbone", "conv4", "--image-size", "32", "--presets", "md-v1", "--md-sources", *EVAL_SOURCES,
+            "--episodes", "20", "--tasks", *VTAB_TASKS, "--vtab-protocol", "vtab-md", "--mode", "linear",
+            "--lrs", "1.0", "0.1", "--steps", "20", "40", "--vtab-batch-size", "64", "--eval-batch-size", "200",
+            "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--shots", "all", "4", "--seeds", "1", "--epochs", "5",
+            "--grid", "3x2", *COG_LEVEL_CONFIG)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -243,11 +256,35 @@ def run_controls(address: str, args: argparse.Namespace) -> None:
         _run_client(command, f"torch {role} run")
 
 
+def run_evaluate(address: str, args: argparse.Namespace) -> None:
+    """``evaluate`` of the torch trainer's checkpoint on the protocols the demo served."""
+    protocols = ",".join(["md"] + (["vtab"] if args.vtab else []) + (["cog"] if args.cog else []))
+    command = [
+        sys.executable, "-m", "clients.torch", "evaluate", "--server", address, "--run", EVALUATE_RUN,
+        "--weights", str(args.workdir / "checkpoints-torch" / "checkpoint.pt"), *EVALUATE, "--protocols", protocols,
+        "--feature-cache", str(args.workdir / "features-eval"), "--device", "cpu",
+    ]
+    _run_client(command, "torch evaluate")
+
+
+def print_card(store: Path, args: argparse.Namespace) -> None:
+    """``report --card`` of the evaluated checkpoint, with the control-baseline model run when there is one."""
+    from sampler_server.cli.main import main as cli_main
+
+    runs = ["--run", EVALUATE_RUN] + (["--run", "demo-control-model"] if args.vtab else [])
+    command = ["report", "--card", "--data", str(store), *runs, "--html", str(args.workdir / "card.html"),
+               "--plots", str(args.workdir / "plots-card")]
+    print("$ sampler-server " + " ".join(command), flush=True)
+    if cli_main(command) != 0:
+        raise FailedPrecondition("the report card could not be made")
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
-    total = 5 + bool(args.vtab) + bool(args.cog)
+    evaluate = "torch" in args.frameworks
+    total = 5 + bool(args.vtab) + bool(args.cog) + evaluate
     _step(f"1/{total} generating the demo data in each source's original layout, and packing it")
     store = build_data(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet)
     vtab_seconds = cog_seconds = 0.0
@@ -292,6 +329,10 @@ def run(args: argparse.Namespace) -> int:
             for framework in args.frameworks:
                 run_cog(framework, address, args)
             cog_seconds += time.perf_counter() - cog_started
+            step += 1
+        if evaluate:
+            _step(f"{step}/{total} a checkpoint in, its card out: evaluate of the torch trainer's checkpoint")
+            run_evaluate(address, args)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -300,7 +341,8 @@ def run(args: argparse.Namespace) -> int:
             server.kill()
     tables = ", then the VTAB table" if args.vtab else ""
     tables += ", then the CoG table" if args.cog else ""
-    _step(f"{total}/{total} the Meta-Dataset table for both runs" + tables)
+    _step(f"{total}/{total} the Meta-Dataset table for both trainers' runs" + tables
+          + (", then the card of the evaluated checkpoint" if evaluate else ""))
     from sampler_server.metrics.md.plots import write_plots
     from sampler_server.metrics.md.report import build_report, render_report
     from sampler_server.metrics.store import MetricsStore
@@ -333,6 +375,9 @@ def run(args: argparse.Namespace) -> int:
         cog_plots = write_cog_plots(cog, args.workdir / "plots-cog")
         print(f"\nCoG plots: {len(cog_plots)} PNG files in {args.workdir / 'plots-cog'}")
         print(f"CoG leg (data, pack, levels, evaluations) took {cog_seconds:.0f} s")
+    if evaluate:
+        print(f"\n== the card of {EVALUATE_RUN}\n", flush=True)
+        print_card(store, args)
     print(f"demo finished in {time.perf_counter() - started:.0f} s")
     return 0
 

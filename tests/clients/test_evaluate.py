@@ -349,3 +349,21 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
             assert torch_cell["episodes"] == tf_cell["episodes"] == 12
             gap = abs(torch_cell["mean_accuracy"] - tf_cell["mean_accuracy"])
             assert gap <= min(torch_cell["ci95"], tf_cell["ci95"]), (learner, torch_cell, tf_cell)
+
+
+@pytest.mark.slow
+def test_a_named_backbone_without_weights_is_one_network_in_every_protocol(served, tmp_path):
+    from clients.torch.evaluate import main
+
+    run = "random-tiny"
+    summary_path = tmp_path / "summary.json"
+    argv = _small(served, run, tmp_path / "cache", "tiny")
+    argv[argv.index("--levels") + 1:argv.index("--shots")] = ["L3"]
+    argv[argv.index("--shots") + 1:argv.index("--seeds")] = ["2"]
+    assert main([*argv, "--learners", "prototypes", "--image-size", "16", "--json-summary", str(summary_path)]) == 0
+    fingerprint = json.loads(summary_path.read_text())["backbone_fingerprint"]
+    held = _held(served, [f"{run}/vtab", f"{run}/cog"])
+    # the transfer and cog commands loaded the weights evaluate drew, not weights of their own seeds
+    assert {h.config["backbone_sha256"] for h in held.values()} == {fingerprint}, {
+        r: h.config.get("backbone_sha256") for r, h in held.items()}
+    assert (tmp_path / "cache" / "initial-weights" / f"{fingerprint}.pt").is_file()
