@@ -400,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stores: {stored} JPEGs (shorter side {args.sides[0]}-{args.sides[1]} px) written and packed as "
               f"{', '.join(args.stores)} in {time.perf_counter() - started:.1f} s; serve --workers {args.workers} "
               f"--lookahead-mb {args.lookahead_mb} --shm-mb {args.shm_mb} on {os.cpu_count()} cores; "
-              f"{args.backbone} at {args.image_size} px on {device_name}, bf16 autocast and channels_last {'on' if args.device == 'cuda' else 'off'}; "
+              f"{args.backbone} at {args.image_size} px on {device_name}, bf16 autocast and channels_last "
+              f"{'on' if args.device == 'cuda' else 'off'}; "
               f"batches of {args.batch_size} over L1..L5 train and test, one stream a split, {args.open_ahead} "
               "opened ahead", flush=True)
         extract = Extractor(args.backbone, args.image_size, args.device)
