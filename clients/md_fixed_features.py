@@ -74,6 +74,9 @@ def logreg_predictions(support: np.ndarray, support_labels: np.ndarray, query: n
     model = LogisticRegression(C=LOGREG_C, solver="lbfgs", max_iter=LOGREG_MAX_ITER, random_state=0)
     with warnings.catch_warnings():  # RFS keeps what 1000 iterations reach, as this does
         warnings.simplefilter("ignore", ConvergenceWarning)
+        # one-shot supports have as many classes as samples, which scikit-learn takes for a
+        # sign of regression targets; they are class labels
+        warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
         model.fit(l2_normalise(support), labels)
     return np.asarray(model.predict(l2_normalise(query)), np.int64)
 

@@ -93,9 +93,9 @@ COG_SHARDS = 2
 # evaluation source, VTAB+MD's linear probe, CoG's levels at one N and seed
 EVALUATE_RUN = "demo-eval"
 EVALUATE = ("--backbone", "conv4", "--image-size", "32", "--presets", "md-v1", "--md-sources", *EVAL_SOURCES,
-            "--episodes", "20", "--tasks", *VTAB_TASKS, "--vtab-protocol", "vtab-md", "--mode", "linear",
+            "--episodes", "10", "--tasks", *VTAB_TASKS, "--vtab-protocol", "vtab-md", "--mode", "linear",
             "--lrs", "1.0", "0.1", "--steps", "20", "40", "--vtab-batch-size", "64", "--eval-batch-size", "200",
-            "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--shots", "all", "4", "--seeds", "1", "--epochs", "5",
+            "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--shots", "all", "--seeds", "1", "--epochs", "5",
             "--grid", "3x2", *COG_LEVEL_CONFIG)
 
 
@@ -110,8 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--classes", type=int, default=24, help="classes per source")
     parser.add_argument("--images-per-class", type=int, default=20)
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--train-episodes", type=int, default=150)
-    parser.add_argument("--eval-episodes", type=int, default=60, help="test episodes per evaluation source")
+    parser.add_argument("--train-episodes", type=int, default=80)
+    parser.add_argument("--eval-episodes", type=int, default=30, help="test episodes per evaluation source")
     parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
     parser.add_argument("--data-only", action="store_true", help="only generate, pack and inspect the data")
     parser.add_argument("--no-vtab", dest="vtab", action="store_false",

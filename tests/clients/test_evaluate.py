@@ -62,6 +62,16 @@ def test_logreg_is_rfs_logistic_regression_on_l2_normalised_features():
     assert logreg_predictions(support[:4], labels[:4], query, 5).tolist() == [0] * 30  # one class: nothing to fit
 
 
+def test_a_one_shot_support_is_fitted_without_a_warning_on_the_terminal():
+    import warnings
+
+    rng = np.random.RandomState(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the demo printed scikit-learn's "regression problem" warning
+        got = logreg_predictions(rng.normal(0, 1, (5, 8)), np.arange(5), rng.normal(0, 1, (7, 8)), 5)
+    assert got.shape == (7,)
+
+
 # ---- the feature cache ----------------------------------------------------------------------------
 
 
