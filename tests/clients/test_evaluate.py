@@ -68,8 +68,8 @@ def test_a_one_shot_support_is_fitted_without_a_warning_on_the_terminal():
     rng = np.random.RandomState(4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the demo printed scikit-learn's "regression problem" warning
-        got = logreg_predictions(rng.normal(0, 1, (5, 8)), np.arange(5), rng.normal(0, 1, (7, 8)), 5)
-    assert got.shape == (7,)
+        got = logreg_predictions(rng.normal(0, 1, (30, 8)), np.arange(30), rng.normal(0, 1, (7, 8)), 30)
+    assert got.shape == (7,)  # scikit-learn warns from 21 samples on: a 30-way one-shot episode
 
 
 # ---- the feature cache ----------------------------------------------------------------------------
