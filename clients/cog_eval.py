@@ -59,7 +59,8 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -147,6 +148,11 @@ class CogBackend(abc.ABC):
     @abc.abstractmethod
     def extract(self, images: np.ndarray) -> np.ndarray:
         """Features float32 [B, D] of uint8 RGB images [B, S, S, 3], preprocessed as the backbone declares."""
+
+    def extract_many(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """``extract`` of each batch in order; a framework may run one batch ahead on its device."""
+        for images in batches:
+            yield self.extract(images)
 
     @abc.abstractmethod
     def classifier_data(self, features: np.ndarray, labels: np.ndarray) -> Any:
@@ -281,12 +287,20 @@ class CogRun:
             stream = self.client.stream_cog_batches(
                 split.level, split.split, batch_size=args.extract_batch_size, start_index=start,
                 image_size=args.image_size, level_size=args.level_size, min_images=args.min_images, **self.files)
-            for batch in stream:
-                if batch.split_fingerprint != split.fingerprint:
-                    raise SamplerClientError(
-                        f"StreamCogBatches {split.level}/{split.split}: batch {batch.index} is of split "
-                        f"{batch.split_fingerprint[:16]}, expected {split.fingerprint[:16]}")
-                features = np.asarray(self.backend.extract(batch.images), np.float32)
+            received: deque[Any] = deque()  # batches whose features are on their way (extract_many runs ahead)
+
+            def images() -> Iterator[np.ndarray]:
+                for batch in stream:
+                    if batch.split_fingerprint != split.fingerprint:
+                        raise SamplerClientError(
+                            f"StreamCogBatches {split.level}/{split.split}: batch {batch.index} is of split "
+                            f"{batch.split_fingerprint[:16]}, expected {split.fingerprint[:16]}")
+                    received.append(batch)
+                    yield batch.images
+
+            for embedded in self.backend.extract_many(images()):
+                batch = received.popleft()
+                features = np.asarray(embedded, np.float32)
                 if features.ndim != 2 or features.shape[0] != len(batch.record_ids):
                     raise UsageError(f"argument --backbone: it maps {len(batch.record_ids)} images to an output of "
                                      f"shape {tuple(features.shape)}, expected [{len(batch.record_ids)}, D] features")

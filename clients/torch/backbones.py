@@ -31,8 +31,7 @@ import argparse
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -261,9 +260,12 @@ def named_preprocessing(size: int) -> Preprocessing:
 
 
 @functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=32)
 def _constants(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, ...]:
     """The preprocessing's numbers as float32 tensors on ``device`` (a tensor divisor, not a
-    Python scalar: CUDA multiplies by a scalar's reciprocal, which is not the same division)."""
+    Python scalar: CUDA multiplies by a scalar's reciprocal, which is not the same division).
+    Made once per (preprocessing, device): copying them to a GPU again on every batch would
+    wait for the work already queued there."""
     def tensor(value: Any) -> torch.Tensor:
         return torch.tensor(value, dtype=torch.float32, device=device)
     return (tensor(preprocessing.divisor), tensor(preprocessing.low),
@@ -372,6 +374,35 @@ class TorchFeatures:
         if not out:
             return np.zeros((0, self.backbone.out_dim), np.float32)
         return torch.cat(out).cpu().numpy()
+
+    def features_stream(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """``features`` of each batch in order. On CUDA one batch runs ahead: batch i+1 is
+        copied in from pinned memory and embedded while batch i's features come back and the
+        caller receives the next batch, so the GPU does not wait between batches."""
+        if self.device.type != "cuda":
+            for images in batches:
+                yield self.features(images)
+            return
+        model, spec = self.backbone.model, self.backbone.spec
+        set_mode(model, False)
+        waiting: tuple[torch.Tensor, torch.cuda.Event] | None = None
+        for images in batches:
+            host = torch.empty(images.shape, dtype=torch.uint8, pin_memory=True)
+            np.copyto(host.numpy(), images)  # out of the read-only wire view, into pinned memory
+            with torch.inference_mode(), autocast(self.device):
+                output = checked(spec, model(to_model_input(host, self.backbone.preprocessing, self.device)),
+                                 len(images)).float()
+            back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
+            back.copy_(output, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            if waiting is not None:
+                waiting[1].synchronize()
+                yield waiting[0].numpy()
+            waiting = (back, done)
+        if waiting is not None:
+            waiting[1].synchronize()
+            yield waiting[0].numpy()
 
 
 __all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",

@@ -16,7 +16,7 @@ fit). On the CPU deterministic algorithms are on.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,9 @@ class TorchCogBackend(CogBackend):
 
     def extract(self, images: np.ndarray) -> np.ndarray:
         return self.extractor.features(images)
+
+    def extract_many(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        return self.extractor.features_stream(batches)
 
     def classifier_data(self, features: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.from_numpy(np.ascontiguousarray(features, np.float32)).to(self.device),
