@@ -62,10 +62,10 @@ VTAB_TASKS = ("svhn", "kitti_distance")  # keys of fixtures.tfds.DEMO_BUILDERS
 OWN_LEG_SOURCES = ("imagenet21k",)  # not MD sources: their leg builds its own data (CoG: its wnids and counts)
 VTAB_INSTALL = "VTAB leg skipped: tensorflow-datasets is missing; install the extra: pip install -e '.[vtab]'"
 # The VTAB paper's protocol (the trainers' default, --protocol vtab) small enough for two CPU
-# cores: 32 px, conv4, batch 64, its {2500, 10000} steps scaled by 0.002 to 5 and 20 (decay
+# cores: 32 px, conv4, batch 64, its {2500, 10000} steps scaled by 0.001 to 2 and 10 (decay
 # points with them); the sweep, the per-task choice on val and the 3 final runs are the paper's.
 VTAB_RUN = ("--protocol", "vtab", "--backbone", "conv4", "--image-size", "32", "--batch-size", "64",
-            "--eval-batch-size", "200", "--steps-scale", "0.002", "--log-every", "1000")
+            "--eval-batch-size", "200", "--steps-scale", "0.001", "--log-every", "1000")
 # The control baselines' runs: VTAB+MD's protocol (one setting for all tasks by val200) with a
 # linear probe small enough for two CPU cores (lrs high enough that a head on frozen random
 # features learns in 40 steps).
@@ -80,7 +80,7 @@ CONTROL_RUNS = {  # role -> what that run adds to VTAB_PROBE (the last --mode/--
     # reaches the max run at every regime, leaving nothing to calibrate (CCI undefined); a real
     # study gives the scratch run the same sweep as the model run
     "scratch": ("--mode", "finetune", "--lrs", "0.01", "--steps", "10", *CONTROL_REGIMES),
-    "max": ("--mode", "finetune", "--lrs", "0.1", "--steps", "40"),
+    "max": ("--mode", "finetune", "--lrs", "0.1", "--steps", "20"),
 }
 # ImageNet-CoG at demo scale: 4 concepts per level, 60 images at least (the paper: 1000
 # and 782); IN-1K is the MD leg's ILSVRC store (its classes' train images, and their
@@ -110,8 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--classes", type=int, default=24, help="classes per source")
     parser.add_argument("--images-per-class", type=int, default=20)
     parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--train-episodes", type=int, default=80)
-    parser.add_argument("--eval-episodes", type=int, default=30, help="test episodes per evaluation source")
+    parser.add_argument("--train-episodes", type=int, default=60)
+    parser.add_argument("--eval-episodes", type=int, default=20, help="test episodes per evaluation source")
     parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
     parser.add_argument("--data-only", action="store_true", help="only generate, pack and inspect the data")
     parser.add_argument("--no-vtab", dest="vtab", action="store_false",
