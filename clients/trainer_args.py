@@ -21,7 +21,6 @@ in it (as given, and as resolved under ``shape_buckets``) though padding is exac
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -505,16 +504,6 @@ def _level(text: str) -> str:
     if not text or not text.isprintable() or text != text.strip():
         raise argparse.ArgumentTypeError(f"got {text!r}, expected a level name such as IN-1K or L3")
     return text
-
-
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a finite number")
-    return value
 
 
 class CogArgumentParser(TrainerArgumentParser):
