@@ -40,6 +40,29 @@ def shared_reference() -> Path:
     return require_reference()
 
 
+KITTI_SIZES = {"train": 800, "validation": 240, "test": 30}
+"""The transfer tests' KITTI: VTAB-1k's train800/val200 and a small test split."""
+
+
+@pytest.fixture(scope="session")
+def kitti_served(tmp_path_factory):
+    """One served KITTI store (packed by ``pack vtab`` from test-built TFDS data) for every
+    transfer test that only reads it; each test reports under run ids of its own."""
+    import tfds_builders as tb
+
+    from sampler_server.cli.main import main as server_cli
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    root = tmp_path_factory.mktemp("kitti")
+    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
+    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
+                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
+    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
+                                        grace_seconds=0.5)).start()
+    yield server
+    server.stop(grace=0.5)
+
+
 def generate_fixture(source: str, root: Path, **kwargs: Any) -> Fixture:
     return fixtures.get_generator(source).generate(root / "original" / source, **kwargs)
 

@@ -18,6 +18,7 @@ tf = pytest.importorskip("tensorflow")
 import tf_user_backbones as user  # noqa: E402
 from cog_eval_fake import SMALL as COG_SMALL  # noqa: E402
 from cog_eval_fake import FakeCogClient  # noqa: E402
+from conftest import KITTI_SIZES  # noqa: E402
 
 from clients.backbone_contract import Preprocessing  # noqa: E402
 from clients.cog_eval import CogRun  # noqa: E402
@@ -28,7 +29,6 @@ from clients.trainer_args import parse_args, parse_cog_args, parse_transfer_args
 
 keras = tf.keras
 NAMED_FLAGS = ["--input-range", "-1", "1", "--mean", "0", "0", "0", "--std", "1", "1", "1"]  # what named ones declare
-KITTI_SIZES = {"train": 800, "validation": 240, "test": 30}
 TASK = "kitti_distance"
 
 
@@ -179,21 +179,9 @@ def test_keras_weights_load_and_a_mismatched_file_is_one_whole_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def kitti(tmp_path_factory):
-    """The VTAB KITTI store of the transfer tests, served."""
-    import tfds_builders as tb
-
-    from sampler_server.cli.main import main as server_cli
-    from sampler_server.service.server import RunningServer, ServerConfig
-
-    root = tmp_path_factory.mktemp("kitti")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
-    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
-                                        grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+def kitti(kitti_served):
+    """The VTAB KITTI store of the transfer tests, served (one for the session)."""
+    return kitti_served
 
 
 @pytest.mark.slow

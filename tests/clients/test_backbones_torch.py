@@ -227,22 +227,9 @@ def test_shape_buckets_need_our_batch_norms(capsys):
 
 
 @pytest.fixture(scope="module")
-def kitti(tmp_path_factory):
-    """The transfer tests' KITTI store (train800/val200/test), served."""
-    import tfds_builders as tb
-    from test_transfer import KITTI_SIZES
-
-    from sampler_server.cli.main import main as server_cli
-    from sampler_server.service.server import RunningServer, ServerConfig
-
-    root = tmp_path_factory.mktemp("kitti")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
-    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
-                                        grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+def kitti(kitti_served):
+    """The transfer tests' KITTI store (train800/val200/test), served (one for the session)."""
+    return kitti_served
 
 
 # ---- the commands --------------------------------------------------------------------------------------

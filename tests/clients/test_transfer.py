@@ -15,14 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import tfds_builders as tb
+from conftest import KITTI_SIZES
 from transfer_refusals import refusal_lines
 
 from clients.core import SamplerClient
 from clients.vtab_transfer import Setting, choose, sweep_settings
-from sampler_server.cli.main import main as server_cli
 
-KITTI_SIZES = {"train": 800, "validation": 240, "test": 30}
 TASK = "kitti_distance"
 SMALL = ["--protocol", "vtab-md", "--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--batch-size", "32",
          "--eval-batch-size", "128", "--lrs", "0.1", "0.01", "--steps", "2", "4", "--log-every", "1000"]
@@ -32,17 +30,8 @@ SCALE = ["--steps-scale", "0.0004"]  # 2500 -> 1 step, 10000 -> 4
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from sampler_server.service.server import RunningServer, ServerConfig
-
-    root = tmp_path_factory.mktemp("transfer")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
-    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
-                                        grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+def served(kitti_served):
+    return kitti_served
 
 
 def _run(main, served, run_id: str, tmp_path: Path, *extra: str) -> dict:
