@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from clients.backbone_contract import NAMED_BACKBONES
+from clients.errors import UsageError
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 SHAPE_BUCKETS = ("auto", "on", "off")
@@ -58,6 +60,19 @@ def resolve_buckets(setting: str, accelerated: bool) -> bool:
     if setting not in SHAPE_BUCKETS:
         raise ValueError(f"shape buckets: got {setting!r}, expected one of {', '.join(SHAPE_BUCKETS)}")
     return setting == "on" or (setting == "auto" and accelerated)
+
+
+def resolve_buckets_for(backbone: str, setting: str, accelerated: bool) -> bool:
+    """``resolve_buckets`` for the trainer's ``--backbone``: buckets need our batch norms (they
+    count the valid rows), so a user's backbone trains on unpadded episodes (auto: off; on:
+    refused in one line)."""
+    if backbone in NAMED_BACKBONES:
+        return resolve_buckets(setting, accelerated)
+    if setting == "on":
+        raise UsageError(f"argument --shape-buckets: got on, but --backbone {backbone} is not one of ours "
+                         f"({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' statistics; "
+                         "use auto or off")
+    return False
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
-from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets
+from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.tf import models
@@ -136,18 +136,7 @@ class TFFramework(Framework):
         self.loaded: LoadedBackbone | None = None
         if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
-        self.buckets = self._buckets(args.shape_buckets, self.device.startswith("/GPU"))
-
-    def _buckets(self, setting: str, gpu: bool) -> bool:
-        """Shape buckets need our batch norms (they count the valid rows): a user's backbone
-        trains on unpadded episodes (auto: off; on: refused)."""
-        if self.args.backbone in NAMED_BACKBONES:
-            return resolve_buckets(setting, gpu)
-        if setting == "on":
-            raise UsageError(f"argument --shape-buckets: got on, but --backbone {self.args.backbone} is not one of "
-                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' "
-                             "statistics; use auto or off")
-        return False
+        self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, self.device.startswith("/GPU"))
 
     def _load_backbone(self) -> LoadedBackbone:
         """The backbone, its variables where the steps run (the strategy's, or the device's)."""

@@ -51,7 +51,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from clients.buckets import resolve_buckets
+from clients.buckets import resolve_buckets_for
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
@@ -148,7 +148,7 @@ class TorchFramework(Framework):
         self.loaded: LoadedBackbone | None = None
         if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
-        self.buckets = self._buckets(args.shape_buckets, cuda)
+        self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, cuda)
         # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
         # ResNet-18 at 126 px consumes; on CPU the cores train
         self.receive_streams = 2 if cuda else 1
@@ -159,17 +159,6 @@ class TorchFramework(Framework):
         self._in_flight: collections.deque = collections.deque()
 
     # ---- model ----------------------------------------------------------------------------
-
-    def _buckets(self, setting: str, cuda: bool) -> bool:
-        """Shape buckets need our batch norms (they count the valid rows): a user's backbone
-        trains on unpadded episodes (auto: off; on: refused)."""
-        if self.args.backbone in NAMED_BACKBONES:
-            return resolve_buckets(setting, cuda)
-        if setting == "on":
-            raise UsageError(f"argument --shape-buckets: got on, but --backbone {self.args.backbone} is not one of "
-                             f"ours ({', '.join(NAMED_BACKBONES)}): padding rows would enter its batch norms' "
-                             "statistics; use auto or off")
-        return False
 
     def _load_backbone(self) -> LoadedBackbone:
         loaded = load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, SEED_NAME)
