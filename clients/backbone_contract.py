@@ -287,6 +287,10 @@ def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, ima
                        help="weights loaded into the backbone: a state dict (torch) or weights file (tf), or one of "
                             "our trainer checkpoints (default: none, a named backbone starts from random weights)"
                             + HIDE_DEFAULT)
+    group.add_argument("--init-seed", type=_seed_flag, default=None, metavar="S",
+                       help="a named backbone starts from the framework-neutral weights generated from S "
+                            "(clients.init_weights): the same numbers in torch and tf (default: the framework's own "
+                            "initialiser, seeded from the command's seed)" + HIDE_DEFAULT)
     group.add_argument("--image-size", type=_size_flag, default=None, metavar="PIXELS",
                        help=f"{image_size_help} (default: the backbone's input_size, else {image_size_default})"
                             + HIDE_DEFAULT)
@@ -312,6 +316,16 @@ def _size_flag(text: str) -> int:
     return value
 
 
+def _seed_flag(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 0")
+    return value
+
+
 def check_backbone_group(parser: argparse.ArgumentParser, args: argparse.Namespace, image_size_default: int) -> None:
     """``--weights`` must exist and fit the kind of backbone; a named backbone's side is
     known at once (it declares none), so ``args.image_size`` is filled in for it here."""
@@ -323,5 +337,11 @@ def check_backbone_group(parser: argparse.ArgumentParser, args: argparse.Namespa
         if kind == "file":
             parser.error(f"argument --weights: got {args.weights!r}, but --backbone {args.backbone!r} is a model "
                          "file holding its own weights (--weights is for named and module:callable backbones)")
+    if getattr(args, "init_seed", None) is not None:
+        if kind != "named":
+            parser.error(f"argument --init-seed: --backbone {args.backbone!r} is not a named backbone (the "
+                         f"framework-neutral weights exist for {', '.join(NAMED_BACKBONES)})")
+        if args.weights is not None:
+            parser.error("argument --init-seed: not with --weights (both say where the weights come from)")
     if kind == "named" and args.image_size is None:
         args.image_size = image_size_default

@@ -33,6 +33,7 @@ from typing import Any
 
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import add_backbone_group, check_backbone_group
+from clients.determinism import add_reproducibility_group
 from clients.md_fixed_features import LEARNERS
 from clients.trainer_args import (DEVICES, FRAMEWORKS, MAX_RUN_ID, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS,
                                   TrainerArgumentParser, add_server_group, build_cog_parser, build_transfer_parser,
@@ -102,6 +103,7 @@ def build_evaluate_parser(framework: str) -> argparse.ArgumentParser:
     add_server_group(parser)
     add_backbone_group(parser, None, MD_IMAGE_SIZE, "image side every protocol is served at (default per "
                        "protocol when neither flag nor attribute says: MD 84, VTAB and CoG 224)")
+    add_reproducibility_group(parser)
 
     job = parser.add_argument_group("the job")
     job.add_argument("--protocols", type=_protocols, default=PROTOCOLS, metavar="LIST",

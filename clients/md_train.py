@@ -262,6 +262,12 @@ class Framework(abc.ABC):
         """sha256 (hex) of the model's parameters and buffers: equal on every rank."""
         ...
 
+    @abc.abstractmethod
+    def weights_sha256(self) -> str:
+        """The run's result fingerprint: sha256 (``determinism.weights_sha256``) of the backbone's
+        weights as evaluated, so ``--eval-only`` of the checkpoint records the same one."""
+        ...
+
     def close(self) -> None:
         """Release what the framework set up for the run (a process group)."""
 
@@ -401,7 +407,8 @@ class Run:
     def config(self) -> dict[str, Any]:
         extra = {**self.framework.describe(), "framework": self.framework.name,
                  "train_sources": list(self.train_names), "eval_sources": list(self.eval_names),
-                 "baseline_classes": self.class_counts, "trained_to_index": self.next_index}
+                 "baseline_classes": self.class_counts, "trained_to_index": self.next_index,
+                 "result_sha256": self.framework.weights_sha256()}
         if self.train_ranks > 1:  # what the model is depends on it; absent means 1
             extra["train_ranks"] = self.train_ranks
         return run_config(self.args, extra)

@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import add_backbone_group, check_backbone_group
+from clients.determinism import add_reproducibility_group
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
@@ -209,6 +210,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
                             "meets few shapes; auto: on with a GPU, off on CPU")
 
     add_backbone_group(parser, "conv4", MD_IMAGE_SIZE, "image side the episodes are served at")
+    add_reproducibility_group(parser)
 
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--eval-episodes", type=int_at_least(0), default=600, metavar="N",
@@ -376,6 +378,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
 
     add_backbone_group(parser, "resnet18", TRANSFER_IMAGE_SIZE, "image side the tasks are served at (resized as "
                        "task_adaptation resizes)")
+    add_reproducibility_group(parser)
 
     sweep = parser.add_argument_group("the sweep and the final runs (linear, finetune)")
     sweep.add_argument("--lrs", nargs="+", type=positive_float, default=None, metavar="LR",
@@ -551,6 +554,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
     add_backbone_group(parser, None, cog_protocol.IMAGE_SIZE, "S: the server resizes the shorter side to S "
                        "(bicubic) and crops the centre S x S",
                        {"input_range": (0.0, 1.0), "mean": cog_protocol.MEAN, "std": cog_protocol.STD})
+    add_reproducibility_group(parser)
     model = parser.add_argument_group("features")
     model.add_argument("--feature-cache", required=True, metavar="DIR",
                        help="features are cached here, keyed by the weights' sha256, split fingerprint and "

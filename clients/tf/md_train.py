@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
+from clients.determinism import weights_sha256
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.tf import models
@@ -335,6 +336,9 @@ class TFFramework(Framework):
             digest.update(variable.path.encode())
             digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
         return digest.hexdigest()
+
+    def weights_sha256(self) -> str:
+        return weights_sha256((variable.path, variable.numpy()) for variable in self.backbone.variables)
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if self.strategy is not None and isinstance(error, (tf.errors.UnavailableError, tf.errors.CancelledError,

@@ -52,6 +52,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from clients.buckets import resolve_buckets_for
+from clients.determinism import weights_sha256
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
@@ -325,6 +326,9 @@ class TorchFramework(Framework):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()
+
+    def weights_sha256(self) -> str:
+        return weights_sha256((name, tensor.detach().cpu().numpy()) for name, tensor in self.backbone.state_dict().items())
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         # a collective that lost a peer: NCCL raises DistBackendError, gloo a RuntimeError naming its transport
