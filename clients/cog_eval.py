@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -170,6 +171,10 @@ class CogBackend(abc.ABC):
     def predict(self, data: Any) -> np.ndarray:
         """Predicted labels of every row of ``data``."""
 
+    @abc.abstractmethod
+    def weights_sha256(self) -> str:
+        """sha256 (``determinism.weights_sha256``) of the linear classifier as trained last."""
+
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         """(exit status, one line) for a framework error worth a clean exit, else None."""
         return None
@@ -240,6 +245,8 @@ class CogRun:
         # naver/cog's level and split files, paths on the server; passed with every CoG request when given
         files = {"levels_file": args.levels_file, "concepts_split_file": args.concepts_split_file}
         self.files = {name: path for name, path in files.items() if path}
+        # the result fingerprint: every fitted classifier's weights, in the order fitted
+        self.fits = hashlib.sha256()
 
     # -- server-side facts --
 
@@ -344,8 +351,10 @@ class CogRun:
         return self.backend.classifier_data(x, labels), labels, int(x.shape[1])
 
     def _fit(self, level: str, data: Any, count: int, dim: int, hp: HParams, seed: int) -> FitOutcome:
-        return fit(self.backend, data, count, dim, self.num_classes[level], hp, self.args.epochs,
-                   self.args.batch_size, seed)
+        outcome = fit(self.backend, data, count, dim, self.num_classes[level], hp, self.args.epochs,
+                      self.args.batch_size, seed)
+        self.fits.update(self.backend.weights_sha256().encode())
+        return outcome
 
     def search(self, level: str, shots: int, seed: int) -> Search:
         """Every grid point trained on search(N, seed) and scored on val(seed); the choice."""
@@ -437,7 +446,8 @@ class CogRun:
             # one level's ids and features held at a time (IN-1K's train split alone is 1.28 M rows)
             self.splits = {key: value for key, value in self.splits.items() if key[0] != level}
             del self.features[f"{level}/train"], self.features[f"{level}/test"], test, test_data
-        return {"run": args.run, "config": config, "levels": levels, "extracted": extracted}
+        return {"run": args.run, "config": config, "levels": levels, "extracted": extracted,
+                "result_sha256": self.fits.hexdigest()}
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -171,6 +172,10 @@ class TransferLearner(abc.ABC):
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
         """Query predictions from support prototypes of the initial embedding."""
 
+    @abc.abstractmethod
+    def weights_sha256(self) -> str:
+        """sha256 (``determinism.weights_sha256``) of the weights the last fit trained (head; finetuning, backbone too)."""
+
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         """(exit status, one line) for a framework error worth a clean exit, else None."""
         return None
@@ -184,6 +189,8 @@ class TransferRun:
         self.args = learner.args
         self.num_classes: dict[str, int] = {}
         self.schedule = run_schedule(self.args)
+        # the result fingerprint: every fit's final weights, in the order trained
+        self.fits = hashlib.sha256()
 
     def check_tasks(self) -> None:
         """Every named task is served with the splits this mode reads (ListTasks) and every
@@ -256,6 +263,7 @@ class TransferRun:
             loss = self.learner.train_step(batch, self.schedule.learning_rate(setting.lr, step, setting.steps))
             if (step + 1) % args.log_every == 0:
                 self.log(f"{label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
+        self.fits.update(self.learner.weights_sha256().encode())
         return loss
 
     def evaluate(self, task: str, split: str, regime: int = 0) -> tuple[float, int]:
@@ -283,7 +291,8 @@ class TransferRun:
             results[task] = {"test_accuracy": accuracy, "test_examples": len(predicted),
                              "support_examples": len(episode.support_labels)}
             self.log(f"{task}: protonet test accuracy {accuracy:.4f} ({len(predicted)} queries)")
-        return {"run": args.run, "mode": args.mode, "config": config, "tasks": results}
+        return {"run": args.run, "mode": args.mode, "config": config, "tasks": results,
+                "result_sha256": self.fits.hexdigest()}
 
     def _sweep(self) -> dict[str, Any]:
         args = self.args
@@ -301,6 +310,7 @@ class TransferRun:
                                    "settings": [{"lr": s.lr, "steps": s.steps} for s in settings]}
         parts = [self._final(point, settings, *result, config, seeds) for point, result in zip(points, swept)]
         summary["config"] = config
+        summary["result_sha256"] = self.fits.hexdigest()
         if args.regimes:
             summary["regime_seed"] = args.regime_seed
             summary["regime_sampling"] = args.regime_sampling

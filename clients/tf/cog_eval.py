@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from clients import cog_protocol
+from clients.determinism import weights_sha256
 from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
 from clients.cog_protocol import MOMENTUM
 from clients.tf.backbones import TFFeatures, load_backbone
@@ -108,6 +109,9 @@ class TFCogBackend(CogBackend):
             parts = [tf.argmax(tf.matmul(x[i:i + PREDICT_ROWS], self.kernel) + self.bias, axis=1)
                      for i in range(0, int(x.shape[0]), PREDICT_ROWS)]
         return np.concatenate([p.numpy() for p in parts]) if parts else np.zeros(0, np.int64)
+
+    def weights_sha256(self) -> str:
+        return weights_sha256([("kernel", self.kernel.numpy()), ("bias", self.bias.numpy())])
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, tf.errors.ResourceExhaustedError):

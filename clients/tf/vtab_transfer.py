@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
 from clients.tf.backbones import inference, load_backbone, to_model_input
@@ -99,6 +100,10 @@ class TFTransferLearner(TransferLearner):
                 optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
                 return loss
         self._step = step
+
+    def weights_sha256(self) -> str:
+        trained = [self.head] + ([self.backbone] if self.args.mode == "finetune" else [])
+        return weights_sha256((variable.path, variable.numpy()) for model in trained for variable in model.variables)
 
     def _frozen_features(self, batch: TaskBatchArrays) -> np.ndarray:
         keys = [(batch.task, batch.split, int(r)) for r in batch.record_ids]

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from clients.determinism import weights_sha256
 from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
 from clients.cog_protocol import IMAGE_SIZE, MOMENTUM
 from clients.torch.backbones import TorchFeatures, load_backbone
@@ -89,6 +90,10 @@ class TorchCogBackend(CogBackend):
         with torch.inference_mode():
             return torch.cat([self.linear(x[i:i + PREDICT_ROWS]).argmax(1) for i in range(0, len(x), PREDICT_ROWS)]
                              or [torch.zeros(0, dtype=torch.int64)]).cpu().numpy()
+
+    def weights_sha256(self) -> str:
+        assert self.linear is not None
+        return weights_sha256((name, tensor.detach().cpu().numpy()) for name, tensor in self.linear.state_dict().items())
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, torch.OutOfMemoryError):

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.torch.backbones import load_backbone, set_mode, to_model_input
 from clients.torch.models import parameter_count, prototype_logits
@@ -78,6 +79,11 @@ class TorchTransferLearner(TransferLearner):
         finetune = self.args.mode == "finetune"
         parameters = list(self.head.parameters()) + (list(self.backbone.parameters()) if finetune else [])
         self.optimizer = torch.optim.SGD(parameters, lr=self.args.lrs[0], momentum=MOMENTUM)
+
+    def weights_sha256(self) -> str:
+        trained = [("head", self.head)] + ([("backbone", self.backbone)] if self.args.mode == "finetune" else [])
+        return weights_sha256((f"{part}.{name}", tensor.detach().cpu().numpy())
+                              for part, module in trained for name, tensor in module.state_dict().items())
 
     def _frozen_features(self, batch: TaskBatchArrays) -> torch.Tensor:
         keys = [(batch.task, batch.split, int(r)) for r in batch.record_ids]
