@@ -217,7 +217,7 @@ class ResNet18(nn.Module):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.flatten(F.adaptive_avg_pool2d(self.blocks(self.stem(x)), 1), 1)
+        return global_average(self.blocks(self.stem(x)))
 
 
 class Bottleneck(nn.Module):
@@ -272,7 +272,18 @@ class ResNet50(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(F.relu(self.bn1(self.conv1(x)), inplace=True))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
+        return global_average(x)
+
+
+def global_average(x: torch.Tensor) -> torch.Tensor:
+    """[N, C, H, W] -> [N, C]: a mean over the spatial axes, not ``adaptive_avg_pool2d``,
+    whose CUDA backward has no deterministic kernel (``--deterministic on`` refuses it)."""
+    return x.mean((2, 3))
+
+
+class GlobalAverage(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return global_average(x)
 
 
 class Tiny(nn.Module):
@@ -287,7 +298,7 @@ class Tiny(nn.Module):
             nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+            GlobalAverage())
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.body(images)
