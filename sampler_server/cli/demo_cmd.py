@@ -28,7 +28,9 @@
 6. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
    both runs, write the robustness plots, and print the VTAB table, the calibrated table
    of the control baselines (with its plots) and the CoG table (with the torch run as the
-   baseline, and its plots);
+   baseline, and its plots), then the framework-parity table: every leg's torch and tf
+   rows side by side with their 95% CIs (both frameworks start each leg from the same
+   framework-neutral weights, ``--init-seed 0``, and run deterministically on CPU);
 7. a checkpoint in, its card out: ``python -m clients.torch evaluate`` of the torch
    trainer's checkpoint on every protocol of the demo (frozen features: MD test episodes
    with prototypes and logistic regression, a VTAB linear probe, the CoG evaluation),
@@ -89,6 +91,9 @@ COG_LEVEL_CONFIG = ("--level-size", "4", "--min-images", "60")
 COG_EVAL = ("--backbone", "tiny", "--levels", "IN-1K", "L1", "L2", "L3", "L4", "L5", "--image-size", "32",
             "--shots", "all", "1", "4", "--seeds", "1", "2", "--epochs", "5", "--grid", "3x2", *COG_LEVEL_CONFIG)
 COG_SHARDS = 2
+# Framework parity: both trainers of each leg start from the same framework-neutral
+# weights (clients.init_weights), so their rows compare (demo_parity)
+INIT_SEED = ("--init-seed", "0")
 # evaluate of the torch trainer's checkpoint, small enough for two CPU cores: every MD
 # evaluation source, VTAB+MD's linear probe, CoG's levels at one N and seed
 EVALUATE_RUN = "demo-eval"
@@ -185,9 +190,34 @@ def run_cog(framework: str, address: str, args: argparse.Namespace) -> None:
     """One framework's CoG linear evaluation, reported as run ``demo-cog-<framework>``."""
     command = [
         sys.executable, "-m", f"clients.{framework}", "cog", "--server", address, "--run", f"demo-cog-{framework}",
-        *COG_EVAL, "--feature-cache", str(args.workdir / f"cog-features-{framework}"), "--device", "cpu",
+        *COG_EVAL, *INIT_SEED, "--feature-cache", str(args.workdir / f"cog-features-{framework}"), "--device", "cpu",
+        "--json-summary", str(summary_path(args, "cog", framework)),
     ]
     _run_client(command, f"{framework} CoG evaluation")
+
+
+def summary_path(args: argparse.Namespace, leg: str, framework: str) -> Path:
+    """Where a leg's run writes its JSON summary (the parity table reads them)."""
+    return args.workdir / "summaries" / f"{leg}-{framework}.json"
+
+
+def print_parity(args: argparse.Namespace) -> None:
+    """The torch and tf rows of every leg side by side with their 95% CIs (``demo_parity``)."""
+    import json
+
+    from sampler_server.cli import demo_parity
+
+    legs = {"md": demo_parity.md_rows, "vtab": demo_parity.vtab_rows, "cog": demo_parity.cog_rows}
+    rows = []
+    for leg, rows_of in legs.items():
+        paths = [summary_path(args, leg, framework) for framework in ("torch", "tf")]
+        if all(path.is_file() for path in paths):
+            rows += rows_of(*(json.loads(path.read_text()) for path in paths))
+    print("
+== framework parity: torch and tf from the same initial weights (--init-seed 0), the same episodes "
+          "and batches
+")
+    print(demo_parity.render(rows))
 
 
 def _environment() -> dict[str, str]:
@@ -230,6 +260,7 @@ def run_trainer(framework: str, address: str, args: argparse.Namespace) -> None:
         "--image-size", str(args.image_size), "--train-episodes", str(args.train_episodes),
         "--eval-episodes", str(args.eval_episodes), "--checkpoint-dir", str(args.workdir / f"checkpoints-{framework}"),
         "--checkpoint-every", str(max(1, args.train_episodes)), "--log-every", "25", "--device", "cpu",
+        *INIT_SEED, "--json-summary", str(summary_path(args, "md", framework)),
     ]
     _run_client(command, f"{framework} trainer")
 
@@ -238,7 +269,8 @@ def run_probe(framework: str, address: str, args: argparse.Namespace) -> None:
     """One framework's VTAB protocol run on the demo's VTAB tasks, reported as run ``demo-vtab-<framework>``."""
     command = [
         sys.executable, "-m", f"clients.{framework}", "transfer", "--server", address,
-        "--run", f"demo-vtab-{framework}", "--tasks", *VTAB_TASKS, *VTAB_RUN, "--device", "cpu",
+        "--run", f"demo-vtab-{framework}", "--tasks", *VTAB_TASKS, *VTAB_RUN, "--device", "cpu", *INIT_SEED,
+        "--json-summary", str(summary_path(args, "vtab", framework)),
     ]
     _run_client(command, f"{framework} VTAB protocol run")
 
@@ -375,6 +407,8 @@ def run(args: argparse.Namespace) -> int:
         cog_plots = write_cog_plots(cog, args.workdir / "plots-cog")
         print(f"\nCoG plots: {len(cog_plots)} PNG files in {args.workdir / 'plots-cog'}")
         print(f"CoG leg (data, pack, levels, evaluations) took {cog_seconds:.0f} s")
+    if set(FRAMEWORKS) <= set(args.frameworks):
+        print_parity(args)
     if evaluate:
         print(f"\n== the card of {EVALUATE_RUN}\n", flush=True)
         print_card(store, args)
