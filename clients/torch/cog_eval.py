@@ -10,7 +10,9 @@ the reference's feature extraction does (divided by 255, ImageNet's mean and std
 classifier is ``nn.Linear`` trained by ``torch.optim.SGD`` (momentum 0.9,
 ``weight_decay`` on weight and bias, as the reference passes ``model.parameters()``) with
 mean cross-entropy; a step whose loss is not finite is not applied (the run stops that
-fit). On the CPU deterministic algorithms are on.
+fit). ``--deterministic`` is applied (``clients.torch.determinism``) before the backbone is
+built; the classifier's initial weights and batch orders come from ``clients.cog_eval``'s
+named seeds.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from clients.determinism import weights_sha256
 from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
 from clients.cog_protocol import IMAGE_SIZE, MOMENTUM
 from clients.torch.backbones import TorchFeatures, load_backbone
+from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.md_train import select_device
 
 PREDICT_ROWS = 8192
@@ -38,17 +41,18 @@ class TorchCogBackend(CogBackend):
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.device = select_device(args.device)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True)
-        super().__init__(args, load_backbone(args, self.device, IMAGE_SIZE, SEED_NAME))
+        self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
+        super().__init__(args, load_checked(lambda: load_backbone(args, self.device, IMAGE_SIZE, SEED_NAME),
+                                            self.determinism, self.device))
         self.extractor = TorchFeatures(self.backbone, self.device, args.extract_batch_size)
         self.linear: nn.Linear | None = None
 
     def describe(self) -> dict[str, Any]:
         model = self.backbone.model
         parameters = sum(p.numel() for p in model.parameters()) if isinstance(model, nn.Module) else 0
-        return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device),
-                "backbone_parameter_count": int(parameters), "embedding_dim": self.backbone.out_dim}
+        return {"framework": self.name, **self.determinism.as_config(), **torch_record(self.device),
+                "device": str(self.device), "backbone_parameter_count": int(parameters),
+                "embedding_dim": self.backbone.out_dim}
 
     def extract(self, images: np.ndarray) -> np.ndarray:
         return self.extractor.features(images)
@@ -98,7 +102,7 @@ class TorchCogBackend(CogBackend):
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, torch.OutOfMemoryError):
             return 1, f"out of memory on {self.device} (try a smaller --extract-batch-size or --batch-size)"
-        return None
+        return classify_determinism(error, self.determinism, self.device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,9 @@ The backbone is loaded by the contract (``clients.torch.backbones.load_backbone`
 embeds Meta-Dataset episodes through ``TorchFeatures`` (eval mode, inference mode, bf16
 autocast on CUDA); VTAB-1k runs the ``transfer`` command's ``TorchTransferLearner`` and
 ImageNet-CoG the ``cog`` command's ``TorchCogBackend``, each built from that command's own
-parsed arguments. On the CPU deterministic algorithms are on.
+parsed arguments. ``--deterministic`` and ``--threads`` are applied once
+(``clients.torch.determinism``) before the backbone is built, and passed on to the
+``transfer`` and ``cog`` parts, so every part runs, and records, the same settings.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from clients.cog_eval import CogBackend
 from clients.evaluate import EvaluateFramework, run_evaluate_main
 from clients.trainer_args import MD_IMAGE_SIZE
 from clients.torch.backbones import TorchFeatures, load_backbone
+from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.cog_eval import TorchCogBackend
 from clients.torch.md_train import select_device
 from clients.torch.vtab_transfer import TorchTransferLearner
@@ -38,20 +41,25 @@ class TorchEvaluate(EvaluateFramework):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         self.device = select_device(args.device)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True)
+        self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
 
     def load(self, args: argparse.Namespace) -> LoadedBackbone:
-        return load_backbone(args, self.device, MD_IMAGE_SIZE, SEED_NAME)
+        return load_checked(lambda: load_backbone(args, self.device, MD_IMAGE_SIZE, SEED_NAME), self.determinism,
+                            self.device)
+
+    def _same_settings(self, args: argparse.Namespace) -> argparse.Namespace:
+        """A part's parsed arguments with this job's --deterministic and --threads (its parser's defaults otherwise)."""
+        args.deterministic, args.threads = self.args.deterministic, self.args.threads
+        return args
 
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
         return TorchFeatures(backbone, self.device, batch_size)
 
     def transfer_learner(self, args: argparse.Namespace) -> TransferLearner:
-        return TorchTransferLearner(args)
+        return TorchTransferLearner(self._same_settings(args))
 
     def cog_backend(self, args: argparse.Namespace) -> CogBackend:
-        return TorchCogBackend(args)
+        return TorchCogBackend(self._same_settings(args))
 
     def save_weights(self, backbone: LoadedBackbone, directory: Path) -> str | None:
         if not isinstance(backbone.model, nn.Module):
@@ -64,12 +72,13 @@ class TorchEvaluate(EvaluateFramework):
         return str(path)
 
     def describe(self) -> dict[str, Any]:
-        return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device)}
+        return {"framework": self.name, **self.determinism.as_config(), **torch_record(self.device),
+                "device": str(self.device)}
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, torch.OutOfMemoryError):
             return 1, f"out of memory on {self.device} (try a smaller --extract-batch-size or --vtab-batch-size)"
-        return None
+        return classify_determinism(error, self.determinism, self.device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,9 +3,14 @@ Networks or MD's inference-only baseline in PyTorch, its training step, its
 evaluation forward pass and its checkpoint file. The run itself (sources, resume,
 training loop, evaluation, reports, summary, exit codes) is ``clients.md_train``.
 
-Determinism: weights start from ``torch.manual_seed(--seed)``; evaluation runs in
-``model.eval()`` under ``torch.inference_mode()``, so for a given checkpoint every
-evaluation episode's accuracy, loss and predictions are fixed. On CUDA the backbone
+Determinism: ``--deterministic`` is applied (``clients.torch.determinism``) before the
+model is built and before CUDA starts; a named backbone's weights start from
+``derive_seed(--seed, "backbone", name)``, the baseline's head from
+``derive_seed(--seed, "head")``, and every training step's own draws (a user backbone's
+dropout) from ``derive_seed(--seed, "step", index)``, so a resumed run draws what an
+unbroken one does; evaluation runs in ``model.eval()`` under ``torch.inference_mode()``,
+so for a given checkpoint every evaluation episode's accuracy, loss and predictions are
+fixed. The run configuration records the settings, versions, device and threads. On CUDA the backbone
 runs under bf16 autocast with channels_last; CPU runs stay float32.
 
 Speed on CUDA (issue 13): episodes are padded to shape buckets (``--shape-buckets``,
@@ -54,9 +59,11 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.md_train import Batch, Framework, run_main
+from clients.seeds import derive_seed
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
+from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.models import LinearHead, ProtoNet, parameter_count
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
@@ -136,6 +143,7 @@ class TorchFramework(Framework):
             self.rank, self.world_size, local_rank = ranks
         self.torch_device = select_device(args.device, local_rank if ranks is not None else None)
         self.device = str(self.torch_device)
+        self.determinism = apply_determinism(args, self.torch_device)  # before CUDA starts and any model exists
         if ranks is not None and not dist.is_initialized():
             cuda = self.torch_device.type == "cuda"
             if cuda:
@@ -158,11 +166,13 @@ class TorchFramework(Framework):
         self._feed_stager = Stager(self.torch_device, self.buckets)    # the feed's thread only
         self._inline_stager = Stager(self.torch_device, self.buckets)  # the training thread only
         self._in_flight: collections.deque = collections.deque()
+        self._draw_index = self.rank  # the training index of this rank's next step: its draws' seed
 
     # ---- model ----------------------------------------------------------------------------
 
     def _load_backbone(self) -> LoadedBackbone:
-        loaded = load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, SEED_NAME)
+        loaded = load_checked(lambda: load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, SEED_NAME),
+                              self.determinism, self.torch_device)
         if not isinstance(loaded.model, nn.Module):
             raise UsageError(f"argument --backbone: {loaded.spec.target} made a {type(loaded.model).__name__}, "
                              "expected an nn.Module (the trainer trains its parameters)")
@@ -174,11 +184,12 @@ class TorchFramework(Framework):
             self.loaded = self._load_backbone()
         self.backbone = self.loaded.model
         self.preprocessing = self.loaded.preprocessing
-        torch.manual_seed(args.seed)
         self.protonet = ProtoNet(self.backbone)
-        self.head = LinearHead(self.loaded.out_dim, num_classes) if num_classes else None
-        if self.head is not None:
-            self.head.to(device)
+        self.head = None
+        if num_classes:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(args.seed, "head"))
+                self.head = LinearHead(self.loaded.out_dim, num_classes).to(device)
         self.trainee = _Trainee(self.protonet, self.head)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
@@ -197,7 +208,8 @@ class TorchFramework(Framework):
         return sum(p.numel() for p in self.parameters())
 
     def describe(self) -> dict[str, Any]:
-        return {"torch_version": str(torch.__version__), "device": self.device, "precision": self.precision,
+        return {**self.determinism.as_config(), **torch_record(self.torch_device),
+                "device": self.device, "precision": self.precision,
                 "shape_buckets": "on" if self.buckets else "off",
                 "parameter_count": self.parameter_count(),
                 "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.loaded.out_dim,
@@ -225,6 +237,7 @@ class TorchFramework(Framework):
             if self.head is not None:
                 self.head.load_state_dict(state["head"])
             self.optimizer.load_state_dict(state["optimizer"])
+        self._draw_index = int(state["next_index"]) + self.rank
         return int(state["next_index"])
 
     def save(self, next_index: int, resume: dict[str, Any]) -> None:
@@ -264,6 +277,9 @@ class TorchFramework(Framework):
                                     staged.ways)
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
+        # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them
+        torch.manual_seed(derive_seed(self.args.seed, "step", self._draw_index))
+        self._draw_index += self.world_size
         set_mode(self.backbone, True)
         with self._autocast():
             if isinstance(item, Batch):
@@ -331,6 +347,9 @@ class TorchFramework(Framework):
         return weights_sha256((name, tensor.detach().cpu().numpy()) for name, tensor in self.backbone.state_dict().items())
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
+        failure = classify_determinism(error, self.determinism, self.torch_device)
+        if failure is not None:
+            return failure
         # a collective that lost a peer: NCCL raises DistBackendError, gloo a RuntimeError naming its transport
         lost = isinstance(error, dist.DistError) or (isinstance(error, RuntimeError) and "gloo" in str(error))
         if self.world_size > 1 and lost:

@@ -8,7 +8,9 @@ torchvision ResNet state dict). Images arrive uint8 and become the model's input
 declares (``to_model_input``: our named backbones take [-1, 1], the range the MD
 trainers train them on; ``--input-range``/``--mean``/``--std`` for others). The head is
 a zero-initialised linear layer (as BiT does), so a fit's only randomness is the
-server's batch order. Linear mode embeds each (task, split, record) once with the
+server's batch order and, finetuning, a user backbone's own draws (dropout), which come
+from the fit's seed (``reset``: hashed from --seed and the fit by name).
+``--deterministic`` is applied (``clients.torch.determinism``) before the backbone is built. Linear mode embeds each (task, split, record) once with the
 frozen backbone in inference mode and reuses the feature across steps and settings.
 Finetuning needs an ``nn.Module`` (its parameters train).
 """
@@ -28,6 +30,7 @@ from torch.nn import functional as F
 from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.torch.backbones import load_backbone, set_mode, to_model_input
+from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.models import parameter_count, prototype_logits
 from clients.torch.md_train import select_device
 from clients.errors import UsageError
@@ -44,9 +47,9 @@ class TorchTransferLearner(TransferLearner):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         self.device = select_device(args.device)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True)
-        self.loaded = load_backbone(args, self.device, TRANSFER_IMAGE_SIZE, SEED_NAME)
+        self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
+        self.loaded = load_checked(lambda: load_backbone(args, self.device, TRANSFER_IMAGE_SIZE, SEED_NAME),
+                                   self.determinism, self.device)
         self.backbone = self.loaded.model
         self.module = isinstance(self.backbone, nn.Module)
         if args.mode == "finetune" and not self.module:
@@ -57,7 +60,8 @@ class TorchTransferLearner(TransferLearner):
         self.head = nn.Linear(self.loaded.out_dim, 1).to(self.device)
 
     def describe(self) -> dict[str, Any]:
-        return {"framework": self.name, "torch_version": str(torch.__version__), "device": str(self.device),
+        return {"framework": self.name, **self.determinism.as_config(), **torch_record(self.device),
+                "device": str(self.device),
                 "backbone_parameter_count": parameter_count(self.backbone) if self.module else 0,
                 "embedding_dim": self.loaded.out_dim, "backbone_sha256": self.loaded.fingerprint,
                 "preprocessing": self.loaded.preprocessing.as_config()}
@@ -71,6 +75,7 @@ class TorchTransferLearner(TransferLearner):
         set_mode(self.backbone, training)
 
     def reset(self, num_classes: int, seed: int) -> None:
+        torch.manual_seed(seed)  # the fit's own draws (a finetuned user backbone's dropout), named by the fit
         if self.module:
             self.backbone.load_state_dict(self.initial)
         self.head = nn.Linear(self.loaded.out_dim, num_classes).to(self.device)
@@ -110,6 +115,9 @@ class TorchTransferLearner(TransferLearner):
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())
+
+    def classify(self, error: BaseException) -> tuple[int, str] | None:
+        return classify_determinism(error, self.determinism, self.device)
 
     def predict(self, batch: TaskBatchArrays) -> np.ndarray:
         if self.args.mode == "linear":

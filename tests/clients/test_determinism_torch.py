@@ -1,0 +1,212 @@
+"""``--deterministic`` in the PyTorch trainers: the MD trainer, ``transfer`` and ``cog`` run
+twice with the same arguments give the same final weights (the saved checkpoint's tensors,
+the ``result_sha256`` fingerprint) and the same reports, field for field (the run id aside,
+when it differs); the run configuration records the settings, the library versions, the
+device and the thread counts; ``auto`` is on for a CPU run; and an op without a
+deterministic kernel ends a run in one line, exit 2, naming the op."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cog_eval_fake import SMALL as COG_SMALL  # noqa: E402
+from cog_eval_fake import FakeCogClient  # noqa: E402
+
+from clients import trainer_shell  # noqa: E402
+from clients.determinism import cores, weights_sha256  # noqa: E402
+from clients.torch.cog_eval import main as cog_main  # noqa: E402
+from clients.torch.md_train import CHECKPOINT  # noqa: E402
+from clients.torch.md_train import main as md_main  # noqa: E402
+from clients.torch.vtab_transfer import main as transfer_main  # noqa: E402
+
+MD_SMALL = ["--sources", "folder", "--ways", "3", "--shots", "2", "--query", "2", "--image-size", "32",
+            "--train-episodes", "6", "--eval-episodes", "4", "--log-every", "3", "--seed", "5"]
+TASK = "kitti_distance"
+TRANSFER_SMALL = ["--protocol", "vtab-md", "--tasks", TASK, "--backbone", "conv4", "--image-size", "16",
+                  "--batch-size", "32", "--eval-batch-size", "256", "--lrs", "0.1", "--steps", "2", "--mode",
+                  "finetune", "--log-every", "1000", "--device", "cpu", "--seed", "3"]
+COG_ARGS = [*COG_SMALL, "--levels", "L1", "--shots", "all", "2", "--seeds", "1"]
+RECORDED = ("torch_version", "cuda_version", "cudnn_version", "python_version", "numpy_version", "device_name")
+NO_KERNEL = "max_unpooling2d_forward_out has no deterministic kernel on cpu"
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_settings():
+    """Each run sets the process's threads and deterministic kernels; other tests get theirs back."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def _without(value: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k not in keys}
+
+
+def _tensors_sha256(state: dict[str, Any]) -> str:
+    """sha256 of a checkpoint's tensors (name, dtype, shape, bytes), in the order saved."""
+    digest = hashlib.sha256()
+    for part in ("backbone", "head"):
+        for name, tensor in (state[part] or {}).items():
+            digest.update(f"{part}.{name}{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _rows(rows: Any) -> list[dict[str, Any]]:
+    """Stored reports or results as dicts, without their run id."""
+    return [_without(dataclasses.asdict(row), "run_id") for row in rows]
+
+
+def _one_error_line(err: str) -> str:
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+# ---- the MD trainer ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def md_runs(served, tmp_path_factory) -> list[dict[str, Any]]:
+    """The MD trainer run twice with the same arguments (--deterministic left at auto): each
+    run's summary, saved checkpoint, stored reports and stored configuration."""
+    runs = []
+    for name in ("a", "b"):
+        root = tmp_path_factory.mktemp(f"md-{name}")
+        run_id = f"det-md-{name}"
+        assert md_main(["--server", served.address, "--run", run_id, "--checkpoint-dir", str(root / "ckpt"),
+                        "--json-summary", str(root / "summary.json"), *MD_SMALL]) == 0
+        runs.append({"summary": json.loads((root / "summary.json").read_text()),
+                     "checkpoint": torch.load(root / "ckpt" / CHECKPOINT, map_location="cpu"),
+                     "reports": list(served.server.metrics.reports(run_id)),
+                     "stored_config": served.server.metrics.run_config(run_id)})
+    return runs
+
+
+def test_md_trainer_twice_gives_the_same_weights_and_reports(md_runs):
+    first, second = md_runs
+    assert _tensors_sha256(first["checkpoint"]) == _tensors_sha256(second["checkpoint"])
+    assert first["summary"]["config"]["result_sha256"] == second["summary"]["config"]["result_sha256"]
+    assert len(first["reports"]) == 4 and _rows(first["reports"]) == _rows(second["reports"])
+    assert _without(first["stored_config"], "run") == _without(second["stored_config"], "run")
+    assert first["summary"]["eval"]["folder"]["mean_accuracy"] == second["summary"]["eval"]["folder"]["mean_accuracy"]
+    assert first["summary"]["train"]["curve"] == second["summary"]["train"]["curve"]
+
+
+def test_md_run_configuration_records_determinism_versions_device_and_threads(md_runs):
+    run = md_runs[0]
+    config = run["stored_config"]
+    assert config == run["summary"]["config"]
+    # auto is on for a CPU run
+    assert config["deterministic"] is True and config["requested_deterministic"] == "auto"
+    assert config["intra_op_threads"] == cores() and config["inter_op_threads"] >= 1
+    assert config["device"] == "cpu" and config["device_name"]
+    assert all(key in config for key in RECORDED) and config["torch_version"] == str(torch.__version__)
+    # the fingerprint is the saved backbone's
+    backbone = run["checkpoint"]["backbone"]
+    assert config["result_sha256"] == weights_sha256((k, v.numpy()) for k, v in backbone.items())
+
+
+def test_md_op_without_a_deterministic_kernel_ends_the_run_in_one_line(served, tmp_path, capfd):
+    base = ["--server", served.address, "--sources", "folder", "--ways", "3", "--shots", "1", "--query", "1",
+            "--image-size", "16", "--train-episodes", "2", "--eval-episodes", "0"]
+    # met at start: the backbone's probe runs it
+    assert md_main([*base, "--run", "det-md-always", "--backbone", "torch_unpooling_backbones:always"]) == 2
+    line = _one_error_line(capfd.readouterr().err)
+    assert "argument --deterministic: auto (on for cpu)" in line and NO_KERNEL in line
+    # met at the first training step (the backbone unpools in training mode only)
+    training = [*base, "--backbone", "torch_unpooling_backbones:training"]
+    assert md_main([*training, "--run", "det-md-training", "--deterministic", "on"]) == 2
+    line = _one_error_line(capfd.readouterr().err)
+    assert "argument --deterministic: on," in line and NO_KERNEL in line
+    assert md_main([*training, "--run", "det-md-training-off", "--deterministic", "off"]) == 0
+
+
+# ---- transfer ---------------------------------------------------------------------------------------
+
+
+def test_transfer_twice_gives_the_same_weights_and_reports(kitti_served, tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        run_id = f"det-transfer-{name}"
+        summary_path = tmp_path / f"{name}.json"
+        assert transfer_main(["--server", kitti_served.address, "--run", run_id, "--json-summary", str(summary_path),
+                              *TRANSFER_SMALL, "--deterministic", "on", "--threads", "1"]) == 0
+        runs.append((json.loads(summary_path.read_text()), kitti_served.metrics.task_results(run_id, regime=None),
+                     kitti_served.metrics.run_config(run_id)))
+    (first, first_rows, first_config), (second, second_rows, second_config) = runs
+    assert first["result_sha256"] == second["result_sha256"]
+    assert len(first_rows) == 2 and _rows(first_rows) == _rows(second_rows)  # val200 and test
+    assert _without(first_config, "run") == _without(second_config, "run")
+    assert _without(first, "run", "config") == _without(second, "run", "config")
+
+
+def test_transfer_run_configuration_records_deterministic_on_and_the_threads(kitti_served, tmp_path):
+    summary_path = tmp_path / "on.json"
+    assert transfer_main(["--server", kitti_served.address, "--run", "det-transfer-on", "--json-summary",
+                          str(summary_path), *TRANSFER_SMALL, "--steps", "1", "--deterministic", "on",
+                          "--threads", "1"]) == 0
+    config = kitti_served.metrics.run_config("det-transfer-on")
+    assert config == json.loads(summary_path.read_text())["config"]
+    assert config["deterministic"] is True and config["requested_deterministic"] == "on"
+    assert config["threads"] == 1 and config["intra_op_threads"] == 1
+    assert config["inter_op_threads"] == torch.get_num_interop_threads()  # set once per process: as in force
+    assert config["device"] == "cpu" and config["device_name"] and all(key in config for key in RECORDED)
+
+
+def test_transfer_op_without_a_deterministic_kernel_fails_at_start_in_one_line(kitti_served, capfd):
+    argv = ["--server", kitti_served.address, "--run", "det-transfer-unpool", "--tasks", TASK, "--backbone",
+            "torch_unpooling_backbones:always", "--mode", "linear", "--device", "cpu"]
+    assert transfer_main(argv) == 2
+    line = _one_error_line(capfd.readouterr().err)
+    assert "argument --deterministic: auto (on for cpu)" in line and NO_KERNEL in line
+
+
+# ---- cog --------------------------------------------------------------------------------------------
+
+
+def _cog_run(monkeypatch, tmp_path: Path, name: str, *extra: str) -> tuple[dict[str, Any], FakeCogClient]:
+    """``python -m clients.torch cog`` against the stand-in client (tests/clients/cog_eval_fake.py)."""
+    client = FakeCogClient()
+    monkeypatch.setattr(trainer_shell, "SamplerClient", lambda *args, **kwargs: contextlib.nullcontext(client))
+    summary_path = tmp_path / f"{name}.json"
+    assert cog_main([*COG_ARGS, "--feature-cache", str(tmp_path / name), "--json-summary", str(summary_path),
+                     *extra]) == 0
+    return json.loads(summary_path.read_text()), client
+
+
+def test_cog_twice_gives_the_same_weights_and_reports(monkeypatch, tmp_path):
+    first, first_client = _cog_run(monkeypatch, tmp_path, "a")
+    second, second_client = _cog_run(monkeypatch, tmp_path, "b")
+    assert first["result_sha256"] == second["result_sha256"]
+    # the same run id: the reports and the configuration sent with them, byte for byte
+    assert len(first_client.reports) == 2
+    assert [r.SerializeToString(deterministic=True) for r in first_client.reports] == [
+        r.SerializeToString(deterministic=True) for r in second_client.reports]
+    assert first_client.configs == second_client.configs
+
+    def results(summary: dict[str, Any]) -> dict[str, Any]:
+        return {level: _without(entry, "cache") for level, entry in summary["levels"].items()}
+
+    assert results(first) == results(second) and first["config"] == second["config"]
+    config = json.loads(first_client.configs[0])
+    assert config["deterministic"] is True and config["requested_deterministic"] == "auto"
+    assert config["intra_op_threads"] == cores() and all(key in config for key in RECORDED)
+
+
+def test_cog_op_without_a_deterministic_kernel_fails_at_start_in_one_line(tmp_path, capfd):
+    argv = [*COG_SMALL, "--feature-cache", str(tmp_path / "cache"), "--backbone", "torch_unpooling_backbones:always",
+            "--deterministic", "on"]
+    assert cog_main(argv) == 2
+    line = _one_error_line(capfd.readouterr().err)
+    assert "argument --deterministic: on," in line and NO_KERNEL in line
