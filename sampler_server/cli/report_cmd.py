@@ -7,6 +7,9 @@ default) recomputes each reported episode's composition from the packed stores, 
 trainers need to report only accuracies; ``--table vtab``, ``--table vtab-md`` and
 ``--table cog`` read stored numbers only and need no packed stores, just the metrics
 file. ``--table cog --baseline RUN`` adds each cell's difference from RUN's same cell.
+With several runs every table ends with each run compared with the first
+(``registry.render``, ``metrics.compare``): the same computation (configuration and
+stored results identical), or the configuration keys and results that differ.
 
 ``--calibrate --run A [--run B] --scratch RUN --max RUN`` is the control baselines'
 calibrated report (``metrics.baselines.report``): risk, cR and cR_scratch per VTAB task
@@ -58,7 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "writes one per-task bar plot per run. --table cog: ImageNet-CoG top-1 per level (IN-1K, L1..L5) and N "
         "(training images per concept), mean ± std over seeds, with --baseline RUN also relative to RUN; --plots "
         "writes accuracy-vs-level and accuracy-vs-N plots. --card: the report card, every table of the runs side by "
-        "side (markdown), --html FILE writes it as one HTML page with the plots embedded.",
+        "side (markdown), --html FILE writes it as one HTML page with the plots embedded. With several runs every "
+        "table ends with each run compared with the first: 'same computation' (configuration and stored results "
+        "identical) or what differs (arguments, versions, device, threads, determinism, result_sha256, results).",
     )
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
     parser.add_argument("--data", type=Path,
@@ -196,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     store = _open_metrics(args)
     _check_runs_known(store, registry.run_ids_named(query))
     report = table.build(store, query, StoresContext(args.data))
-    print(table.render(report, query.format))
+    print(registry.render(table, report, query, store))
     if args.plots is not None and table.plot is not None:
         written = table.plot(report, args.plots, query)
         if query.format != "json":

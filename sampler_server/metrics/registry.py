@@ -16,12 +16,17 @@ Options are spelled twice, as ``GetReport`` fields (``Entry.WIRE``) and as the c
 flags (``Entry.COMMAND``); an option given with a table that does not read it is refused
 with the refusal its declaring table wrote for that entry point, or the asked table's
 own refusal where it has one.
+
+With several runs a report ends with the runs compared (``render``, ``metrics.compare``):
+each against the first, the same computation or what differs, read from the same store by
+both entry points.
 """
 
 from __future__ import annotations
 
 import enum
 import importlib
+import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sampler_server.errors import InvalidArgument, SamplerError
+from sampler_server.metrics import compare
 from sampler_server.metrics.store import MetricsStore
 from sampler_server.quoting import quoted
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -127,7 +133,8 @@ class ReportTable:
     ``name`` / ``flag``) replaces the options' own refusals with this table's;
     ``wire_ignores`` are options ``GetReport`` has always accepted and ignored with it.
     ``needs_stores`` says why the command needs ``--data`` (its context) for it;
-    ``flag`` picks it in the command instead of ``--table``.
+    ``flag`` picks it in the command instead of ``--table``. ``compares_runs`` False: a
+    table for machines (``held``) that ``render`` leaves as the table writes it.
     """
 
     name: str
@@ -143,6 +150,7 @@ class ReportTable:
     needs_stores: str = ""
     flag: str = ""
     default: bool = False  # the table of an empty ``GetReport.table`` and of the command without --table
+    compares_runs: bool = True  # with several runs, ``render`` ends with their comparison (``metrics.compare``)
 
     def reads(self, name: str) -> bool:
         return any(option.name == name for option in self.options)
@@ -294,3 +302,27 @@ def run_ids_named(query: ReportQuery) -> Iterable[str]:
     for option in options():
         if option.names_run and query.given(option.name):
             yield getattr(query, option.name)
+
+
+def run_record(store: MetricsStore, run_id: str) -> compare.RunRecord:
+    """A run's configuration and every stored result of it (MD episodes, VTAB task results
+    of every regime, CoG results), as ``compare`` reads them."""
+    return compare.run_record(run_id, store.run_config(run_id), store.reports(run_id),
+                              store.task_results(run_id, regime=None), store.cog_results(run_id))
+
+
+def render(chosen: ReportTable, report: Any, query: ReportQuery, store: MetricsStore) -> str:
+    """``chosen``'s report as ``query.format`` writes it, what ``GetReport`` answers and the
+    command prints. With several runs (and a table that ``compares_runs``) it ends with each
+    run compared with the first (same computation, or what differs): a section after the
+    table, or a "comparison" key where the JSON is an object."""
+    text = chosen.render(report, query.format)
+    if len(query.run_ids) < 2 or not chosen.compares_runs:
+        return text
+    comparisons = compare.compare_with_first([run_record(store, run) for run in query.run_ids])
+    if query.format == "json":
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            return text
+        return json.dumps({**data, "comparison": compare.comparisons_json(comparisons)}, indent=1)
+    return text + "\n\n" + compare.render_comparisons(comparisons, query.format)

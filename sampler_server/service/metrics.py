@@ -72,7 +72,7 @@ class MetricsHandlers:
         table = registry.table(request.table)
         registry.check_query(table, query, registry.Entry.WIRE)
         report = table.build(self.metrics, query, self.context)
-        return pb.GetReportResponse(text=table.render(report, query.format))
+        return pb.GetReportResponse(text=registry.render(table, report, query, self.metrics))
 
     def _check_readable(self, query: registry.ReportQuery) -> None:
         """NOT_FOUND for a run the caller may not read, worded as for a run that does not exist."""

@@ -21,5 +21,6 @@ TABLES = (
         "results (use --format json; a run with nothing is null), for clients that resume",
         build=_build,
         render=render_held_report,
+        compares_runs=False,  # read by resuming clients; a run it lacks is null, not compared
     ),
 )
