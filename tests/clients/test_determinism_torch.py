@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,19 +174,25 @@ def test_transfer_op_without_a_deterministic_kernel_fails_at_start_in_one_line(k
 # ---- cog --------------------------------------------------------------------------------------------
 
 
-def _cog_run(monkeypatch, tmp_path: Path, name: str, *extra: str) -> tuple[dict[str, Any], FakeCogClient]:
-    """``python -m clients.torch cog`` against the stand-in client (tests/clients/cog_eval_fake.py)."""
-    client = FakeCogClient()
-    monkeypatch.setattr(trainer_shell, "SamplerClient", lambda *args, **kwargs: contextlib.nullcontext(client))
-    summary_path = tmp_path / f"{name}.json"
-    assert cog_main([*COG_ARGS, "--feature-cache", str(tmp_path / name), "--json-summary", str(summary_path),
-                     *extra]) == 0
-    return json.loads(summary_path.read_text()), client
+@pytest.fixture(scope="module")
+def cog_runs(tmp_path_factory) -> list[tuple[dict[str, Any], FakeCogClient]]:
+    """``python -m clients.torch cog`` run twice with the same arguments (the same run id)
+    against the stand-in client (tests/clients/cog_eval_fake.py): each run's summary and
+    what the client received."""
+    runs = []
+    for name in ("a", "b"):
+        root = tmp_path_factory.mktemp(f"cog-{name}")
+        client = FakeCogClient()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(trainer_shell, "SamplerClient", lambda *args, **kwargs: contextlib.nullcontext(client))
+            assert cog_main([*COG_ARGS, "--feature-cache", str(root / "cache"), "--json-summary",
+                             str(root / "summary.json")]) == 0
+        runs.append((json.loads((root / "summary.json").read_text()), client))
+    return runs
 
 
-def test_cog_twice_gives_the_same_weights_and_reports(monkeypatch, tmp_path):
-    first, first_client = _cog_run(monkeypatch, tmp_path, "a")
-    second, second_client = _cog_run(monkeypatch, tmp_path, "b")
+def test_cog_twice_gives_the_same_weights_and_reports(cog_runs):
+    (first, first_client), (second, second_client) = cog_runs
     assert first["result_sha256"] == second["result_sha256"]
     # the same run id: the reports and the configuration sent with them, byte for byte
     assert len(first_client.reports) == 2
@@ -199,9 +204,15 @@ def test_cog_twice_gives_the_same_weights_and_reports(monkeypatch, tmp_path):
         return {level: _without(entry, "cache") for level, entry in summary["levels"].items()}
 
     assert results(first) == results(second) and first["config"] == second["config"]
-    config = json.loads(first_client.configs[0])
-    assert config["deterministic"] is True and config["requested_deterministic"] == "auto"
-    assert config["intra_op_threads"] == cores() and all(key in config for key in RECORDED)
+
+
+def test_cog_run_configuration_records_determinism_versions_device_and_threads(cog_runs):
+    summary, client = cog_runs[0]
+    config = json.loads(client.configs[0])
+    assert config == summary["config"]
+    assert config["deterministic"] is True and config["requested_deterministic"] == "auto"  # auto: on on CPU
+    assert config["intra_op_threads"] == cores() and config["inter_op_threads"] >= 1
+    assert config["device"] == "cpu" and config["device_name"] and all(key in config for key in RECORDED)
 
 
 def test_cog_op_without_a_deterministic_kernel_fails_at_start_in_one_line(tmp_path, capfd):
