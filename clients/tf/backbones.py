@@ -12,8 +12,12 @@ tf command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
     or a ``serving_default`` signature), or a Keras model file (``.keras``, ``.h5``);
 then ``--weights`` (named and ``module:callable`` backbones): Keras weights
 (``.weights.h5``) or one of our tf trainer checkpoints (a ``tf.train.Checkpoint`` prefix,
-its ``.index`` file or the directory holding it: its ``backbone``). A file that does not
-fit is refused with one line naming what it holds and what the backbone expected.
+its ``.index`` file or the directory holding it: its ``backbone``), or for a named backbone
+a framework-neutral ``.npz`` (``clients.init_weights``: torch's names and layouts, mapped
+onto the Keras layers and transposed here). ``--init-seed S`` starts a named backbone from
+``neutral_weights(name, side, S)``, the numbers torch starts from with the same flag. A
+file that does not fit is refused with one line naming what it holds and what the
+backbone expected.
 
 A Keras model whose input shape is fixed and square declares its side by that shape. The
 model is probed once (2 images at the resolved size, ``training=False``) for its feature
@@ -45,6 +49,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
+from clients.init_weights import layout, neutral_weights, read_npz
 from clients.seeds import derive_seed
 from clients.tf import models
 
@@ -240,6 +245,56 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
                          f"{spec.target} ({_reason(error, 160)})") from None
 
 
+def keras_value(kind: str, value: np.ndarray) -> np.ndarray:
+    """A tensor in torch's layout as its Keras variable holds it: a convolution's
+    [out, in, kh, kw] as [kh, kw, in, out], a linear [out, in] as [in, out]."""
+    if kind == "conv" and value.ndim == 4:
+        return value.transpose(2, 3, 1, 0)
+    if kind == "linear" and value.ndim == 2:
+        return value.T
+    return value
+
+
+def assign_neutral(model: keras.Model, backbone: str, image_size: int, arrays: Mapping[str, np.ndarray],
+                   source: str) -> None:
+    """Assign framework-neutral ``arrays`` (torch names and layouts) to a named backbone's
+    Keras variables, or one line naming ``source``, what it holds and what was expected
+    (``num_batches_tracked`` has no Keras variable and is not needed)."""
+    tensors = layout(backbone, image_size)
+    expected = {t.name: t for t in tensors if t.keras_variable is not None}
+    given = {name: value for name, value in arrays.items() if not name.endswith("num_batches_tracked")}
+    missing = [name for name in expected if name not in given]
+    unexpected = [name for name in given if name not in expected]
+    wrong = [name for name in given if name in expected and tuple(given[name].shape) != expected[name].shape]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} of the backbone's tensors missing (first {missing[0]})")
+    if unexpected:
+        problems.append(f"{len(unexpected)} it does not have (first {unexpected[0]})")
+    if wrong:
+        problems.append(f"{wrong[0]} is {list(given[wrong[0]].shape)} there, {list(expected[wrong[0]].shape)} "
+                        "expected")
+    if problems:
+        raise UsageError(f"argument --weights: {source} (framework-neutral weights of {len(arrays)} tensors) does not "
+                         f"fit --backbone {backbone} ({len(tensors)} tensors): {'; '.join(problems)}")
+    for name, tensor in expected.items():
+        variable = getattr(model.get_layer(tensor.keras_layer), str(tensor.keras_variable))
+        variable.assign(keras_value(tensor.kind, np.asarray(given[name], np.float32)))
+
+
+def load_neutral(model: Any, spec: BackboneSpec, image_size: int) -> None:
+    """``--weights FILE.npz``: framework-neutral weights into a named backbone, or one line."""
+    path = str(spec.weights)
+    if spec.kind != "named" or not isinstance(model, keras.Model):
+        raise UsageError(f"argument --weights: got {path!r}, framework-neutral weights (.npz) load into a named "
+                         f"backbone only, not --backbone {spec.target}")
+    try:
+        arrays = read_npz(path)
+    except ValueError as error:
+        raise UsageError(f"argument --weights: {error}") from None
+    assign_neutral(model, spec.target, image_size, arrays, path)
+
+
 # ---- fingerprint, input, probe ------------------------------------------------------------------
 
 
@@ -333,7 +388,8 @@ def probe(model: Any, spec: BackboneSpec, preprocessing: Preprocessing) -> int:
 def load_backbone(args: argparse.Namespace, default_size: int, seed_name: str) -> LoadedBackbone:
     """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags),
     probed; ``args.image_size`` is set to the resolved side. A named or module:callable
-    backbone's random weights come from ``derive_seed(args.seed, seed_name, target)``. Call
+    backbone's random weights come from ``derive_seed(args.seed, seed_name, target)``, a named
+    one's from ``neutral_weights`` with ``--init-seed``. Call
     it under the device (or distribution strategy scope) its variables belong to."""
     spec = backbone_spec(args)
     if spec.kind == "named":
@@ -343,7 +399,13 @@ def load_backbone(args: argparse.Namespace, default_size: int, seed_name: str) -
         model = _build_callable(spec, args, seed_name) if spec.kind == "callable" else _load_file(spec)
         declared = _declarations(model)
     preprocessing = resolve_preprocessing(args, declared, default_size)
-    if spec.weights is not None:
+    init_seed = getattr(args, "init_seed", None)
+    if spec.kind == "named" and init_seed is not None:
+        assign_neutral(model, spec.target, preprocessing.size,
+                       neutral_weights(spec.target, preprocessing.size, init_seed), f"--init-seed {init_seed}")
+    if spec.weights is not None and spec.weights.endswith(".npz"):
+        load_neutral(model, spec, preprocessing.size)
+    elif spec.weights is not None:
         if isinstance(model, keras.Model) and not model.built:  # a subclassed model has no variables yet
             probe(model, spec, preprocessing)
         load_weights(model, spec)
@@ -378,5 +440,5 @@ class TFFeatures:
         return np.concatenate(out)
 
 
-__all__ = ["SavedModelFunction", "TFFeatures", "checkpoint_prefix", "fingerprint", "inference", "load_backbone",
-           "load_weights", "named_preprocessing", "to_model_input"]
+__all__ = ["SavedModelFunction", "TFFeatures", "assign_neutral", "checkpoint_prefix", "fingerprint", "inference",
+           "keras_value", "load_backbone", "load_neutral", "load_weights", "named_preprocessing", "to_model_input"]

@@ -26,6 +26,14 @@ kernel, so both are deterministic on every device under op determinism.
 Batch normalisation uses momentum 0.9 (PyTorch's default 0.1, written the Keras way)
 so its running statistics settle within the few hundred steps of a small run.
 
+The same function as ``clients.torch.models`` given the same weights (``clients.init_weights``
+maps them): a strided convolution and the stem's max-pool pad like torch's (``padding=k // 2``
+on every side; Keras's "same" pads a stride-2 layer of an even side (0, 1) or (2, 3) instead),
+and in training batch norm updates its moving variance with the unbiased batch variance, as
+torch does (Keras's own update takes the biased one; both normalise by the biased one). Only
+``conv4``'s flatten differs: (H, W, C) order here, (C, H, W) in torch, a permutation of the
+same features (distances between embeddings are equal).
+
 Shape buckets (``clients.buckets``): an episode may arrive padded to a bucket of B rows
 whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
 (``RowBatchNormalization``) in training normalises the first n rows exactly as the
@@ -68,11 +76,28 @@ class RowBatchNormalization(keras.layers.BatchNormalization):
         return super().add_weight(*args, **kwargs)
 
     def call(self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None) -> tf.Tensor:
-        rows = self.valid_rows
-        if rows is None or not training:
+        if not training or not self.trainable or mask is not None or self.renorm:
             return super().call(inputs, training=training, mask=mask)
-        valid = super().call(inputs[:rows], training=training)
+        rows = self.valid_rows
+        if rows is None:
+            return self._train(inputs)
+        valid = self._train(inputs[:rows])
         return tf.concat([valid, tf.zeros_like(inputs[rows:], dtype=valid.dtype)], 0)
+
+    def _train(self, inputs: tf.Tensor) -> tf.Tensor:
+        """Keras's training step with torch's moving-variance update: normalised by the batch's
+        biased variance, the moving variance moved towards its unbiased one (n / (n - 1) times,
+        n values per channel; Keras would move it towards the biased one)."""
+        x = tf.cast(inputs, tf.float32)  # as Keras: statistics in float32 even for bf16 inputs
+        mean, variance = self._moments(x, None)
+        count = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+        unbiased = variance * count / tf.maximum(count - 1.0, 1.0)
+        keep = tf.constant(self.momentum, tf.float32)
+        self.moving_mean.assign(self.moving_mean * keep + mean * (1.0 - keep))
+        self.moving_variance.assign(self.moving_variance * keep + unbiased * (1.0 - keep))
+        out = tf.nn.batch_normalization(x, mean, variance, self.beta if self.center else None,
+                                        self.gamma if self.scale else None, self.epsilon)
+        return tf.cast(out, self.compute_dtype)
 
 
 @contextlib.contextmanager
@@ -89,8 +114,61 @@ def valid_rows(model: keras.Model, rows: tf.Tensor | None) -> Iterator[None]:
             object.__setattr__(norm, "valid_rows", None)
 
 
+def _pad(x: tf.Tensor, pad: int, value: float) -> tf.Tensor:
+    return tf.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]], constant_values=value) if pad else x
+
+
+def _padded_shape(shape: tuple[Any, ...], pad: int) -> tuple[Any, ...]:
+    return (shape[0], *(None if side is None else side + 2 * pad for side in shape[1:3]), shape[3])
+
+
+class PaddedConv2D(keras.layers.Conv2D):
+    """``Conv2D`` that zero-pads ``pad`` cells on every side, then convolves "valid": torch's
+    ``Conv2d(padding=pad)``. The variables and the layer's place in the model are a
+    ``Conv2D``'s, so tf checkpoints written before it load unchanged."""
+
+    def __init__(self, *args: Any, pad: int = 0, **kwargs: Any) -> None:
+        kwargs["padding"] = "valid"
+        super().__init__(*args, **kwargs)
+        self.pad = pad
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        return super().call(_pad(inputs, self.pad, 0.0))
+
+    def compute_output_shape(self, input_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+        return super().compute_output_shape(_padded_shape(tuple(input_shape), self.pad))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "pad": self.pad}
+
+
+class PaddedMaxPooling2D(keras.layers.MaxPooling2D):
+    """``MaxPooling2D`` over an input padded with ``pad`` cells of -inf on every side, "valid":
+    torch's ``MaxPool2d(padding=pad)``, whose padding never wins a window."""
+
+    def __init__(self, *args: Any, pad: int = 0, **kwargs: Any) -> None:
+        kwargs["padding"] = "valid"
+        super().__init__(*args, **kwargs)
+        self.pad = pad
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        return super().call(_pad(inputs, self.pad, float("-inf")))
+
+    def compute_output_shape(self, input_shape: tuple[Any, ...]) -> tuple[Any, ...]:
+        return super().compute_output_shape(_padded_shape(tuple(input_shape), self.pad))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "pad": self.pad}
+
+
 def _conv_bn_relu(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str, relu: bool = True) -> tf.Tensor:
-    x = keras.layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False, name=f"{name}_conv")(x)
+    if stride > 1 and kernel > 1:  # torch's symmetric padding (Keras "same" would pad (0, 1) or (2, 3) here)
+        conv: keras.layers.Layer = PaddedConv2D(filters, kernel, strides=stride, pad=kernel // 2, use_bias=False,
+                                                name=f"{name}_conv")
+    else:  # stride 1 "same" (or a 1x1 kernel) pads as torch's padding=kernel // 2 already
+        conv = keras.layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
+                                   name=f"{name}_conv")
+    x = conv(x)
     x = RowBatchNormalization(momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, name=f"{name}_bn")(x)
     return keras.layers.ReLU(name=f"{name}_relu")(x) if relu else x
 
@@ -122,7 +200,7 @@ def resnet18(image_size: int) -> keras.Model:
         raise ValueError(f"image_size: got {image_size}, the resnet18 backbone needs at least 8")
     inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
     x = _conv_bn_relu(inputs, 64, 7, 2, "stem")
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    x = PaddedMaxPooling2D(3, strides=2, pad=1, name="stem_pool")(x)
     for stage, (filters, stride) in enumerate(((64, 1), (128, 2), (256, 2), (512, 2))):
         x = _basic_block(x, filters, stride, f"stage{stage}_0")
         x = _basic_block(x, filters, 1, f"stage{stage}_1")
@@ -146,7 +224,7 @@ def resnet50(image_size: int) -> keras.Model:
         raise ValueError(f"image_size: got {image_size}, the resnet50 backbone needs at least 8")
     inputs = keras.Input(shape=(image_size, image_size, 3), dtype="float32", name="images")
     x = _conv_bn_relu(inputs, 64, 7, 2, "stem")
-    x = keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
+    x = PaddedMaxPooling2D(3, strides=2, pad=1, name="stem_pool")(x)
     for stage, (blocks, width) in enumerate(((3, 64), (4, 128), (6, 256), (3, 512))):
         for block in range(blocks):
             x = _bottleneck_block(x, width, 2 if stage > 0 and block == 0 else 1, f"stage{stage}_{block}")

@@ -12,8 +12,11 @@ torch command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
 then ``--weights`` (named and ``module:callable`` backbones): a plain state dict, our MD
 trainer's ``checkpoint.pt`` (its backbone), a ``{"state_dict": ...}`` / ``{"model": ...}``
 wrapper, keys prefixed ``module.`` (DDP), a classifier ``fc.*`` the backbone lacks, or a
-torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers). A file that does
-not fit is refused with one line naming what it holds and what the backbone expected.
+torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers), or a framework-neutral
+``.npz`` (``clients.init_weights``: a state dict's names and layouts in NumPy arrays).
+``--init-seed S`` starts a named backbone from ``neutral_weights(name, side, S)``, the
+numbers tf starts from with the same flag. A file that does not fit is refused with one
+line naming what it holds and what the backbone expected.
 
 The model is probed once (2 images at the resolved size, eval mode) for its feature size;
 a wrong output ([N, D, 1], integers, a tuple) is refused there with ``check_features``'s
@@ -42,6 +45,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
+from clients.init_weights import neutral_weights, read_npz
 from clients.seeds import derive_seed
 from clients.torch.models import ResNet18, build_backbone
 
@@ -75,6 +79,10 @@ def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int
             model = build_backbone(spec.target, size)
         except ValueError as error:  # e.g. conv4 below 16 px
             raise UsageError(f"argument --image-size: {error}") from None
+    init_seed = getattr(args, "init_seed", None)
+    if init_seed is not None:  # the framework-neutral weights, the same numbers as tf's
+        model.load_state_dict({name: torch.from_numpy(value)
+                               for name, value in neutral_weights(spec.target, size, init_seed).items()})
     for name, value in NAMED_PREPROCESSING.items():
         setattr(model, name, value)
     return model
@@ -207,6 +215,14 @@ def mismatch(given: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Ten
     return "; ".join(parts) or None
 
 
+def _read_neutral(path: str) -> dict[str, torch.Tensor]:
+    """A framework-neutral ``.npz`` (``clients.init_weights``) as a state dict, or one line."""
+    try:
+        return {name: torch.from_numpy(value) for name, value in read_npz(path).items()}
+    except ValueError as error:
+        raise UsageError(f"argument --weights: {error}") from None
+
+
 def load_weights(model: Any, spec: BackboneSpec) -> None:
     """Load ``--weights`` into ``model`` (strict), or one line saying why it does not fit."""
     path = str(spec.weights)
@@ -214,7 +230,10 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
         raise UsageError(f"argument --weights: got {path!r}, but --backbone {spec.target} made a "
                          f"{type(model).__name__}, not an nn.Module to load a state dict into")
     try:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
+        raw = _read_neutral(path) if path.endswith(".npz") else torch.load(path, map_location="cpu",
+                                                                          weights_only=True)
+    except UsageError:
+        raise
     except Exception as error:  # pickle, zip and format errors alike: not a torch file we can read safely
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise UsageError(f"argument --weights: got {path!r}, expected a torch state dict saved with torch.save "

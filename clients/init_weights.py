@@ -1,0 +1,250 @@
+"""Framework-neutral initial weights of our named backbones: the same numbers in torch and tf.
+
+``neutral_weights(backbone, image_size, seed)`` draws every tensor of a named backbone
+(``conv4``, ``resnet18``, ``resnet50``, ``tiny``) with NumPy alone, so ``--init-seed S``
+starts the torch and the tf model from identical weights and their results can be
+compared. One canonical layout: torch's ``state_dict`` names and layouts (convolution
+[out, in, kh, kw], linear [out, in], batch norm ``weight``/``bias``/``running_mean``/
+``running_var``/``num_batches_tracked``); each ``Tensor`` also names the Keras layer of
+``clients.tf.models`` that holds it, and ``clients.tf.backbones`` transposes on loading.
+
+Determinism: tensor ``name`` is drawn from ``RandomState(derive_seed(seed, "init", name))``.
+The legacy ``RandomState`` is the NumPy generator whose outputs are frozen across releases
+(NEP 19), and a generator per name means a tensor's values depend on (seed, name) alone,
+not on which tensors come before it. Tests pin a digest of known weights.
+
+Distributions: those our torch models use, so that a run with ``--init-seed`` starts from
+a draw of the same distribution as a torch run without it:
+  - ``conv4`` and ``tiny``: torch's default for ``nn.Conv2d`` (Kaiming uniform with
+    a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)); a bias from the same bound);
+  - ``resnet18`` and ``resnet50``: He (Kaiming) normal, fan-out mode, ReLU gain,
+    N(0, 2 / fan_out), as torchvision's ResNets (and ours) re-initialise their convolutions;
+  - batch norm: weight 1, bias 0, running mean 0, running variance 1, no batches tracked;
+  - a linear head (``neutral_head``): torch's default for ``nn.Linear``, the same uniform bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clients.seeds import derive_seed
+
+BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
+BATCH_NORM_PARTS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+# the part of a torch tensor name -> the Keras variable it becomes
+KERAS_VARIABLES = {"conv.weight": "kernel", "conv.bias": "bias", "linear.weight": "kernel", "linear.bias": "bias",
+                   "bn.weight": "gamma", "bn.bias": "beta", "bn.running_mean": "moving_mean",
+                   "bn.running_var": "moving_variance"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of a backbone: its torch ``name`` and ``shape``, what it is (``kind``:
+    'conv', 'bn' or 'linear'; ``part``: weight, bias, running_mean, ...), how it is drawn
+    (``init``: 'uniform' (torch's default), 'he_normal', or a constant), and the Keras
+    layer (``keras_layer``) of ``clients.tf.models`` that holds it."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str
+    part: str
+    init: str
+    keras_layer: str
+
+    @property
+    def keras_variable(self) -> str | None:
+        """The Keras variable name (kernel, gamma, moving_variance, ...), None where tf has
+        none (``num_batches_tracked``)."""
+        return KERAS_VARIABLES.get(f"{self.kind}.{self.part}")
+
+
+def _conv(name: str, out: int, inp: int, kernel: int, init: str, keras_layer: str, bias: bool = False) -> list[Tensor]:
+    tensors = [Tensor(f"{name}.weight", (out, inp, kernel, kernel), "conv", "weight", init, keras_layer)]
+    if bias:
+        tensors.append(Tensor(f"{name}.bias", (out,), "conv", "bias", "uniform", keras_layer))
+    return tensors
+
+
+def _bn(name: str, channels: int, keras_layer: str) -> list[Tensor]:
+    return [Tensor(f"{name}.{part}", () if part == "num_batches_tracked" else (channels,), "bn", part, part,
+                   keras_layer) for part in BATCH_NORM_PARTS]
+
+
+def _conv4() -> list[Tensor]:
+    tensors: list[Tensor] = []
+    channels = 3
+    for block in range(4):
+        tensors += _conv(f"features.{4 * block}", 64, channels, 3, "uniform", f"block{block}_conv")
+        tensors += _bn(f"features.{4 * block + 1}", 64, f"block{block}_bn")
+        channels = 64
+    return tensors
+
+
+def _resnet18() -> list[Tensor]:
+    tensors = _conv("stem.0", 64, 3, 7, "he_normal", "stem_conv") + _bn("stem.1", 64, "stem_bn")
+    channels = 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            index, keras = 2 * stage + block, f"stage{stage}_{block}"
+            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, "he_normal", f"{keras}_a_conv")
+            tensors += _bn(f"blocks.{index}.bn1", width, f"{keras}_a_bn")
+            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, "he_normal", f"{keras}_b_conv")
+            tensors += _bn(f"blocks.{index}.bn2", width, f"{keras}_b_bn")
+            if channels != width:
+                tensors += _conv(f"blocks.{index}.shortcut.0", width, channels, 1, "he_normal", f"{keras}_down_conv")
+                tensors += _bn(f"blocks.{index}.shortcut.1", width, f"{keras}_down_bn")
+            channels = width
+    return tensors
+
+
+def _resnet50() -> list[Tensor]:
+    tensors = _conv("conv1", 64, 3, 7, "he_normal", "stem_conv") + _bn("bn1", 64, "stem_bn")
+    channels = 64
+    for stage, (count, width) in enumerate(((3, 64), (4, 128), (6, 256), (3, 512))):
+        for block in range(count):
+            name, keras = f"layer{stage + 1}.{block}", f"stage{stage}_{block}"
+            inputs = channels
+            for step, (out, kernel, letter) in enumerate(((width, 1, "a"), (width, 3, "b"), (width * 4, 1, "c"))):
+                tensors += _conv(f"{name}.conv{step + 1}", out, inputs, kernel, "he_normal", f"{keras}_{letter}_conv")
+                tensors += _bn(f"{name}.bn{step + 1}", out, f"{keras}_{letter}_bn")
+                inputs = out
+            if block == 0:  # a stride or a change of width: the projection shortcut
+                tensors += _conv(f"{name}.downsample.0", width * 4, channels, 1, "he_normal", f"{keras}_down_conv")
+                tensors += _bn(f"{name}.downsample.1", width * 4, f"{keras}_down_bn")
+            channels = width * 4
+    return tensors
+
+
+def _tiny() -> list[Tensor]:
+    tensors: list[Tensor] = []
+    channels = 3
+    for block, width in enumerate((16, 32, 64)):
+        tensors += _conv(f"body.{2 * block}", width, channels, 3, "uniform", f"block{block}_conv", bias=True)
+        channels = width
+    return tensors
+
+
+_LAYOUTS = {"conv4": _conv4, "resnet18": _resnet18, "resnet50": _resnet50, "tiny": _tiny}
+
+
+def layout(backbone: str, image_size: int) -> list[Tensor]:
+    """Every tensor of ``backbone`` in torch's ``state_dict`` order (the weights do not depend
+    on ``image_size``; it is checked as the models check it)."""
+    if backbone not in _LAYOUTS:
+        raise ValueError(f"backbone: got {backbone!r}, expected one of {', '.join(BACKBONES)}")
+    least = 16 if backbone == "conv4" else 8
+    if image_size < least:
+        raise ValueError(f"image_size: got {image_size}, the {backbone} backbone needs at least {least}")
+    return _LAYOUTS[backbone]()
+
+
+def draw(tensor: Tensor, seed: int, weight_shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The values of ``tensor`` for ``seed`` (``weight_shape``: the shape of the weight a bias
+    belongs to, whose fan-in bounds it; the tensor's own shape for a weight)."""
+    if tensor.init == "num_batches_tracked":
+        return np.zeros((), np.int64)
+    constants = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0}
+    if tensor.kind == "bn":
+        return np.full(tensor.shape, constants[tensor.init], np.float32)
+    state = np.random.RandomState(derive_seed(seed, "init", tensor.name))
+    fan_shape = weight_shape or tensor.shape
+    if tensor.init == "he_normal":  # N(0, 2 / fan_out), fan_out = out * kh * kw
+        fan_out = fan_shape[0] * int(np.prod(fan_shape[2:]))
+        values = state.standard_normal(tensor.shape) * math.sqrt(2.0 / fan_out)
+    else:  # torch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the weight and its bias
+        bound = 1.0 / math.sqrt(int(np.prod(fan_shape[1:])))  # fan_in = in * kh * kw
+        values = state.uniform(-bound, bound, tensor.shape)
+    return values.astype(np.float32)
+
+
+def _draw_all(tensors: list[Tensor], seed: int) -> dict[str, np.ndarray]:
+    weights = {t.name[: -len(".weight")]: t.shape for t in tensors if t.part == "weight" and t.kind != "bn"}
+    return {t.name: draw(t, seed, weights.get(t.name[: -len(".bias")]) if t.part == "bias" else None)
+            for t in tensors}
+
+
+def neutral_weights(backbone: str, image_size: int, seed: int) -> dict[str, np.ndarray]:
+    """The initial weights of ``backbone`` for ``seed``: torch ``state_dict`` names and layouts,
+    float32 (``num_batches_tracked``: int64 0), in the state dict's order."""
+    return _draw_all(layout(backbone, image_size), seed)
+
+
+def head_layout(in_dim: int, num_classes: int, keras_layer: str = "logits") -> list[Tensor]:
+    """The tensors of a linear head (torch ``LinearHead``'s ``linear``; Keras ``Dense``)."""
+    return [Tensor("linear.weight", (num_classes, in_dim), "linear", "weight", "uniform", keras_layer),
+            Tensor("linear.bias", (num_classes,), "linear", "bias", "uniform", keras_layer)]
+
+
+def neutral_head(in_dim: int, num_classes: int, seed: int) -> dict[str, np.ndarray]:
+    """A linear head's initial weights for ``seed`` (torch layout: weight [classes, in_dim]).
+    Over conv4's flattened features the rows are in torch's (C, H, W) order;
+    ``chw_to_hwc_rows`` reorders them for tf's (H, W, C) flatten."""
+    return _draw_all(head_layout(in_dim, num_classes), seed)
+
+
+def chw_to_hwc_rows(weight: np.ndarray, channels: int, side: int) -> np.ndarray:
+    """A [classes, C*H*W] weight over torch's NCHW flatten as the same function of tf's NHWC
+    flatten: its columns permuted to (H, W, C) order."""
+    classes = weight.shape[0]
+    return weight.reshape(classes, channels, side, side).transpose(0, 2, 3, 1).reshape(classes, -1)
+
+
+# ---- the file ------------------------------------------------------------------------------------
+
+
+def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """An uncompressed ``.npz`` of ``arrays`` keyed by name, in the given order."""
+    with open(path, "wb") as handle:
+        np.savez(handle, **{name: np.asarray(value) for name, value in arrays.items()})
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file by name (no pickled objects), or one line saying why not."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: np.asarray(data[name]) for name in data.files}
+    except (OSError, ValueError, EOFError) as error:
+        raise ValueError(f"{path}: not a NumPy .npz archive of arrays ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:160]})") from None
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 0")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clients.init_weights",
+                                     description="write a named backbone's framework-neutral initial weights "
+                                                 "(.npz, torch's names and layouts) for a seed; both frameworks "
+                                                 "load it with --weights")
+    parser.add_argument("--backbone", required=True, choices=BACKBONES)
+    parser.add_argument("--image-size", type=int, default=84, metavar="PIXELS",
+                        help="the side the backbone is built for (checked only; default: %(default)s)")
+    parser.add_argument("--seed", type=_seed, required=True, metavar="S")
+    parser.add_argument("--out", required=True, metavar="FILE.npz")
+    args = parser.parse_args(argv)
+    try:
+        arrays = neutral_weights(args.backbone, args.image_size, args.seed)
+    except ValueError as error:
+        parser.error(f"argument --image-size: {error}")
+    write_npz(args.out, arrays)
+    print(f"{args.out}: {args.backbone}, seed {args.seed}, {len(arrays)} tensors "
+          f"({sum(a.size for a in arrays.values()):,} values)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
