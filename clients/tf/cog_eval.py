@@ -13,7 +13,9 @@ The classifier mirrors ``torch.nn.Linear`` trained by ``torch.optim.SGD``: the u
 written out (gradient plus weight decay on weight and bias, then the momentum buffer
 ``b = 0.9 b + g`` and ``w -= lr b``), because Keras' SGD applies momentum and weight
 decay differently (the learning rate inside the buffer, decoupled decay); a step whose
-loss is not finite is not applied. Op determinism is on.
+loss is not finite is not applied. Determinism (``clients.tf.determinism``): with
+``--deterministic`` on (the default on CPU) op determinism is on; thread counts are fixed
+and draws seeded.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from clients.determinism import weights_sha256
 from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
 from clients.cog_protocol import MOMENTUM
 from clients.tf.backbones import TFFeatures, load_backbone
+from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
 
 keras = tf.keras
@@ -41,8 +44,8 @@ class TFCogBackend(CogBackend):
     name = "tf"
 
     def __init__(self, args: argparse.Namespace) -> None:
-        tf.config.experimental.enable_op_determinism()
         self.device = select_device(args.device)
+        self.determinism = apply_determinism(args, self.device)  # before any model is built
         with tf.device(self.device):
             loaded = load_backbone(args, cog_protocol.IMAGE_SIZE, SEED_NAME)
         super().__init__(args, loaded)
@@ -52,7 +55,7 @@ class TFCogBackend(CogBackend):
 
     def describe(self) -> dict[str, Any]:
         count = int(sum(np.prod(v.shape) for v in self.model.weights)) if isinstance(self.model, keras.Model) else 0
-        return {"framework": self.name, "tensorflow_version": tf.__version__, "device": self.device,
+        return {"framework": self.name, **self.determinism.as_config(), **tf_record(self.device),
                 "backbone_parameter_count": count}
 
     def extract(self, images: np.ndarray) -> np.ndarray:
@@ -116,7 +119,7 @@ class TFCogBackend(CogBackend):
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, tf.errors.ResourceExhaustedError):
             return 1, f"out of memory on {self.device} (try a smaller --extract-batch-size or --batch-size)"
-        return None
+        return determinism_failure(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

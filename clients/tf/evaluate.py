@@ -4,8 +4,10 @@ itself is ``clients.evaluate``; this file names the TensorFlow parts it runs).
 The backbone is loaded by the contract (``clients.tf.backbones.load_backbone``) on the
 chosen device and embeds Meta-Dataset episodes through ``TFFeatures`` (``training=False``);
 VTAB-1k runs the ``transfer`` command's ``TFTransferLearner`` and ImageNet-CoG the ``cog``
-command's ``TFCogBackend``, each built from that command's own parsed arguments. Op
-determinism is on, so a repeated run reports the same numbers.
+command's ``TFCogBackend``, each built from that command's own parsed arguments.
+Determinism (``clients.tf.determinism``, applied before any model is built): with
+``--deterministic`` on (the default on CPU) op determinism is on; thread counts are fixed
+and draws seeded, so a repeated run reports the same numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from clients.evaluate import EvaluateFramework, run_evaluate_main
 from clients.trainer_args import MD_IMAGE_SIZE
 from clients.tf.backbones import TFFeatures, load_backbone
 from clients.tf.cog_eval import TFCogBackend
+from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
 from clients.tf.vtab_transfer import TFTransferLearner
 from clients.vtab_transfer import TransferLearner
@@ -36,8 +39,8 @@ class TFEvaluate(EvaluateFramework):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        tf.config.experimental.enable_op_determinism()
         self.device = select_device(args.device)
+        self.determinism = apply_determinism(args, self.device)  # before any model is built
 
     def load(self, args: argparse.Namespace) -> LoadedBackbone:
         with tf.device(self.device):
@@ -63,12 +66,12 @@ class TFEvaluate(EvaluateFramework):
         return str(path)
 
     def describe(self) -> dict[str, Any]:
-        return {"framework": self.name, "tensorflow_version": str(tf.__version__), "device": self.device}
+        return {"framework": self.name, **self.determinism.as_config(), **tf_record(self.device)}
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, tf.errors.ResourceExhaustedError):
             return 1, f"out of memory on {self.device} (try a smaller --extract-batch-size or --vtab-batch-size)"
-        return None
+        return determinism_failure(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,12 @@ evaluation forward pass and ``tf.train.Checkpoint`` files. The run itself (sourc
 resume, training loop, evaluation, reports, summary, exit codes) is
 ``clients.md_train``.
 
-Determinism: op determinism is on and weights are seeded from --seed, so evaluating
-the same checkpoint again gives the same metrics. Training and evaluation take
+Determinism (``clients.tf.determinism``, before any model is built): with
+``--deterministic`` on (the default on CPU) op determinism is on; thread counts are
+fixed and the weights seeded from --seed by name (the baseline's head from
+``HEAD_SEED_NAME``), so the same command gives the same weights and evaluating the same
+checkpoint again gives the same metrics. The optimizer is ``TorchAdam``: torch's Adam
+step (``clients.tf.optimizers``), as the torch trainer takes it. Training and evaluation take
 episodes from ``clients.core.SamplerClient`` (through ``clients.md_train``) rather than
 ``clients.tf.EpisodeSource``: episodes vary in shape (handled here by
 ``tf.function`` input signatures with unknown dimensions), and inside ``tf.data`` a
@@ -49,8 +53,11 @@ from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, 
 from clients.determinism import weights_sha256
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
+from clients.seeds import derive_seed
 from clients.tf import models
 from clients.tf.backbones import load_backbone, to_model_input
+from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
+from clients.tf.optimizers import TorchAdam
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
@@ -59,6 +66,7 @@ EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 50
 _CONFIG_KEY = "config/.ATTRIBUTES/VARIABLE_VALUE"
 _NEXT_INDEX_KEY = "next_index/.ATTRIBUTES/VARIABLE_VALUE"
 SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
+HEAD_SEED_NAME = "head"  # the baseline's linear head: derive_seed(--seed, HEAD_SEED_NAME)
 
 
 def select_device(requested: str) -> str:
@@ -116,11 +124,11 @@ class TFFramework(Framework):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        tf.config.experimental.enable_op_determinism()
         ranks = tf_config_ranks()
         if ranks is not None and args.device == "cpu":
             tf.config.set_visible_devices([], "GPU")  # the strategy would take the GPUs otherwise
         self.device = select_device(args.device)
+        self.determinism = apply_determinism(args, self.device)  # before TensorFlow's runtime starts
         self.manager: tf.train.CheckpointManager | None = None
         self._ladders: dict[bytes, Ladder] = {}
         self.strategy: tf.distribute.Strategy | None = None
@@ -164,9 +172,9 @@ class TFFramework(Framework):
             self.loaded = self._load_backbone()
         self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
-            tf.keras.utils.set_random_seed(args.seed)
+            tf.keras.utils.set_random_seed(derive_seed(args.seed, HEAD_SEED_NAME))
             self.head = models.build_head(num_classes, self.loaded.out_dim) if num_classes else None
-            self.optimizer = keras.optimizers.Adam(learning_rate=args.lr)
+            self.optimizer = TorchAdam(learning_rate=args.lr)
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:
                 parts["optimizer"] = self.optimizer
@@ -189,7 +197,7 @@ class TFFramework(Framework):
 
     def describe(self) -> dict[str, Any]:
         assert self.loaded is not None
-        return {"tensorflow_version": tf.__version__, "keras_version": keras.__version__, "device": self.device,
+        return {**self.determinism.as_config(), **tf_record(self.device),
                 "parameter_count": self.parameter_count(), "shape_buckets": "on" if self.buckets else "off",
                 "embedding_dim": self.loaded.out_dim, "backbone_sha256": self.loaded.fingerprint,
                 "preprocessing": self.loaded.preprocessing.as_config()}
@@ -341,6 +349,9 @@ class TFFramework(Framework):
         return weights_sha256((variable.path, variable.numpy()) for variable in self.backbone.variables)
 
     def classify(self, error: BaseException) -> tuple[int, str] | None:
+        refused = determinism_failure(error)
+        if refused is not None:
+            return refused
         if self.strategy is not None and isinstance(error, (tf.errors.UnavailableError, tf.errors.CancelledError,
                                                             tf.errors.DeadlineExceededError, tf.errors.AbortedError)):
             return 1, (f"worker {self.rank}: lost the other workers ({' '.join(error.message.split())[:300]}); the "

@@ -8,8 +8,11 @@ such as ``ckpt-10``, its ``.index`` file or its directory, or Keras weights
 ``*.weights.h5``), its input scaled and normalised as it declares (our named backbones:
 [-1, 1]); a zero-initialised linear head; linear mode embeds each (task, split, record)
 once with the frozen backbone in inference mode. ``--mode finetune`` trains the backbone,
-so it needs a Keras model. Op determinism is on, so a repeated run reports the same
-accuracies.
+so it needs a Keras model. The head is trained by ``TorchSGD`` (``clients.tf.optimizers``:
+torch's momentum step, the same as the torch learner's under the learning-rate schedule).
+Determinism (``clients.tf.determinism``): with ``--deterministic`` on (the default on
+CPU) op determinism is on; thread counts are fixed and draws seeded, so a repeated run
+reports the same accuracies and the same ``result_sha256``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
 from clients.tf.backbones import inference, load_backbone, to_model_input
+from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
+from clients.tf.optimizers import TorchSGD
 from clients.errors import UsageError
 from clients.trainer_args import TRANSFER_IMAGE_SIZE
 from clients.vtab_transfer import TransferLearner, run_transfer_main
@@ -42,8 +47,8 @@ class TFTransferLearner(TransferLearner):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        tf.config.experimental.enable_op_determinism()
         self.device = select_device(args.device)
+        self.determinism = apply_determinism(args, self.device)  # before any model is built
         with tf.device(self.device):
             self.loaded = load_backbone(args, TRANSFER_IMAGE_SIZE, SEED_NAME)
         self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
@@ -65,7 +70,7 @@ class TFTransferLearner(TransferLearner):
 
     def describe(self) -> dict[str, Any]:
         count = models.parameter_count(self.backbone) if self.trainable_backbone else 0
-        return {"framework": self.name, "tensorflow_version": tf.__version__, "device": self.device,
+        return {"framework": self.name, **self.determinism.as_config(), **tf_record(self.device),
                 "backbone_parameter_count": count, "embedding_dim": self.dim,
                 "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.preprocessing.as_config()}
 
@@ -76,7 +81,7 @@ class TFTransferLearner(TransferLearner):
         with tf.device(self.device):
             inputs = keras.Input(shape=(self.dim,), dtype="float32")
             self.head = keras.Model(inputs, keras.layers.Dense(num_classes, kernel_initializer="zeros")(inputs))
-            self.optimizer = keras.optimizers.SGD(learning_rate=args.lrs[0], momentum=MOMENTUM)
+            self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM)
         head, backbone, optimizer, classes = self.head, self.backbone, self.optimizer, num_classes
         labels = tf.TensorSpec((None,), tf.int64)
         if args.mode == "linear":
@@ -140,7 +145,7 @@ class TFTransferLearner(TransferLearner):
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         if isinstance(error, tf.errors.ResourceExhaustedError):
             return 1, f"out of memory on {self.device} (try a smaller --batch-size or --image-size)"
-        return None
+        return determinism_failure(error)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
