@@ -4,7 +4,9 @@
 ``python -m clients.torch evaluate ...``: one checkpoint on MD, VTAB-1k and CoG, resumable
 (``clients.torch.evaluate``).
 
-Exit status: 0 done, 2 bad input, 3 a server fault; errors are one line on stderr.
+Exit status: 0 done, 2 bad input (also: under ``--deterministic``, an op without a deterministic
+kernel, named), 3 a server fault; errors are one line on stderr. ``--deterministic`` is applied
+by each command before its model is built (``clients.torch.determinism``).
 
 Under torchrun (WORLD_SIZE > 1) the trainer's process ends with ``os._exit`` once its
 output is flushed: gloo's worker threads release a finished collective's tensors on
