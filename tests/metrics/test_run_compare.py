@@ -47,7 +47,8 @@ def test_identical_runs_are_the_same_computation_whatever_their_names():
 
 
 @pytest.mark.parametrize(("key", "group"), [
-    ("torch_version", Group.ENVIRONMENT), ("tensorflow_version", Group.ENVIRONMENT), ("cuda_version", Group.ENVIRONMENT),
+    ("torch_version", Group.ENVIRONMENT), ("tensorflow_version", Group.ENVIRONMENT),
+    ("cuda_version", Group.ENVIRONMENT), ("op_determinism", Group.ENVIRONMENT),
     ("intra_op_threads", Group.ENVIRONMENT), ("deterministic", Group.ENVIRONMENT), ("device", Group.ENVIRONMENT),
     ("lr", Group.DEFINITION), ("framework", Group.DEFINITION), ("backbone_sha256", Group.DEFINITION),
     ("result_sha256", Group.FINGERPRINT),
@@ -88,8 +89,8 @@ def test_same_configuration_with_other_results_counts_them_and_says_whether_the_
     fingerprint = compare(_record("a"), _record("b", {**CONFIG, "result_sha256": SHA_B}))
     assert fingerprint.verdict is Verdict.DIFFERENT_RESULTS and fingerprint.fingerprint_differs
     assert fingerprint.results.identical
-    assert describe(fingerprint).startswith("same configuration, different results: the result fingerprint "
-                                            "(result_sha256 aaaaaaaaaaaa… vs bbbbbbbbbbbb…); results: all 4 identical")
+    assert describe(fingerprint) == ("same configuration, different results: the result fingerprint (result_sha256 "
+                                     "aaaaaaaaaaaa… vs bbbbbbbbbbbb…); results: all 4 identical")
 
 
 def test_every_stored_field_of_a_result_counts():
