@@ -213,10 +213,8 @@ def print_parity(args: argparse.Namespace) -> None:
         paths = [summary_path(args, leg, framework) for framework in ("torch", "tf")]
         if all(path.is_file() for path in paths):
             rows += rows_of(*(json.loads(path.read_text()) for path in paths))
-    print("
-== framework parity: torch and tf from the same initial weights (--init-seed 0), the same episodes "
-          "and batches
-")
+    print("\n== framework parity: torch and tf from the same initial weights (--init-seed 0), the same episodes "
+          "and batches\n")
     print(demo_parity.render(rows))
 
 
