@@ -80,7 +80,10 @@ class TFTransferLearner(TransferLearner):
             self.backbone.set_weights(self.initial)
         with tf.device(self.device):
             inputs = keras.Input(shape=(self.dim,), dtype="float32")
-            self.head = keras.Model(inputs, keras.layers.Dense(num_classes, kernel_initializer="zeros")(inputs))
+            # named: the weights' sha256 names each variable by its path, which an unnamed layer's
+            # counter (dense, dense_1, ...) would make differ between two runs in one process
+            logits = keras.layers.Dense(num_classes, kernel_initializer="zeros", name="logits")(inputs)
+            self.head = keras.Model(inputs, logits, name="head")
             self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM)
         head, backbone, optimizer, classes = self.head, self.backbone, self.optimizer, num_classes
         labels = tf.TensorSpec((None,), tf.int64)
