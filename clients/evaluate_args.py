@@ -46,6 +46,8 @@ MD_EXTRACT_BATCH_SIZE = 256
 RUN_SUFFIX_ROOM = 40  # the longest sub-run suffix: "/md-v2/prototypes" and the like
 BACKBONE_FLAGS = (("backbone", "--backbone"), ("weights", "--weights"), ("image_size", "--image-size"),
                   ("input_range", "--input-range"), ("mean", "--mean"), ("std", "--std"))
+# the same settings in every part of the job (their parsers' defaults would otherwise apply)
+REPRODUCIBILITY_FLAGS = (("deterministic", "--deterministic"), ("threads", "--threads"))
 # (evaluate's attribute, the transfer command's flag): passed on only when given
 VTAB_FLAGS = (("vtab_protocol", "--protocol"), ("mode", "--mode"), ("lrs", "--lrs"), ("steps", "--steps"),
               ("steps_scale", "--steps-scale"), ("vtab_batch_size", "--batch-size"), ("decay", "--decay"),
@@ -253,7 +255,7 @@ def transfer_namespace(args: argparse.Namespace, framework: str, tasks: Sequence
     """The ``transfer`` command's parsed arguments for ``tasks`` under ``run_id``: its own
     parser, so its protocol resolution and checks apply unchanged."""
     argv = (server_argv(args, run_id) + ["--tasks", *tasks, "--device", args.device, "--log-every", "1000000"]
-            + _flags(args, BACKBONE_FLAGS) + _flags(args, VTAB_FLAGS))
+            + _flags(args, BACKBONE_FLAGS) + _flags(args, REPRODUCIBILITY_FLAGS) + _flags(args, VTAB_FLAGS))
     for n in args.regimes or ():
         argv += ["--regime", str(n)]
     return _parse_as(build_transfer_parser(framework), argv, f"python -m clients.{framework} evaluate", error)
@@ -263,5 +265,5 @@ def cog_namespace(args: argparse.Namespace, framework: str, run_id: str, error: 
     """The ``cog`` command's parsed arguments under ``run_id`` (same feature cache)."""
     argv = (server_argv(args, run_id) + ["--feature-cache", args.feature_cache, "--device", args.device,
                                          "--log-every", "1000000"]
-            + _flags(args, BACKBONE_FLAGS) + _flags(args, COG_FLAGS))
+            + _flags(args, BACKBONE_FLAGS) + _flags(args, REPRODUCIBILITY_FLAGS) + _flags(args, COG_FLAGS))
     return _parse_as(build_cog_parser(framework), argv, f"python -m clients.{framework} evaluate", error)

@@ -6,8 +6,9 @@ embeds Meta-Dataset episodes through ``TorchFeatures`` (eval mode, inference mod
 autocast on CUDA); VTAB-1k runs the ``transfer`` command's ``TorchTransferLearner`` and
 ImageNet-CoG the ``cog`` command's ``TorchCogBackend``, each built from that command's own
 parsed arguments. ``--deterministic`` and ``--threads`` are applied once
-(``clients.torch.determinism``) before the backbone is built, and passed on to the
-``transfer`` and ``cog`` parts, so every part runs, and records, the same settings.
+(``clients.torch.determinism``) before the backbone is built; the ``transfer`` and ``cog``
+parts are parsed with the same flags (``clients.evaluate_args``), so every part runs, and
+records, the same settings.
 """
 
 from __future__ import annotations
@@ -47,19 +48,14 @@ class TorchEvaluate(EvaluateFramework):
         return load_checked(lambda: load_backbone(args, self.device, MD_IMAGE_SIZE, SEED_NAME), self.determinism,
                             self.device)
 
-    def _same_settings(self, args: argparse.Namespace) -> argparse.Namespace:
-        """A part's parsed arguments with this job's --deterministic and --threads (its parser's defaults otherwise)."""
-        args.deterministic, args.threads = self.args.deterministic, self.args.threads
-        return args
-
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
         return TorchFeatures(backbone, self.device, batch_size)
 
     def transfer_learner(self, args: argparse.Namespace) -> TransferLearner:
-        return TorchTransferLearner(self._same_settings(args))
+        return TorchTransferLearner(args)
 
     def cog_backend(self, args: argparse.Namespace) -> CogBackend:
-        return TorchCogBackend(self._same_settings(args))
+        return TorchCogBackend(args)
 
     def save_weights(self, backbone: LoadedBackbone, directory: Path) -> str | None:
         if not isinstance(backbone.model, nn.Module):
