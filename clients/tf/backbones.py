@@ -49,7 +49,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
-from clients.init_weights import layout, neutral_weights, read_npz
+from clients.init_weights import chw_to_hwc_rows, layout, neutral_weights, read_npz
 from clients.seeds import derive_seed
 from clients.tf import models
 
@@ -282,6 +282,22 @@ def assign_neutral(model: keras.Model, backbone: str, image_size: int, arrays: M
         variable.assign(keras_value(tensor.kind, np.asarray(given[name], np.float32)))
 
 
+def assign_neutral_head(head: keras.Model, backbone: str, image_size: int, arrays: Mapping[str, np.ndarray]) -> None:
+    """A linear head's framework-neutral weights (``init_weights.neutral_head``: torch's
+    [classes, features]) into the Keras head over ``backbone``'s features: transposed, and
+    over ``conv4`` its columns reordered from torch's (C, H, W) flatten to tf's (H, W, C), so
+    the head computes the same logits as torch's over the same network."""
+    weight = np.asarray(arrays["linear.weight"], np.float32)
+    if backbone == "conv4":
+        side = image_size
+        for _ in range(4):
+            side //= 2
+        weight = chw_to_hwc_rows(weight, weight.shape[1] // (side * side), side)
+    dense = head.get_layer("logits")
+    dense.kernel.assign(keras_value("linear", weight))
+    dense.bias.assign(np.asarray(arrays["linear.bias"], np.float32))
+
+
 def load_neutral(model: Any, spec: BackboneSpec, image_size: int) -> None:
     """``--weights FILE.npz``: framework-neutral weights into a named backbone, or one line."""
     path = str(spec.weights)
@@ -440,5 +456,5 @@ class TFFeatures:
         return np.concatenate(out)
 
 
-__all__ = ["SavedModelFunction", "TFFeatures", "assign_neutral", "checkpoint_prefix", "fingerprint", "inference",
+__all__ = ["SavedModelFunction", "TFFeatures", "assign_neutral", "assign_neutral_head", "checkpoint_prefix", "fingerprint", "inference",
            "keras_value", "load_backbone", "load_neutral", "load_weights", "named_preprocessing", "to_model_input"]

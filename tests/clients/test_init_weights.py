@@ -182,3 +182,18 @@ def test_init_seed_refusals(framework, tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse_args(framework, [*_argv(framework, "conv4"), "--backbone", "os:getcwd", "--init-seed", "0"])
     assert "is not a named backbone" in capsys.readouterr().err
+
+
+def test_a_neutral_linear_head_gives_the_same_logits_over_conv4_in_both_frameworks():
+    """tf's conv4 flattens (H, W, C): the head's columns are permuted so the logits are torch's."""
+    weights, head = neutral_weights("conv4", 32, 2), init_weights.neutral_head(256, 7, 2)
+    torch_model, tf_model = _torch_model("conv4", weights), _tf_model("conv4", weights)
+    torch_head = torch_models.LinearHead(256, 7)
+    torch_head.load_state_dict({name: torch.from_numpy(value) for name, value in head.items()})
+    tf_head = tf_models.build_head(7, 256)
+    tf_backbones.assign_neutral_head(tf_head, "conv4", 32, head)
+    images = np.random.RandomState(4).uniform(-1, 1, (5, 32, 32, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = torch_head(torch_model.eval()(torch.from_numpy(images).permute(0, 3, 1, 2))).numpy()
+    seen = tf_head(tf_model(images, training=False)).numpy()
+    assert np.abs(seen - expected).max() <= 1e-4 * np.abs(expected).max()
