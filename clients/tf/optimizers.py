@@ -32,7 +32,9 @@ ops = keras.ops
 
 def _coupled_decay(gradient: Any, variable: Any, weight_decay: float) -> Any:
     """torch's ``weight_decay``: added to the gradient (``g + wd * w``)."""
-    return ops.add(gradient, ops.multiply(variable, ops.cast(weight_decay, variable.dtype))) if weight_decay else gradient
+    if not weight_decay:
+        return gradient
+    return ops.add(gradient, ops.multiply(variable, ops.cast(weight_decay, variable.dtype)))
 
 
 class TorchSGD(keras.optimizers.Optimizer):
@@ -108,7 +110,8 @@ class TorchAdam(keras.optimizers.Optimizer):
         correction_1 = 1.0 - tf.pow(tf.constant(self.beta_1, tf.float64), step)
         correction_2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, tf.float64), step))
         step_size = ops.cast(tf.cast(learning_rate, tf.float64) / correction_1, dtype)
-        denominator = ops.add(ops.divide(ops.sqrt(v), ops.cast(correction_2_sqrt, dtype)), ops.cast(self.epsilon, dtype))
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.cast(correction_2_sqrt, dtype)),
+                              ops.cast(self.epsilon, dtype))
         self.assign_sub(variable, ops.divide(ops.multiply(m, step_size), denominator))
 
     def get_config(self) -> dict[str, Any]:
