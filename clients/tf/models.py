@@ -61,12 +61,12 @@ _BN_EPSILON = 1e-5
 
 
 class RowBatchNormalization(keras.layers.BatchNormalization):
-    """Keras batch normalisation that, in training with ``valid_rows`` set (a scalar
-    tensor), takes its batch moments and moving-statistics update from the first
-    ``valid_rows`` rows only: the slice is the unpadded batch, so Keras's own
-    computation applies unchanged (rather than a re-derived masked moment); padding
-    rows come out as zeros. Same variables and names as ``BatchNormalization``, so
-    checkpoints and saved weights load unchanged."""
+    """Keras batch normalisation with torch's training step: normalised by the batch's
+    biased variance, the moving variance updated with the unbiased one (``_train``). With
+    ``valid_rows`` set (a scalar tensor) the batch moments and the update come from the
+    first ``valid_rows`` rows only: the slice is the unpadded batch, so the same step applies
+    unchanged (rather than a masked moment); padding rows come out as zeros. Same variables
+    and names as ``BatchNormalization``, so checkpoints and saved weights load unchanged."""
 
     valid_rows: tf.Tensor | None = None
 
