@@ -51,11 +51,12 @@ import tensorflow as tf
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
+from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
 from clients.seeds import derive_seed
 from clients.tf import models
-from clients.tf.backbones import load_backbone, to_model_input
+from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.optimizers import TorchAdam
 from clients.errors import UsageError
@@ -174,6 +175,9 @@ class TFFramework(Framework):
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
             tf.keras.utils.set_random_seed(derive_seed(args.seed, HEAD_SEED_NAME))
             self.head = models.build_head(num_classes, self.loaded.out_dim) if num_classes else None
+            if self.head is not None and args.init_seed is not None:  # the same head as torch's
+                assign_neutral_head(self.head, args.backbone, args.image_size,
+                                    neutral_head(self.loaded.out_dim, num_classes, args.init_seed))
             self.optimizer = TorchAdam(learning_rate=args.lr)
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:

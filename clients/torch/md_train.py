@@ -58,6 +58,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
+from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
 from clients.seeds import derive_seed
 from clients.protocols.md import EpisodeArrays
@@ -190,6 +191,9 @@ class TorchFramework(Framework):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed(args.seed, "head"))
                 self.head = LinearHead(self.loaded.out_dim, num_classes).to(device)
+            if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
+                neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
+                self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
         self.trainee = _Trainee(self.protonet, self.head)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
