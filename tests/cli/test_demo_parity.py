@@ -13,10 +13,13 @@ unit = st.floats(0.0, 1.0, allow_nan=False)
 
 
 @given(unit, unit, unit, unit)
-def test_agreement_is_symmetric_and_needs_both_intervals(a, ci_a, b, ci_b):
+def test_agreement_is_symmetric_and_is_the_difference_within_its_interval(a, ci_a, b, ci_b):
     row, swapped = ParityRow("md", "x", (a, ci_a), (b, ci_b)), ParityRow("md", "x", (b, ci_b), (a, ci_a))
     assert row.agree == swapped.agree
-    assert row.agree == (abs(a - b) <= min(ci_a, ci_b) + 1e-12)
+    assert row.difference[0] == -swapped.difference[0] and row.difference[1] == swapped.difference[1]
+    assert row.agree == (abs(a - b) <= math.sqrt(ci_a ** 2 + ci_b ** 2) + 1e-12)
+    if abs(a - b) <= min(ci_a, ci_b):  # each inside the other's interval: agreement
+        assert row.agree
 
 
 def test_the_issue_figures_disagree_and_close_runs_agree():
@@ -43,5 +46,5 @@ def test_rows_of_each_leg_come_from_the_summaries():
 def test_render_counts_agreement():
     text = demo_parity.render([ParityRow("md", "dtd", (0.861, 0.020), (0.908, 0.017)),
                                ParityRow("vtab", "svhn", (0.5, 0.1), (0.5, 0.1))])
-    assert "86.10 ± 2.00" in text and "90.80 ± 1.70" in text and " NO" in text
-    assert text.splitlines()[-1] == "1 of 2 rows agree within their 95% CIs"
+    assert "86.10 ± 2.00" in text and "90.80 ± 1.70" in text and "+4.70 ± 2.62" in text and " NO" in text
+    assert text.splitlines()[-1].startswith("1 of 2 rows agree: the difference within its 95% CI")
