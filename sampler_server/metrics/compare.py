@@ -29,16 +29,9 @@ from typing import Any
 
 from sampler_server.metrics.cog.results import CogResult
 from sampler_server.metrics.store import StoredReport
+from sampler_server.metrics.run_config import FINGERPRINT_KEYS, RUN_KEYS, is_environment
 from sampler_server.metrics.vtab.results import TaskResult
 
-RUN_KEYS = frozenset({"run", "run_id"})
-"""Top-level configuration keys that name the run itself, not what it computed."""
-FINGERPRINT_KEYS = frozenset({"result_sha256"})
-"""Top-level configuration keys that fingerprint a run's result (the final weights' sha256)."""
-ENVIRONMENT_KEYS = frozenset({"deterministic", "requested_deterministic", "op_determinism", "threads",
-                              "intra_op_threads", "inter_op_threads", "device", "requested_device", "device_name",
-                              "machine", "platform"})
-"""Top-level keys that say what a run was computed with (with every ``*_version`` key)."""
 FIRST_FEW = 3
 """How many differing result keys a comparison names."""
 SHOWN_CHARACTERS = 40
@@ -63,7 +56,7 @@ def group_of(key: str) -> Group:
     """The group of a top-level configuration key."""
     if key in FINGERPRINT_KEYS:
         return Group.FINGERPRINT
-    if key in ENVIRONMENT_KEYS or key.endswith("_version"):
+    if is_environment(key):
         return Group.ENVIRONMENT
     return Group.DEFINITION
 

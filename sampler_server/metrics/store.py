@@ -58,6 +58,7 @@ from typing import Any
 
 from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sampler_server.metrics.cog.results import CogResult
+from sampler_server.metrics.run_config import defining
 from sampler_server.metrics.store_postgres import PostgresDatabase, is_postgres_url, parse_url
 from sampler_server.metrics.store_sql import MAX_INTEGER, REPORT_COLUMNS, SCHEMA_VERSION, TASK_COLUMNS, Database
 from sampler_server.metrics.store_sqlite import SqliteDatabase
@@ -200,7 +201,8 @@ class MetricsStore:
         (current,) = self._db.execute("SELECT config_json FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if current is None:
             self._db.execute("UPDATE runs SET config_json = ? WHERE run_id = ?", (config, run_id))
-        elif _canonical_config(current) != config:
+        elif _defining_json(current) != _defining_json(config):
+            # what it was computed with (versions, device, threads) may differ: the results are checked one by one
             raise FailedPrecondition(
                 f"run_config_json: run {run_id!r} already has a different configuration (stored with its first "
                 "report); use a new run id for a new configuration"
@@ -417,6 +419,12 @@ class MetricsStore:
                 fingerprint=row[6], metrics=json.loads(row[7]), request=json.loads(row[8]),
                 predicted=tuple(json.loads(row[9])),
             )
+
+
+def _defining_json(text: str) -> str:
+    """Canonical JSON of what a stored configuration says defines the results (``run_config.defining``)."""
+    value = json.loads(text)
+    return json.dumps(defining(value) if isinstance(value, dict) else value, sort_keys=True, separators=(",", ":"))
 
 
 def _canonical_config(text: str) -> str:

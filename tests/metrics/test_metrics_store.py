@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sqlite3
 import threading
 
@@ -73,6 +75,24 @@ def test_the_same_index_under_another_seed_is_another_episode(metrics_target):
     assert store.add([other_seed]) == (1, 0)
     assert store.add([other_seed]) == (0, 1)
     assert sorted((r.seed, r.index) for r in store.reports("run-a")) == [(7, 0), (8, 0)]
+
+
+def test_what_a_run_was_computed_with_may_differ_but_not_what_defines_it(metrics_target):
+    """Evaluating a checkpoint again with other threads, on another device or library version
+    is the same run (its results are checked one by one); another lr is not. The first
+    configuration is the one kept."""
+    store = MetricsStore(metrics_target)
+    first = {"lr": 0.1, "result_sha256": "ab", "intra_op_threads": 2, "inter_op_threads": 2, "torch_version": "2.13.0",
+             "device": "cpu", "device_name": "a cpu", "deterministic": True}
+    store.add([_report(0)], run_config_json=json.dumps(first))
+    again = {**first, "intra_op_threads": 8, "inter_op_threads": 1, "torch_version": "2.14.0", "device": "cuda:0",
+             "device_name": "a gpu", "deterministic": False}
+    store.add([_report(1)], run_config_json=json.dumps(again))
+    assert store.run_config("run-a") == first
+    for changed in ({"lr": 0.2}, {"result_sha256": "cd"}, {"backbone": "conv4"}):
+        with pytest.raises(FailedPrecondition, match="already has a different configuration"):
+            store.add([_report(2)], run_config_json=json.dumps({**first, **changed}))
+    assert [r.index for r in store.reports("run-a")] == [0, 1]
 
 
 def test_a_run_configuration_is_stored_once_and_never_replaced(metrics_target):
