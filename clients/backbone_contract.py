@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from clients.errors import UsageError
+from clients.flag_types import int_at_least
 
 # tiny: three stride-2 convolutions, 64 features (fast on CPU: tests and the demo)
 NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
@@ -287,7 +288,7 @@ def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, ima
                        help="weights loaded into the backbone: a state dict (torch) or weights file (tf), or one of "
                             "our trainer checkpoints (default: none, a named backbone starts from random weights)"
                             + HIDE_DEFAULT)
-    group.add_argument("--init-seed", type=_seed_flag, default=None, metavar="S",
+    group.add_argument("--init-seed", type=int_at_least(0), default=None, metavar="S",
                        help="a named backbone starts from the framework-neutral weights generated from S "
                             "(clients.init_weights): the same numbers in torch and tf (default: the framework's own "
                             "initialiser, seeded from the command's seed)" + HIDE_DEFAULT)
@@ -313,16 +314,6 @@ def _size_flag(text: str) -> int:
         raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 8") from None
     if value < 8:
         raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 8")
-    return value
-
-
-def _seed_flag(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 0") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 0")
     return value
 
 

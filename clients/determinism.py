@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from clients.flag_types import int_at_least
+
 DETERMINISTIC_CHOICES = ("auto", "on", "off")
 
 
@@ -39,16 +41,6 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _threads(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 1")
-    return value
-
-
 def add_reproducibility_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """``--deterministic`` and ``--threads``: the same flags in every trainer command of both frameworks."""
     group = parser.add_argument_group(
@@ -58,7 +50,7 @@ def add_reproducibility_group(parser: argparse.ArgumentParser) -> argparse._Argu
     group.add_argument("--deterministic", choices=DETERMINISTIC_CHOICES, default="auto",
                        help="on: deterministic kernels only (an op without one fails the run at start), fixed "
                             "thread counts, seeded draws; auto: on on CPU, off on a GPU (where it costs speed)")
-    group.add_argument("--threads", type=_threads, default=None, metavar="N",
+    group.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
                        help=f"intra- and inter-op threads of the framework (default: this process's cores, "
                             f"{cores()} here)" + "%(default).0s")
     return group

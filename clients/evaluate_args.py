@@ -34,10 +34,11 @@ from typing import Any
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import add_backbone_group, check_backbone_group
 from clients.determinism import add_reproducibility_group
+from clients.flag_types import int_at_least
 from clients.md_fixed_features import LEARNERS
 from clients.trainer_args import (DEVICES, FRAMEWORKS, MAX_RUN_ID, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS,
                                   TrainerArgumentParser, add_server_group, build_cog_parser, build_transfer_parser,
-                                  check_server_group, int_at_least)
+                                  check_server_group)
 
 PROTOCOLS = ("md", "vtab", "cog")
 DEFAULT_PRESETS = ("md-v1",)

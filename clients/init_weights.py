@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clients.flag_types import int_at_least
 from clients.seeds import derive_seed
 
 BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
@@ -215,16 +216,6 @@ def read_npz(path: str | Path) -> dict[str, np.ndarray]:
                          f"{' '.join(str(error).split())[:160]})") from None
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 0") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 0")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clients.init_weights",
                                      description="write a named backbone's framework-neutral initial weights "
@@ -233,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backbone", required=True, choices=BACKBONES)
     parser.add_argument("--image-size", type=int, default=84, metavar="PIXELS",
                         help="the side the backbone is built for (checked only; default: %(default)s)")
-    parser.add_argument("--seed", type=_seed, required=True, metavar="S")
+    parser.add_argument("--seed", type=int_at_least(0), required=True, metavar="S")
     parser.add_argument("--out", required=True, metavar="FILE.npz")
     args = parser.parse_args(argv)
     try:

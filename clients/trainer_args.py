@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import add_backbone_group, check_backbone_group
 from clients.determinism import add_reproducibility_group
+from clients.flag_types import int_at_least
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
@@ -53,20 +54,6 @@ class TrainerArgumentParser(argparse.ArgumentParser):
         parsed, extras = super().parse_known_args(args, namespace)
         _validate(self, parsed)
         return parsed, extras
-
-
-def int_at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= {minimum}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= {minimum}")
-        return value
-
-    parse.__name__ = f"integer>={minimum}"
-    return parse
 
 
 def positive_float(text: str) -> float:
