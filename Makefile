@@ -50,7 +50,7 @@ chromium:
 	fi
 
 test: install wordnet postgresql chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # Regenerate sampler_common/wire/gen from protos/ after a .proto change (commit the result;
 # tests/wire/test_codegen.py fails while it is stale).
