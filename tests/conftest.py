@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +52,27 @@ def kitti_served(tmp_path_factory):
     transfer test that only reads it; each test reports under run ids of its own."""
     import tfds_builders as tb
 
+    with served_kitti(tb.TestKitti, tmp_path_factory.mktemp("kitti"), KITTI_SIZES) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def served_kitti(builder: type, root: Path, sizes: dict[str, int]) -> Iterator[Any]:
+    """A KITTI store of ``builder``'s test-built TFDS data at ``sizes`` (one shard), packed by
+    ``pack vtab`` under ``root`` and served on 127.0.0.1 while the block runs."""
     from sampler_server.cli.main import main as server_cli
+    from sampler_server.fixtures.tfds import prepare
     from sampler_server.service.server import RunningServer, ServerConfig
 
-    root = tmp_path_factory.mktemp("kitti")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
+    prepare(builder, root / "tfds", shards=1, SIZES=sizes)
     assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
                        "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
     server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
                                         grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+    try:
+        yield server
+    finally:
+        server.stop(grace=0.5)
 
 
 def generate_fixture(source: str, root: Path, **kwargs: Any) -> Fixture:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import served_kitti
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tensorflow")
@@ -45,18 +46,11 @@ def learnable_kitti_served(tmp_path_factory):
     random conv features learns them; the shared test KITTI's images are unrelated to its
     labels) at VTAB-1k's train800/val200 and a 100-example test split, packed by ``pack
     vtab`` and served."""
-    from sampler_server.cli.main import main as server_cli
-    from sampler_server.fixtures.tfds import DemoKitti, prepare
-    from sampler_server.service.server import RunningServer, ServerConfig
+    from sampler_server.fixtures.tfds import DemoKitti
 
-    root = tmp_path_factory.mktemp("demo-kitti")
-    prepare(DemoKitti, root / "tfds", shards=1, SIZES={"train": 800, "validation": 200, "test": 100})
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
-    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
-                                        grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+    with served_kitti(DemoKitti, tmp_path_factory.mktemp("demo-kitti"),
+                      {"train": 800, "validation": 200, "test": 100}) as server:
+        yield server
 
 
 @pytest.fixture

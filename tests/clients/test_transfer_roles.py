@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-import tfds_builders as tb
+from conftest import served_kitti
 from transfer_refusals import refusal_lines
 
 from clients.core import SamplerClient
@@ -28,16 +28,8 @@ AT_REGIMES = [arg for n in REGIMES for arg in ("--regime", str(n))] + ["--regime
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    from sampler_server.service.server import RunningServer, ServerConfig
-
-    root = tmp_path_factory.mktemp("roles")
-    tb.prepare(DemoKitti, root / "tfds", shards=1, SIZES=SIZES)  # images coloured by label: learnable
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
-    server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
-                                        grace_seconds=0.5)).start()
-    yield server
-    server.stop(grace=0.5)
+    with served_kitti(DemoKitti, tmp_path_factory.mktemp("roles"), SIZES) as server:  # coloured by label: learnable
+        yield server
 
 
 def _run(main, served, run_id: str, tmp_path: Path, *extra: str) -> dict:
