@@ -3,7 +3,9 @@
 The Dockerfile's build stage is replayed in a temp dir: its COPY lines copy the same
 files, its RUN commands run with /src, /wheels and /opt/venv mapped into the temp dir
 and two offline changes (``--no-build-isolation`` for the wheel, ``--no-index`` plus a
-wheelhouse packed from this virtualenv for the install, see ``wheelhouse``). Then the
+wheelhouse packed from this virtualenv for the install, see ``wheelhouse``) and one
+that saves time only (``--no-compile``: what is checked is which distributions land and
+what they run, not their ``.pyc``; the image runs with PYTHONDONTWRITEBYTECODE). Then the
 runtime stage's ENV and ENTRYPOINT start ``serve`` from that fresh venv over a tiny
 store mounted read-only (a read-only bind mount in a private mount namespace when run
 as root, as ``docker run -v STORES:/data:ro`` does; file modes otherwise), with the
@@ -67,11 +69,12 @@ def image() -> Iterator[Image]:
 
 
 def _offline(argv: list[str], wheelhouse: Path) -> list[str]:
-    """The RUN command with what only an index would give replaced by local files."""
+    """The RUN command with what only an index would give replaced by local files (and no
+    bytecode compiled at install)."""
     if argv[:4] == [sys.executable, "-m", "pip", "wheel"]:
         return argv + ["--no-build-isolation"]  # setuptools and wheel from this venv
     if argv[0].endswith("/pip") and argv[1] == "install":
-        return argv + ["--no-index", "--find-links", str(wheelhouse)]
+        return argv + ["--no-compile", "--no-index", "--find-links", str(wheelhouse)]
     return argv
 
 
