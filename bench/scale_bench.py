@@ -504,13 +504,50 @@ def cold_load(built: Built, work: Path, episodes: int, clients: int, first_index
     return row
 
 
+def process_read_bytes(pid: int | str = "self") -> int:
+    """Bytes this process caused to be fetched from storage (page faults and read-ahead included)."""
+    with open(f"/proc/{pid}/io") as io_stats:
+        for line in io_stats:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def episode_record_ids(address: str, episodes: int, first_index: int) -> list[list[int]]:
+    """The record ids of fixed-shape md-v1 episodes first_index.. (as served)."""
+    spec = md_spec("md-v1", seed=1, fixed=True)
+    with SamplerClient(address) as client:
+        return [list(e.support_record_ids) + list(e.query_record_ids)
+                for e in (client.episode(spec, index) for index in range(first_index, first_index + episodes))]
+
+
+def read_only(built: Built, ids: Sequence[Sequence[int]], cold: bool) -> dict[str, float]:
+    """Only the reading of each episode's records, in this process, one episode after another
+    (``StoreReader.read_values``, as a decode worker reads its chunk): episodes/s, and cold
+    (pages dropped first) what it fetched from storage."""
+    from sampler_server.store.reader import StoreReader
+
+    reader = StoreReader(built.data / "ilsvrc_2012")
+    if cold:
+        drop_from_page_cache(data_files(built.data))
+    fetched, began = process_read_bytes(), time.perf_counter()
+    for episode in ids:
+        reader.read_values(episode)
+    wall = time.perf_counter() - began
+    return {"episodes_per_s": len(ids) / wall, "mb_per_s": (process_read_bytes() - fetched) / wall / 1e6,
+            "kb_per_episode": (process_read_bytes() - fetched) / len(ids) / 1e3}
+
+
 def measure_large(built: Built, work: Path, episodes: int, clients: int, log: Callable[[str], None]) -> dict[str, Any]:
     """Release-sized records, fixed-shape episodes: warm, then cold (pages dropped)."""
     row: dict[str, Any] = {"size": built.size, "bytes_per_record": built.pack["bytes_per_record"]}
     with Server(built.data, work / "serve.log") as server:
         row.update({f"warm_{k}": v for k, v in episode_load(server.address, episodes, clients, 1, True).items()})
+        ids = episode_record_ids(server.address, episodes, 1 + 2 * episodes)
     row.update({f"cold_{k}": v for k, v in cold_load(built, work, episodes, clients, 1 + episodes, True).items()})
     row["cold_over_warm"] = row["cold_episodes_per_s"] / row["warm_episodes_per_s"]
+    row.update({f"read_cold_{k}": v for k, v in read_only(built, ids, cold=True).items()})
+    row.update({f"read_warm_{k}": v for k, v in read_only(built, ids, cold=False).items()})
     log(f"ilsvrc_2012 large {built.size}: measured")
     return row
 
@@ -597,6 +634,10 @@ LARGE_TABLES: dict[str, list[tuple[str, str, str, str]]] = {
         ("cold_p50_ms", "cold p50 ms", ".0f", "-"), ("cold_p99_ms", "cold p99 ms", ".0f", "-"),
         ("cold_reads_per_image", "reads/image", ".2f", "-"), ("cold_kb_per_read", "KB/read", ".0f", "-"),
         ("cold_disk_reads_per_s", "reads/s", ".0f", "-"), ("cold_disk_mb_per_s", "disk MB/s", ".1f", "-")],
+    "reading only (one process, one episode after another)": [
+        ("read_warm_episodes_per_s", "warm episodes/s", ".1f", "-"),
+        ("read_cold_episodes_per_s", "cold episodes/s", ".1f", "-"), ("read_cold_mb_per_s", "cold MB/s", ".1f", "-"),
+        ("read_cold_kb_per_episode", "cold KB/ep", ".0f", "-")],
 }
 FLAT = ("startup", "request", "memory")
 
