@@ -28,7 +28,6 @@ shards; the service registry serves each merged group under its base name.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -224,7 +223,9 @@ def _merged_manifest(base: str, ordered: Sequence[tuple[str, Manifest, Mapping[s
     skipped: list[dict[str, str]] = []
     for _, manifest, _ in ordered:
         for info in manifest.classes:
-            classes.append(dataclasses.replace(info, id=len(classes), start=info.start + offset, end=info.end + offset))
+            # built directly: dataclasses.replace costs 20 us a class, 0.4 s of start-up for IN-21K's 21,841
+            classes.append(ClassInfo(len(classes), info.name, info.start + offset, info.end + offset, info.split,
+                                     info.wnid, info.group, info.digest))
         offset += manifest.num_records
         skipped += list(manifest.skipped)
     _, first, first_info = ordered[0]
