@@ -5,7 +5,11 @@ exclusive ``flock`` and becomes visible only by renaming it to ``<name>`` after 
 LMDB data is synced and the manifest written. A process killed at any point leaves
 at most the hidden directory, which no reader looks at and the next pack of the
 same name deletes. Records go in with bounded transactions, so memory does not
-grow with the number of images.
+grow with the number of images. LMDB reads the pages it builds on through its map, and
+a page once mapped stays in the process's resident set until the map goes: the
+environment is re-opened every ``_REMAP_RECORDS`` records, which keeps the pack's
+resident memory flat (packing 1.28 M ILSVRC records, it grew by about 260 KB per
+thousand records, 333 MB in all, before; ``bench/scale_bench.py`` measures it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from sampler_server.store.record import LAYOUT_VERSION, Record, encode_record, r
 _MAP_SIZE = 1 << 40  # address space only; the file grows as records are written
 _TXN_RECORDS = 512
 _TXN_BYTES = 64 << 20
+_REMAP_RECORDS = 1 << 16
 
 
 class StoreWriter:
@@ -44,6 +49,7 @@ class StoreWriter:
         self._txn: lmdb.Transaction | None = None
         self._pending_records = 0
         self._pending_bytes = 0
+        self._mapped_records = 0  # committed since the environment was (re-)opened
         self.num_records = 0
         self.num_bytes = 0
 
@@ -61,7 +67,11 @@ class StoreWriter:
         if self.partial_dir.exists():  # left by a killed pack
             shutil.rmtree(self.partial_dir)
         self.partial_dir.mkdir()
-        self._env = lmdb.open(
+        self._env = self._open_environment()
+        return self
+
+    def _open_environment(self) -> lmdb.Environment:
+        return lmdb.open(
             str(self.partial_dir),
             map_size=_MAP_SIZE,
             subdir=True,
@@ -70,7 +80,6 @@ class StoreWriter:
             readahead=False,
             max_dbs=0,
         )
-        return self
 
     def append(self, record: Record) -> int:
         assert self._env is not None, "writer is not open"
@@ -91,8 +100,13 @@ class StoreWriter:
         if self._txn is not None:
             self._txn.commit()
             self._txn = None
+        self._mapped_records += self._pending_records
         self._pending_records = 0
         self._pending_bytes = 0
+        if self._mapped_records >= _REMAP_RECORDS and self._env is not None:
+            self._env.close()  # unmaps the pages read so far (see the module docstring)
+            self._env = self._open_environment()
+            self._mapped_records = 0
 
     def commit(self, manifest: Manifest) -> Path:
         """Sync data, write the manifest, then rename into place (the publish step).
