@@ -25,7 +25,6 @@ import lmdb
 
 from sampler_server.errors import DataLoss, NotFound
 from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, load_manifest
-from sampler_server.store.prefetch import will_need
 from sampler_server.store.record import Record, decode_record, record_key, record_origin
 from sampler_server.store.record_reader import RecordReader
 
@@ -129,19 +128,10 @@ class StoreReader(RecordReader):
         return int(self._environment().stat()["entries"])
 
     def values_or_none(self, record_ids: Sequence[int]) -> list[bytes | None]:
-        """Looked up in key order (LMDB's pages are in key order), every large value's pages
-        asked for at once (``store.prefetch``), then copied; answers in the order asked."""
         for record_id in record_ids:
             self._check_id(record_id)
-        order = sorted(range(len(record_ids)), key=record_ids.__getitem__)
-        out: list[bytes | None] = [None] * len(record_ids)
-        with self._environment().begin(buffers=True) as txn:
-            views = [txn.get(record_key(record_ids[position])) for position in order]
-            will_need(views)
-            for position, view in zip(order, views):
-                if view is not None:
-                    out[position] = bytes(view)
-        return out
+        with self._environment().begin(buffers=False) as txn:
+            return [txn.get(record_key(record_id)) for record_id in record_ids]
 
     def origins(self, record_ids: Sequence[int]) -> list[str]:
         for record_id in record_ids:
