@@ -28,16 +28,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sampler_server.fixtures.imagenet21k import known_wnids, write_imagenet21k  # noqa: E402
+
+from bench.tree_rss import TreeRss  # noqa: E402
 
 SYNSETS = 80
 
@@ -66,44 +66,12 @@ def build_input(root: Path, total: int, sides: tuple[int, int], workers: int) ->
     return source
 
 
-class TreeRss:
-    """Peak of the summed RSS of a process and its descendants, sampled."""
-
-    def __init__(self, pid: int, every: float = 0.02) -> None:
-        self.peak = 0
-        self._process = psutil.Process(pid)
-        self._every = every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                processes = [self._process, *self._process.children(recursive=True)]
-                total = 0
-                for process in processes:
-                    try:
-                        total += process.memory_info().rss
-                    except psutil.Error:
-                        pass
-                self.peak = max(self.peak, total)
-            except psutil.Error:
-                pass
-            self._stop.wait(self._every)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
 def pack(source: Path, output: Path, workers: int) -> tuple[dict, float, int]:
     command = [sys.executable, "-m", "sampler_server", "pack", "imagenet21k", "--input", str(source),
                "--output", str(output), "--workers", str(workers), "--json"]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    sampler = TreeRss(process.pid)
+    sampler = TreeRss(process.pid, every=0.02)
     out, err = process.communicate()
     wall = time.perf_counter() - started
     peak = sampler.stop()

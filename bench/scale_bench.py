@@ -74,6 +74,8 @@ from sampler_server.core.cog.in1k import in1k_wnids  # noqa: E402
 from sampler_server.core.hashing import FieldHasher  # noqa: E402
 from sampler_server.fixtures.base import class_image, rng_for  # noqa: E402
 
+from bench.tree_rss import TreeRss  # noqa: E402
+
 ILSVRC_SIZES = (10_000, 100_000, 1_281_167)
 IN21K_SIZES = (100_000, 1_000_000)
 IN21K_FULL = 14_197_122  # images of the Fall 2011 release
@@ -179,37 +181,6 @@ def write_input(kind: str, root: Path, counts: Mapping[str, int], workers: int, 
 
 # ---------------------------------------------------------------------------------------
 # Processes: peak memory, disk reads
-
-
-class TreeRss:
-    """Peak summed RSS of a process and its descendants, sampled every ``every`` s."""
-
-    def __init__(self, pid: int, every: float = 0.05) -> None:
-        self.peak = 0
-        self._process = psutil.Process(pid)
-        self._every = every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            total = 0
-            try:
-                for process in [self._process, *self._process.children(recursive=True)]:
-                    try:
-                        total += process.memory_info().rss
-                    except psutil.Error:
-                        pass
-            except psutil.Error:
-                pass
-            self.peak = max(self.peak, total)
-            self._stop.wait(self._every)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def timed_command(command: Sequence[str]) -> tuple[float, int, str]:
