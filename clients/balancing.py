@@ -35,6 +35,17 @@ the channel checks (``Liveness``):
   between two messages does not count.
 Each break is logged (logger ``clients.balancing``, a warning naming the server, the
 index the stream resumes at and the status) before the stream is reopened.
+
+Ranks of one host (``rank_target``). Under torchrun (``WORLD_SIZE`` > 1) a fixed list
+(``ipv4:``/``ipv6:`` with several addresses, as ``sampler-server serve --replicas N``
+prints) is not spread round-robin: each rank's channel takes the list rotated by its
+``LOCAL_RANK`` with gRPC's ``pick_first``, so rank r reads from address r mod M and the
+others are its failover, tried in order when that one is gone. Round-robin would hand
+each rank's one long stream to a replica by the order the channels happen to pick, and
+two ranks on one replica leave another idle; it would also send a rank's calls to
+replicas that never made it a same-host offer (their replies come in the message).
+Outside torchrun, and for ``dns:///`` targets (whose list the resolver decides), the
+channel balances round-robin as above. Episodes do not depend on the replica.
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +70,9 @@ BALANCED_SCHEMES = ("dns", "ipv4", "ipv6")
 SERVER_MIN_PING_SECONDS = 1.0
 """The shortest ping interval the server accepts (its ``grpc.http2.min_ping_interval_without_data_ms``)."""
 ROUND_ROBIN = json.dumps({"loadBalancingConfig": [{"round_robin": {}}]})
+PICK_FIRST = json.dumps({"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": False}}]})
+"""In list order: the first address that connects serves every call until it is lost."""
+FIXED_LISTS = ("ipv4", "ipv6")
 TARGET_FORMS = ("HOST:PORT (one server), dns:///NAME:PORT (every replica NAME resolves to), "
                 "ipv4:A.B.C.D:PORT,... or ipv6:[ADDR]:PORT,... (a list of replicas)")
 
@@ -80,11 +94,12 @@ class Target:
     text: str
     scheme: str  # "" for HOST:PORT, else dns, ipv4, ipv6 or unix
     endpoints: tuple[str, ...]  # HOST:PORT of each listed replica; for dns, the name to resolve
+    in_order: bool = False  # a list tried in order (pick_first), the first answering serves: see rank_target
 
     @property
     def balanced(self) -> bool:
         """Whether calls are spread over every replica the target names (round_robin)."""
-        return self.scheme in BALANCED_SCHEMES
+        return self.scheme in BALANCED_SCHEMES and not self.in_order
 
 
 def _port_ok(text: str) -> bool:
@@ -162,9 +177,63 @@ def channel_options(target: Target, liveness: Liveness) -> list[tuple[str, Any]]
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),  # a server stream sends no data: keep pinging anyway
     ]
-    if target.balanced:
+    if target.in_order:
+        options.append(("grpc.service_config", PICK_FIRST))
+    elif target.balanced:
         options.append(("grpc.service_config", ROUND_ROBIN))
     return options
+
+
+# ---- ranks of one host, each on its own replica ------------------------------------------
+
+
+def torchrun_local_rank(environ: Mapping[str, str]) -> int | None:
+    """``LOCAL_RANK`` where torchrun started this process with other ranks (``WORLD_SIZE`` > 1), else None.
+
+    Raises:
+        ValueError: ``environment NAME: got <value>, expected ...`` for a value that is no count.
+    """
+    def count(name: str, default: int, least: int) -> int:
+        raw = environ.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise ValueError(f"environment {name}: got {raw!r}, expected an integer >= {least}")
+        return value
+
+    if count("WORLD_SIZE", 1, 1) <= 1:
+        return None
+    return count("LOCAL_RANK", 0, 0)
+
+
+def rank_target(target: Target, local_rank: int | None) -> Target:
+    """What the rank ``local_rank`` of a host dials: a fixed list of several addresses
+    rotated so that address ``local_rank mod M`` comes first, tried in order (pick_first);
+    any other target, or no rank (None), unchanged."""
+    if local_rank is None or target.scheme not in FIXED_LISTS or len(target.endpoints) < 2:
+        return target
+    first = local_rank % len(target.endpoints)
+    endpoints = target.endpoints[first:] + target.endpoints[:first]
+    return Target(f"{target.scheme}:{','.join(endpoints)}", target.scheme, endpoints, in_order=True)
+
+
+_announced: set[tuple[str, int]] = set()
+
+
+def dialled_target(target: Target, environ: Mapping[str, str]) -> Target:
+    """``rank_target`` for this process's torchrun rank (read from ``environ``); the first
+    time a process dials a list this way it logs which address it prefers."""
+    local_rank = torchrun_local_rank(environ)
+    dialled = rank_target(target, local_rank)
+    if dialled.in_order and (target.text, local_rank) not in _announced:
+        _announced.add((target.text, local_rank))
+        log.info("local rank %d prefers replica %s of %s (pick_first; the others in turn are its failover)",
+                 local_rank, dialled.endpoints[0], target.text)
+    return dialled
 
 
 # ---- the wait for each message of a stream, bounded ------------------------------------

@@ -29,10 +29,11 @@ index; twice in a row, and the client goes back to the plain transport. Opt out 
 
 Many replicas: an address such as ``dns:///sampler.ns.svc:50051`` or
 ``ipv4:10.0.0.1:50051,10.0.0.2:50051`` spreads calls and streams over every replica with
-gRPC's round_robin (``clients.balancing``). Keepalive pings and a bounded wait for each
-message (``Liveness``) notice a replica that went silent without a reset. Same-host
-tokens stay safe: a replica ignores a token it did not issue (its replies come in the
-message).
+gRPC's round_robin (``clients.balancing``); under torchrun, each rank of a host reads from
+its own replica of a fixed list (rank r from address r mod M, the others its failover).
+Keepalive pings and a bounded wait for each message (``Liveness``) notice a replica that
+went silent without a reset. Same-host tokens stay safe: a replica ignores a token it did
+not issue (its replies come in the message).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_common.wire.segments import SegmentLost, read_probe
 
-from clients.balancing import Liveness, channel_options, parse_target
+from clients.balancing import Liveness, channel_options, dialled_target, parse_target
 from clients.errors import SamplerClientError
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
@@ -150,6 +151,8 @@ class Channel:
         except ValueError as error:
             raise ValueError(f"address: {error}") from None
         self.address = address
+        dialled = dialled_target(target, os.environ)  # under torchrun, a rank's own replica first
+        self.dialled = dialled.text
         self.liveness = liveness if liveness is not None else Liveness()
         self._tls = tls_material(
             tls_ca or os.environ.get("SAMPLER_TLS_CA") or None,
@@ -165,7 +168,7 @@ class Channel:
         self._options = [
             ("grpc.max_receive_message_length", max_message_mb << 20),
             ("grpc.max_send_message_length", 64 << 20),
-            *channel_options(target, self.liveness),
+            *channel_options(dialled, self.liveness),
         ]
         self._channel: grpc.Channel | None = None
         self._stub: pb_grpc.SamplerStub | None = None
@@ -185,11 +188,11 @@ class Channel:
         """A stub on a channel that is connected now (never waits past connect_timeout)."""
         if self._stub is None:
             if self._tls is None:
-                channel = grpc.insecure_channel(self.address, options=self._options)
+                channel = grpc.insecure_channel(self.dialled, options=self._options)
             else:
                 ca, key, chain = self._tls
                 credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=chain)
-                channel = grpc.secure_channel(self.address, credentials, options=self._options)
+                channel = grpc.secure_channel(self.dialled, credentials, options=self._options)
             try:
                 grpc.channel_ready_future(channel).result(timeout=self.connect_timeout)
             except grpc.FutureTimeoutError:
