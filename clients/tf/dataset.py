@@ -16,6 +16,9 @@ Elements (dicts of tensors):
   norm: ``clients.tf.models.valid_rows``) learns exactly what the unpadded one would.
 - batches: ``images`` tf.uint8 [B, S, S, 3], ``labels`` tf.int64 [B] with values
   0 .. num_classes - 1, ``index`` tf.int64, ``num_classes`` tf.int32.
+- VTAB task batches (``task_batch_dataset``): ``images`` tf.uint8 [B, S, S, 3] by default
+  (0..255: convert on the device), tf.float32 in [0, 1] with ``dtype="float32"``;
+  ``labels`` tf.int64 [B], ``index`` tf.int64.
 
 Shards take indices exactly as the PyTorch adapter's ranks do (``clients.state.shard_window``),
 so for the same request both adapters yield the same episodes, pixel for pixel.
@@ -37,6 +40,7 @@ import tensorflow as tf
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
+from clients.image_dtype import check_image_dtype
 from clients.protocols.md import EpisodeSpec, batch_request
 from clients.state import StreamCursor, shard_window
 
@@ -203,10 +207,16 @@ def batch_dataset(address: str, source: str, split: str, batch_size: int, *, see
 
 
 def task_batch_dataset(address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                       start: int = 0, count: int = 0, image_size: int = 224,
-                       resize: str = "legacy_bilinear") -> tf.data.Dataset:
-    """VTAB task batches: ``images`` tf.float32 [B, S, S, 3] in [0, 1] (the reference's /255),
-    ``labels`` tf.int64; ``shuffle=False`` is the evaluation form (every example once, in order)."""
+                       start: int = 0, count: int = 0, image_size: int = 224, resize: str = "legacy_bilinear",
+                       dtype: str = "uint8") -> tf.data.Dataset:
+    """VTAB task batches: ``images`` [B, S, S, 3] (NHWC, RGB) in ``dtype``, ``labels`` tf.int64,
+    ``index`` tf.int64; ``shuffle=False`` is the evaluation form (every example once, in order).
+
+    ``dtype="uint8"`` (default): the served pixels, 0..255, for the model to convert on its
+    device in its first op (four times fewer bytes through tf.data and to the device);
+    ``"float32"``: the reference's ``/ 255`` in [0, 1], a ``map`` on the host
+    (``clients.image_dtype``). The same option as ``clients.torch.TaskBatchDataset``'s."""
+    check_image_dtype(dtype)
 
     def generate() -> Iterator[dict[str, Any]]:
         with SamplerClient(address) as client:
@@ -219,13 +229,22 @@ def task_batch_dataset(address: str, task: str, split: str, batch_size: int, *, 
 
     signature = {"images": tf.TensorSpec([None, image_size, image_size, 3], tf.uint8),
                  "labels": tf.TensorSpec([None], tf.int64), "index": tf.TensorSpec([], tf.int64)}
-    return tf.data.Dataset.from_generator(generate, output_signature=signature).map(
-        lambda item: {**item, "images": tf.cast(item["images"], tf.float32) / 255.0})
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    if dtype == "uint8":
+        return dataset
+    return dataset.map(lambda item: {**item, "images": _unit(item["images"])})
 
 
-def task_episode_to_tf(episode: Any) -> dict[str, tf.Tensor]:
-    """A VTAB full-way episode (``SamplerClient.task_episode``) with images in [0, 1] float32."""
-    return {"support_images": tf.cast(episode.support_images, tf.float32) / 255.0,
+def _unit(images: Any) -> tf.Tensor:
+    """uint8 pixels as float32 in [0, 1]: the reference's ``tf.cast(image, tf.float32) / 255.0``."""
+    return tf.cast(images, tf.float32) / 255.0
+
+
+def task_episode_to_tf(episode: Any, dtype: str = "uint8") -> dict[str, tf.Tensor]:
+    """A VTAB full-way episode (``SamplerClient.task_episode``) as tensors: images uint8 0..255
+    by default, ``dtype="float32"`` for [0, 1] (see ``task_batch_dataset``)."""
+    images = tf.constant if check_image_dtype(dtype) == "uint8" else _unit
+    return {"support_images": images(episode.support_images),
             "support_labels": tf.constant(episode.support_labels),
-            "query_images": tf.cast(episode.query_images, tf.float32) / 255.0,
+            "query_images": images(episode.query_images),
             "query_labels": tf.constant(episode.query_labels)}

@@ -1,5 +1,6 @@
 """PyTorch adapter (imports torch, never tensorflow): resumable ``EpisodeDataset`` and
-``BatchDataset``; see ``clients.torch.dataset`` for the item schema and resume state."""
+``BatchDataset``, VTAB's ``TaskBatchDataset`` (images uint8 unless ``dtype="float32"``); see
+``clients.torch.dataset`` for the item schema and resume state."""
 
 from clients.torch.dataset import (
     BatchDataset,

@@ -17,6 +17,9 @@ Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or 
   learned, and a GPU meets a few dozen shapes instead of one per episode.
 - ``BatchDataset``: ``images`` torch.uint8 [B, S, S, 3], ``labels`` torch.int64 [B]
   with values 0 .. num_classes - 1, ``index``, ``fingerprint``, ``num_classes``.
+- ``TaskBatchDataset`` (VTAB): ``images`` torch.uint8 [B, S, S, 3] by default (0..255:
+  convert on the device), torch.float32 in [0, 1] with ``dtype="float32"``; ``labels``
+  torch.int64 [B], ``index``, ``record_ids``, ``fingerprint``, ``num_classes``.
 
 Sharding: the window [start, start + count) is one canonical index space; DataLoader
 worker w of rank r (W ranks, n workers each) takes the indices i with
@@ -43,6 +46,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
+from clients.image_dtype import check_image_dtype
+from clients.image_dtype import check_image_dtype
 from clients.protocols.md import BatchArrays, EpisodeArrays, EpisodeSpec, batch_request
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.state import StreamCursor, shard_window
@@ -226,16 +231,20 @@ def batch_to_torch(batch: BatchArrays) -> dict[str, Any]:
 
 
 class TaskBatchDataset(IterableDataset):
-    """VTAB task batches as torch tensors: ``images`` float32 [B, S, S, 3] in [0, 1] (the
-    reference's /255; uint8 on the wire), ``labels`` int64. ``shuffle=False``: the
-    evaluation form (every example once, in order); True: shuffled, ``count`` batches."""
+    """VTAB task batches as torch tensors: ``images`` [B, S, S, 3] (NHWC, RGB) in ``dtype``,
+    ``labels`` int64. ``dtype="uint8"`` (default): the served pixels, 0..255, to be converted
+    on the device in the model's first op; ``"float32"``: the reference's ``/ 255`` in [0, 1],
+    done here on the receiving thread (``clients.image_dtype`` says what that costs).
+    ``shuffle=False``: the evaluation form (every example once, in order); True: shuffled,
+    ``count`` batches."""
 
     def __init__(self, address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "legacy_bilinear") -> None:
+                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "legacy_bilinear",
+                 dtype: str = "uint8") -> None:
         super().__init__()
         self.address, self.task, self.split, self.batch_size = address, task, split, batch_size
         self.shuffle, self.seed, self.start, self.count = shuffle, seed, start, count
-        self.image_size, self.resize = image_size, resize
+        self.image_size, self.resize, self.dtype = image_size, resize, check_image_dtype(dtype)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -252,21 +261,28 @@ class TaskBatchDataset(IterableDataset):
                 batches = client.eval_batches(self.task, self.split, self.batch_size, self.start, self.image_size,
                                               self.resize)
             for batch in batches:
-                yield task_batch_to_torch(batch)
+                yield task_batch_to_torch(batch, self.dtype)
 
 
-def _unit(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array.astype(np.float32) / np.float32(255.0))
+def _images(array: np.ndarray, dtype: str) -> torch.Tensor:
+    """uint8: a copy the tensor owns (the wire's array is a read-only view of the reply);
+    float32: ``/ 255`` in float32, the value the reference's ``preprocess_fn`` gives."""
+    if check_image_dtype(dtype) == "uint8":
+        return _tensor(array)
+    return torch.from_numpy(np.divide(array, np.float32(255.0), dtype=np.float32))
 
 
-def task_batch_to_torch(batch: TaskBatchArrays) -> dict[str, Any]:
-    """A VTAB task batch with images scaled to [0, 1] float32."""
-    return {"images": _unit(batch.images), "labels": _tensor(batch.labels), "index": batch.index,
+def task_batch_to_torch(batch: TaskBatchArrays, dtype: str = "uint8") -> dict[str, Any]:
+    """A VTAB task batch as ``TaskBatchDataset`` yields it: images uint8 0..255 by default,
+    ``dtype="float32"`` for [0, 1] (see the class)."""
+    return {"images": _images(batch.images, dtype), "labels": _tensor(batch.labels), "index": batch.index,
             "record_ids": list(batch.record_ids), "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}
 
 
-def task_episode_to_torch(episode: TaskEpisodeArrays) -> dict[str, Any]:
-    """A VTAB full-way episode with images scaled to [0, 1] float32."""
-    return {"support_images": _unit(episode.support_images), "support_labels": _tensor(episode.support_labels),
-            "query_images": _unit(episode.query_images), "query_labels": _tensor(episode.query_labels),
+def task_episode_to_torch(episode: TaskEpisodeArrays, dtype: str = "uint8") -> dict[str, Any]:
+    """A VTAB full-way episode as torch tensors: images uint8 0..255 by default,
+    ``dtype="float32"`` for [0, 1] (see ``TaskBatchDataset``)."""
+    return {"support_images": _images(episode.support_images, dtype),
+            "support_labels": _tensor(episode.support_labels),
+            "query_images": _images(episode.query_images, dtype), "query_labels": _tensor(episode.query_labels),
             "fingerprint": episode.fingerprint, "num_classes": episode.num_classes, "task": episode.task}

@@ -42,21 +42,69 @@ def test_client_batches_episode_and_report(address):
         assert "clevr_count" in client.get_vtab_report(["client-run"])
 
 
-def test_torch_and_tf_adapters_give_the_same_unit_scaled_arrays(address):
+def test_torch_and_tf_adapters_give_the_served_uint8_by_default(address):
     torch_dataset = pytest.importorskip("clients.torch.dataset")
     tf_dataset = pytest.importorskip("clients.tf.dataset")
+    import tensorflow as tf
+    import torch
+
     with SamplerClient(address) as client:
         wire = list(client.eval_batches("clevr_distance", "test", 16, image_size=12))
+        episode = client.task_episode("clevr_distance", image_size=12, support_split="val", query_split="test")
     from_torch = list(torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False,
                                                      image_size=12))
-    from_tf = list(tf_dataset.task_batch_dataset(address, "clevr_distance", "test", 16, shuffle=False,
-                                                 image_size=12).as_numpy_iterator())
+    tf_batches = tf_dataset.task_batch_dataset(address, "clevr_distance", "test", 16, shuffle=False, image_size=12)
+    assert tf_batches.element_spec["images"].dtype == tf.uint8
+    from_tf = list(tf_batches.as_numpy_iterator())
     assert len(wire) == len(from_torch) == len(from_tf) == 3
     for batch, t, f in zip(wire, from_torch, from_tf):
-        expected = batch.images.astype(np.float32) / 255.0
-        assert np.allclose(t["images"].numpy(), expected) and np.allclose(f["images"], expected)
-        assert np.array_equal(t["images"].numpy(), f["images"])
+        assert t["images"].dtype == torch.uint8 and f["images"].dtype == np.uint8
+        assert np.array_equal(t["images"].numpy(), batch.images) and np.array_equal(f["images"], batch.images)
         assert np.array_equal(t["labels"].numpy(), batch.labels) and np.array_equal(f["labels"], batch.labels)
+    assert np.array_equal(torch_dataset.task_batch_to_torch(wire[0])["images"].numpy(), wire[0].images)
+    torch_episode, tf_episode = torch_dataset.task_episode_to_torch(episode), tf_dataset.task_episode_to_tf(episode)
+    for key in ("support_images", "query_images"):
+        assert torch_episode[key].dtype == torch.uint8 and tf_episode[key].dtype == tf.uint8
+        assert np.array_equal(torch_episode[key].numpy(), getattr(episode, key))
+        assert np.array_equal(tf_episode[key].numpy(), getattr(episode, key))
+
+
+def test_float32_option_is_the_uint8_over_255_in_both_adapters(address):
+    torch_dataset = pytest.importorskip("clients.torch.dataset")
+    tf_dataset = pytest.importorskip("clients.tf.dataset")
+    import tensorflow as tf
+    import torch
+
+    with SamplerClient(address) as client:
+        wire = list(client.eval_batches("clevr_distance", "test", 16, image_size=12))
+        episode = client.task_episode("clevr_distance", image_size=12, support_split="val", query_split="test")
+    from_torch = list(torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False,
+                                                     image_size=12, dtype="float32"))
+    from_tf = list(tf_dataset.task_batch_dataset(address, "clevr_distance", "test", 16, shuffle=False, image_size=12,
+                                                 dtype="float32").as_numpy_iterator())
+    assert len(wire) == len(from_torch) == len(from_tf) == 3
+    for batch, t, f in zip(wire, from_torch, from_tf):
+        expected = batch.images.astype(np.float32) / np.float32(255.0)
+        assert t["images"].dtype == torch.float32 and f["images"].dtype == np.float32
+        assert np.array_equal(t["images"].numpy(), expected) and np.array_equal(f["images"], expected)
+        assert np.array_equal(t["labels"].numpy(), batch.labels) and np.array_equal(f["labels"], batch.labels)
+    as_float = torch_dataset.task_batch_to_torch(wire[0], dtype="float32")["images"].numpy()
+    assert np.array_equal(as_float, wire[0].images.astype(np.float32) / np.float32(255.0))
+    torch_episode = torch_dataset.task_episode_to_torch(episode, dtype="float32")
+    tf_episode = tf_dataset.task_episode_to_tf(episode, dtype="float32")
+    for key in ("support_images", "query_images"):
+        expected = getattr(episode, key).astype(np.float32) / np.float32(255.0)
+        assert torch_episode[key].dtype == torch.float32 and tf_episode[key].dtype == tf.float32
+        assert np.array_equal(torch_episode[key].numpy(), expected) and np.array_equal(tf_episode[key].numpy(), expected)
+
+
+def test_adapters_refuse_an_unknown_dtype_before_connecting(address):
+    torch_dataset = pytest.importorskip("clients.torch.dataset")
+    tf_dataset = pytest.importorskip("clients.tf.dataset")
+    with pytest.raises(ValueError, match="dtype: got 'float16', expected one of uint8, float32"):
+        torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False, dtype="float16")
+    with pytest.raises(ValueError, match="dtype: got 'float16', expected one of uint8, float32"):
+        tf_dataset.task_batch_dataset(address, "clevr_distance", "test", 16, shuffle=False, dtype="float16")
 
 
 def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
