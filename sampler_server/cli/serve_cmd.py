@@ -23,8 +23,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, type=Path, help="data directory of packed stores")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; "
                         "0.0.0.0 exposes the server to the network)")
-    parser.add_argument("--port", type=int, default=50051, help="TCP port (0 = pick a free one)")
-    parser.add_argument("--workers", type=int, default=0, help="decode worker processes (default: one per core)")
+    parser.add_argument("--port", type=int, default=50051, help="TCP port (0 = pick a free one); with --replicas N, "
+                        "the first of N consecutive ports (0: each replica picks a free one)")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N",
+                        help="server processes on this host (default 1): each with its own share of --workers, its own "
+                        "--lookahead-mb, --send-mb and --shm-mb, on its own port; the ready line then names them all "
+                        "as ipv4:HOST:P0,HOST:P1,... for a client's --server. One per GPU rank of a torchrun: each "
+                        "rank reads from its own replica (one process assembles ~40-48 ResNet-18 MD episodes/s at "
+                        "126 px, docs/serving.md)")
+    parser.add_argument("--workers", type=int, default=0, help="decode worker processes, all replicas together "
+                        "(default: one per core; with --replicas N split evenly, at least 1 each)")
     parser.add_argument("--threads", type=int, default=16,
                         help="handler threads for unary calls and health checks, beyond one per stream (default 16)")
     parser.add_argument("--max-streams", type=int, default=64, help="concurrent streams served at most (default 64)")
@@ -39,16 +47,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="episodes prepared ahead of their turn, all streams together, MiB at most; beyond it "
                         "a stream prepares each episode when its turn comes (default 16, which keeps a shared server's "
                         "memory bounded under stalled clients; at 126 px an MD episode is 14-27 MB, so a server "
-                        "feeding GPU trainers should give 128)")
+                        "feeding GPU trainers should give 128); per replica with --replicas")
     parser.add_argument("--send-mb", type=int, default=16, metavar="MB",
                         help="replies handed to gRPC and not yet taken by their clients, all streams together, MiB "
                         "(gRPC keeps a copy of each: about twice this in memory). A stream waits for room; streams "
-                        "stuck sending to clients that do not read are cancelled to make it (default 16)")
+                        "stuck sending to clients that do not read are cancelled to make it (default 16); per replica with --replicas")
     parser.add_argument("--shm-mb", type=int, default=128, metavar="MB",
                         help="same-host transport: shared memory (/dev/shm) holding replies' pixels, all streams "
                         "together, MiB at most: replies not yet taken, held by their clients, or released for "
                         "reuse; a reply beyond it goes in the message. Clients on this host use it unless they opt "
-                        "out; 0 turns it off (default 128)")
+                        "out; 0 turns it off (default 128); per replica with --replicas")
     parser.add_argument("--shm-release-seconds", type=float, default=60.0, metavar="S",
                         help="a shared-memory reply not taken, or held, for S seconds is unlinked (a reply not yet "
                         "taken is then sent again); a cancelled stream's are unlinked at once (default 60)")
@@ -68,12 +76,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           '"admin"}; without it no call is authenticated')
     security.add_argument("--log-json", action="store_true",
                           help="log lines (one per call: method, peer, token, status, ms) as JSON objects")
+    # set by `serve --replicas N` on each replica's command line (serve_replicas.REPLICA_FLAGS)
+    parser.add_argument("--replica-of", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--replica-name", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    if args.replica_of is not None:
+        from sampler_server import procutil
+
+        procutil.die_with_parent(args.replica_of)  # first: a replica never outlives its `serve --replicas`
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
+    if args.replicas < 1:
+        raise InvalidArgument(f"--replicas: got {args.replicas}, expected 1 or more server processes")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
         raise InvalidArgument("--workers must be >= 0; --threads, --max-streams and --max-message-mb >= 1")
     if (args.max_streams_per_client < 1 or args.max_queued_calls < 0 or not args.stream_idle_seconds > 0
@@ -89,12 +107,17 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidArgument("--tls-cert and --tls-key: expected both or neither")
     if args.tls_client_ca is not None and args.tls_cert is None:
         raise InvalidArgument("--tls-client-ca: needs --tls-cert and --tls-key (client certificates need TLS)")
-    _configure_logging(args.log_json)
-    if not _is_loopback(args.host) and args.tokens is None:
+    if args.replicas > 1:
+        from sampler_server.cli.serve_replicas import check_replicas, run_replicas
+
+        check_replicas(args)
+    _configure_logging(args.log_json, args.replica_name)
+    if not _is_loopback(args.host) and args.tokens is None and args.replica_of is None:  # said once, by the parent
         logging.getLogger("sampler_server.service").warning(
             "listening on %s without --tokens: anyone who reaches this port may read every run and report under "
             "any run id%s", args.host, "" if args.tls_cert else ", in plaintext (no --tls-cert)")
-    started = time.perf_counter()
+    if args.replicas > 1:
+        return run_replicas(args, started)
     # No linear algebra here or in the decode workers: an OpenBLAS pool would only spin at
     # numpy's import, taking a core from start-up (a user's own setting wins)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -135,14 +158,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_logging(as_json: bool) -> None:
+def _configure_logging(as_json: bool, replica: str | None = None) -> None:
+    """Log lines on stderr; a replica's name (``replica 2/4``) leads each of its own lines."""
     handler = logging.StreamHandler(sys.stderr)
     if as_json:
         from sampler_server.service.auth import JsonLogFormatter
 
         handler.setFormatter(JsonLogFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        named = f"{replica}: " if replica else ""
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {named}%(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 

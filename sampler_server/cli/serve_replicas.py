@@ -1,0 +1,202 @@
+"""``serve --replicas N``: N server processes on one host behind one ready line.
+
+Why: one ``serve`` is one Python interpreter that assembles every reply and writes
+every same-host segment; on a 64-core host it stops near 40-48 ResNet-18 126-px MD
+episodes/s however many decode workers it has (issue 26), while four GPU ranks want
+more. N replicas are N such interpreters. Each is the same ``serve`` command with
+``--replicas 1``: its own share of the decode workers (``--workers`` is the total,
+split evenly, at least one each), its own lookahead, send and shared-memory budgets
+(``--lookahead-mb``, ``--send-mb`` and ``--shm-mb`` are per replica) and its own
+same-host segments, on ports ``--port``, ``--port`` + 1, ... (``--port 0``: each picks
+a free one). Episodes are a pure function of request and index, so any replica serves
+any index and a client sees the same episodes from any of them.
+
+The parent only starts, watches and stops them:
+- ready line, once every replica is ready: ``listening on TARGET (N replicas; ...)``,
+  TARGET being ``ipv4:HOST:P0,HOST:P1,...`` (``ipv6:[HOST]:P0,...``), a target every
+  client takes as ``--server`` (``clients.balancing``: round-robin, or under torchrun
+  each local rank on its own replica);
+- SIGTERM or SIGINT: sent on once to every replica (each drains as one server does);
+  the parent exits when they all have, 0 when every one exited 0;
+- a replica that exits by itself (killed, crashed, failed to start) is logged, the
+  others are stopped, and the parent exits non-zero: never a silent half-service;
+- the parent killed outright: the replicas die with it (``procutil.die_with_parent``).
+The metrics store is shared: SQLite in WAL mode with a busy timeout takes writes from
+several processes, and a ``postgresql://`` URL is shared by design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sampler_server.errors import InvalidArgument
+
+log = logging.getLogger("sampler_server.replicas")
+_READY = re.compile(r"^listening on (\S+) \((.*); ready in [0-9.]+ s\)$")
+REPLICA_FLAGS = ("--replica-of", "--replica-name")
+"""Hidden options of a replica's own command line: the parent's pid (the replica dies
+with it) and the replica's name in its log lines ("replica 2/4")."""
+
+
+# ---- the plan: pure ---------------------------------------------------------------------
+
+
+def split_workers(total: int, replicas: int) -> list[int]:
+    """Decode workers of each replica: ``total`` split evenly (the first ones get the
+    remainder), at least one each."""
+    share, extra = divmod(total, replicas)
+    return [max(1, share + (index < extra)) for index in range(replicas)]
+
+
+def replica_ports(port: int, replicas: int) -> list[int]:
+    """Consecutive ports from ``port`` (0: each replica picks a free one).
+
+    Raises:
+        InvalidArgument: the last port would pass 65535.
+    """
+    if port == 0:
+        return [0] * replicas
+    if port + replicas - 1 > 65535:
+        raise InvalidArgument(f"--port: got {port} with --replicas {replicas}, expected at most "
+                              f"{65536 - replicas} (the replicas listen on consecutive ports)")
+    return [port + index for index in range(replicas)]
+
+
+def listed_host(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address the ready line lists for ``--host`` (``localhost``: 127.0.0.1).
+
+    Raises:
+        InvalidArgument: a host name, which a fixed list of replicas cannot hold.
+    """
+    if host == "localhost":
+        return ipaddress.IPv4Address("127.0.0.1")
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        raise InvalidArgument(f"--host: got {host!r}, expected an IP address with --replicas above 1 (the ready "
+                              "line lists the replicas as ipv4:ADDR:PORT,... or ipv6:[ADDR]:PORT,...)") from None
+
+
+def replica_target(host: str, ports: list[int]) -> str:
+    """The target naming every replica, as ``clients.balancing.parse_target`` takes it."""
+    address = listed_host(host)
+    if address.version == 4:
+        return "ipv4:" + ",".join(f"{address}:{port}" for port in ports)
+    return "ipv6:" + ",".join(f"[{address}]:{port}" for port in ports)
+
+
+NOT_OPTIONS = ("command", "func")
+"""Namespace entries that are no option of ``serve``."""
+
+
+def replica_argv(args: argparse.Namespace, *, port: int, workers: int, name: str, parent: int) -> list[str]:
+    """One replica's ``serve`` options: the parent's own written back (every option of
+    ``serve`` is ``--NAME`` for the entry ``NAME`` with ``-`` for ``_``; a flag is a
+    bool), with its port, its workers, ``--replicas 1`` and the hidden ``REPLICA_FLAGS``."""
+    own = {"port": port, "workers": workers, "replicas": 1, "replica_of": parent, "replica_name": name}
+    argv: list[str] = []
+    for dest, value in {**vars(args), **own}.items():
+        flag = "--" + dest.replace("_", "-")
+        if dest in NOT_OPTIONS or value is None or value is False:
+            continue
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+# ---- the processes ----------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    name: str
+    process: subprocess.Popen
+    address: str = ""
+    signalled: bool = False
+
+    def signal(self) -> None:
+        """SIGTERM once (a second would start a second drain)."""
+        if not self.signalled and self.process.poll() is None:
+            self.signalled = True
+            self.process.send_signal(signal.SIGTERM)
+
+
+def check_replicas(args: argparse.Namespace) -> None:
+    """Refuse what a list of replicas cannot be (before anything starts)."""
+    replica_target(args.host, replica_ports(args.port, args.replicas))
+
+
+def run_replicas(args: argparse.Namespace, started: float) -> int:
+    """Start ``args.replicas`` servers, print the ready line, wait for a signal or a death."""
+    count = args.replicas
+    ports = replica_ports(args.port, count)
+    workers = split_workers(args.workers or os.cpu_count() or 1, count)
+    package_root = str(Path(__file__).resolve().parents[2])  # the replicas import this very code
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    replicas: list[Replica] = []
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            log.info("signal %d: draining %d replicas", signum, len(replicas))
+        stopping = True
+        for replica in replicas:
+            replica.signal()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for index in range(count):
+        name = f"replica {index + 1}/{count}"
+        command = [sys.executable, "-m", "sampler_server", "serve",
+                   *replica_argv(args, port=ports[index], workers=workers[index], name=name, parent=os.getpid())]
+        # a session of its own: a terminal's Ctrl-C reaches the parent only, which sends it on once
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        replicas.append(Replica(name, process))
+        if stopping:
+            replicas[-1].signal()
+    summary = ""
+    for replica in replicas:
+        line = replica.process.stdout.readline().strip()
+        ready = _READY.match(line)
+        if ready is None:
+            return _stop_all(replicas, f"{replica.name} did not start (exit status {replica.process.wait()})")
+        replica.address = ready.group(1)
+        summary = summary or ready.group(2)
+        log.info("%s: listening on %s (pid %d)", replica.name, replica.address, replica.process.pid)
+    if stopping:
+        return _stop_all(replicas, None)
+    target = replica_target(args.host, [int(r.address.rsplit(":", 1)[1]) for r in replicas])
+    print(f"listening on {target} ({count} replicas; decode workers {'+'.join(map(str, workers))}; {summary}; "
+          f"ready in {time.perf_counter() - started:.2f} s)", flush=True)
+    while not stopping:
+        dead = next((r for r in replicas if r.process.poll() is not None), None)
+        if dead is not None:
+            return _stop_all(replicas, f"{dead.name} ({dead.address}, pid {dead.process.pid}) exited with status "
+                                       f"{dead.process.returncode}")
+        time.sleep(0.2)
+    return _stop_all(replicas, None)
+
+
+def _stop_all(replicas: list[Replica], failure: str | None) -> int:
+    """Stop every replica and wait for them: 0 after a clean drain of all, else 1."""
+    if failure is not None:
+        log.error("%s; stopping the other replicas", failure)
+    for replica in replicas:
+        replica.signal()
+    statuses = []
+    for replica in replicas:
+        statuses.append(replica.process.wait())
+        if replica.process.stdout is not None:
+            replica.process.stdout.close()
+    log.info("stopped (exit status of each replica: %s)", ", ".join(map(str, statuses)))
+    return 1 if failure is not None or any(statuses) else 0
