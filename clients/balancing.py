@@ -227,6 +227,8 @@ _announced: set[tuple[str, int]] = set()
 def dialled_target(target: Target, environ: Mapping[str, str]) -> Target:
     """``rank_target`` for this process's torchrun rank (read from ``environ``); the first
     time a process dials a list this way it logs which address it prefers."""
+    if target.scheme not in FIXED_LISTS or len(target.endpoints) < 2:
+        return target  # nothing to prefer: the environment is not read
     local_rank = torchrun_local_rank(environ)
     dialled = rank_target(target, local_rank)
     if dialled.in_order and (target.text, local_rank) not in _announced:

@@ -21,8 +21,9 @@ The parent only starts, watches and stops them:
 - a replica that exits by itself (killed, crashed, failed to start) is logged, the
   others are stopped, and the parent exits non-zero: never a silent half-service;
 - the parent killed outright: the replicas die with it (``procutil.die_with_parent``).
-The metrics store is shared: SQLite in WAL mode with a busy timeout takes writes from
-several processes, and a ``postgresql://`` URL is shared by design.
+The metrics store is shared: the parent creates a new SQLite file first, then SQLite in
+WAL mode with a busy timeout takes writes from several processes (a ``postgresql://`` URL
+is shared by design).
 """
 
 from __future__ import annotations
@@ -135,10 +136,31 @@ def check_replicas(args: argparse.Namespace) -> None:
     replica_target(args.host, replica_ports(args.port, args.replicas))
 
 
+def prepare_metrics(args: argparse.Namespace) -> None:
+    """Create a new SQLite metrics file once, before the replicas open it together: a new
+    file turns to WAL under an exclusive lock that a second opener does not wait for. A
+    PostgreSQL URL is checked here (the replicas' schema set-up takes a lock of its own); a
+    data directory that does not exist is left for the replicas to refuse."""
+    if args.metrics is not None and "://" in args.metrics:
+        from sampler_server.metrics.store import metrics_target
+
+        metrics_target(args.metrics)  # a bad URL: one line, before anything starts
+        return
+    if args.metrics is None and not Path(args.data).is_dir():
+        return
+    path = Path(args.metrics) if args.metrics is not None else Path(args.data) / "metrics.sqlite"
+    if path.exists():
+        return
+    from sampler_server.metrics.store_sqlite import SqliteDatabase
+
+    SqliteDatabase(path).close()
+
+
 def run_replicas(args: argparse.Namespace, started: float) -> int:
     """Start ``args.replicas`` servers, print the ready line, wait for a signal or a death."""
     count = args.replicas
     ports = replica_ports(args.port, count)
+    prepare_metrics(args)
     workers = split_workers(args.workers or os.cpu_count() or 1, count)
     package_root = str(Path(__file__).resolve().parents[2])  # the replicas import this very code
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}

@@ -53,13 +53,15 @@ class SqliteDatabase:
         self._db.close()
 
     def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise FailedPrecondition(
-                f"{self.path}: metrics schema version {version} is newer than this server's ({SCHEMA_VERSION})"
-            )
-        old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        # The version is read under the write lock: processes opening the file at once
+        # (`serve --replicas`) migrate in turn, and each after the first finds it done.
         with self.transaction():
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise FailedPrecondition(
+                    f"{self.path}: metrics schema version {version} is newer than this server's ({SCHEMA_VERSION})"
+                )
+            old_tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if version in (4, 5) and "task_results" in old_tables:
                 # versions 4 and 5: keyed by (run, task, split), no regime nor role
                 self._db.execute("ALTER TABLE task_results RENAME TO task_results_v5")

@@ -77,3 +77,12 @@ def test_the_channel_dials_the_rotated_list_under_torchrun(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "1")
     plain = Channel("ipv4:127.0.0.1:7200,127.0.0.1:7201")
     assert plain.dialled == plain.address
+
+
+def test_a_target_with_nothing_to_prefer_never_reads_the_environment():
+    broken = {"WORLD_SIZE": "two"}
+    for text in ("127.0.0.1:50051", "dns:///sampler.ns.svc:50051", "ipv4:127.0.0.1:50051"):
+        target = parse_target(text)
+        assert dialled_target(target, broken) is target
+    with pytest.raises(ValueError, match="environment WORLD_SIZE"):
+        dialled_target(parse_target(FOUR), broken)
