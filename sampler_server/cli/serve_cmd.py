@@ -26,11 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=int, default=50051, help="TCP port (0 = pick a free one); with --replicas N, "
                         "the first of N consecutive ports (0: each replica picks a free one)")
     parser.add_argument("--replicas", type=int, default=1, metavar="N",
-                        help="server processes on this host (default 1): each with its own share of --workers, its own "
-                        "--lookahead-mb, --send-mb and --shm-mb, on its own port; the ready line then names them all "
-                        "as ipv4:HOST:P0,HOST:P1,... for a client's --server. One per GPU rank of a torchrun: each "
-                        "rank reads from its own replica (one process assembles ~40-48 ResNet-18 MD episodes/s at "
-                        "126 px, docs/serving.md)")
+                        help="server processes on this host (default 1), each a whole server on its own port with "
+                        "its share of --workers; every limit (--lookahead-mb, --send-mb, --shm-mb, --max-streams, ...) "
+                        "applies to each. The ready line names them all as ipv4:HOST:P0,HOST:P1,... for a client's "
+                        "--server. One per GPU rank of a torchrun, and each rank reads from its own replica: one "
+                        "process serves about 35-48 raw 126-px MD episodes/s however many cores it has "
+                        "(docs/serving.md)")
     parser.add_argument("--workers", type=int, default=0, help="decode worker processes, all replicas together "
                         "(default: one per core; with --replicas N split evenly, at least 1 each)")
     parser.add_argument("--threads", type=int, default=16,
