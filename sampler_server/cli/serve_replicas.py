@@ -132,8 +132,12 @@ class Replica:
 
 
 def check_replicas(args: argparse.Namespace) -> None:
-    """Refuse what a list of replicas cannot be (before anything starts)."""
+    """Refuse what a list of replicas cannot be, and a missing data directory (once,
+    rather than once by each replica), before anything starts."""
     replica_target(args.host, replica_ports(args.port, args.replicas))
+    if not Path(args.data).is_dir():
+        raise InvalidArgument(f"--data: got {args.data}, expected a data directory of packed stores (no such "
+                              "directory)")
 
 
 def prepare_metrics(args: argparse.Namespace) -> None:
@@ -191,7 +195,12 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
         line = replica.process.stdout.readline().strip()
         ready = _READY.match(line)
         if ready is None:
-            return _stop_all(replicas, f"{replica.name} did not start (exit status {replica.process.wait()})")
+            if stopping:  # a signal came during start-up
+                return _stop_all(replicas, None)
+            failed = _stop_all(replicas, f"{replica.name} did not start ({line[:200]!r} on its stdout)" if line
+                               else f"{replica.name} did not start")
+            status = replica.process.returncode
+            return status if status > 0 else failed  # 2: it refused its input (its one-line reason is above)
         replica.address = ready.group(1)
         summary = summary or ready.group(2)
         log.info("%s: listening on %s (pid %d)", replica.name, replica.address, replica.process.pid)

@@ -97,8 +97,9 @@ def test_the_plan_ports_workers_target_and_each_replicas_command_line():
 def test_bad_replica_options_are_refused_in_one_line(tmp_path, capsys):
     for flags, said in ((["--replicas", "0"], "--replicas: got 0, expected 1 or more server processes"),
                         (["--replicas", "2", "--host", "sampler.lab"], "--host: got 'sampler.lab', expected an IP"),
-                        (["--replicas", "2", "--port", "65535"], "--port: got 65535 with --replicas 2")):
-        assert server_cli(["serve", "--data", str(tmp_path), *flags]) == 2
+                        (["--replicas", "2", "--port", "65535"], "--port: got 65535 with --replicas 2"),
+                        (["--replicas", "2", "--data", str(tmp_path / "none")], "--data: got ")):
+        assert server_cli(["serve", "--data", str(tmp_path), *flags]) == 2  # the last --data wins
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and said in err, err
 
@@ -191,3 +192,18 @@ def test_the_replicas_die_with_their_parent(served, tmp_path):
     process.wait(timeout=30)
     process.stdout.close()
     assert not process_tree.wait_gone(tree, 10), process_tree.describe(tree)
+
+
+def test_a_replica_that_cannot_start_fails_the_whole_service(served, tmp_path):
+    import socket
+
+    with socket.socket() as taken:  # the first replica's port is in use (the server does not share ports)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port",
+                               str(port), "--replicas", "2", "--workers", "2"], env=ENV, capture_output=True,
+                              text=True, timeout=60)
+    assert done.returncode != 0 and "listening on" not in done.stdout, done.stderr[-2000:]
+    assert f"to bind to address 127.0.0.1:{port}" in done.stderr, done.stderr[-2000:]  # gRPC says so
+    assert "ERROR replica 1/2 did not start; stopping the other replicas" in done.stderr, done.stderr[-2000:]
