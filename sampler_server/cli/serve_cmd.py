@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           '"admin"}; without it no call is authenticated')
     security.add_argument("--log-json", action="store_true",
                           help="log lines (one per call: method, peer, token, status, ms) as JSON objects")
-    # set by `serve --replicas N` on each replica's command line (serve_replicas.REPLICA_FLAGS)
+    # set by `serve --replicas N` on each replica's command line (serve_replicas.replica_argv)
     parser.add_argument("--replica-of", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--replica-name", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)

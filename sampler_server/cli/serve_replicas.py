@@ -44,9 +44,6 @@ from sampler_server.errors import InvalidArgument
 
 log = logging.getLogger("sampler_server.replicas")
 _READY = re.compile(r"^listening on (\S+) \((.*); ready in [0-9.]+ s\)$")
-REPLICA_FLAGS = ("--replica-of", "--replica-name")
-"""Hidden options of a replica's own command line: the parent's pid (the replica dies
-with it) and the replica's name in its log lines ("replica 2/4")."""
 
 
 # ---- the plan: pure ---------------------------------------------------------------------
@@ -103,14 +100,16 @@ NOT_OPTIONS = ("command", "func")
 def replica_argv(args: argparse.Namespace, *, port: int, workers: int, name: str, parent: int) -> list[str]:
     """One replica's ``serve`` options: the parent's own written back (every option of
     ``serve`` is ``--NAME`` for the entry ``NAME`` with ``-`` for ``_``; a flag is a
-    bool), with its port, its workers, ``--replicas 1`` and the hidden ``REPLICA_FLAGS``."""
+    bool), with its port, its workers, ``--replicas 1`` and two hidden options:
+    ``--replica-of`` (the parent's pid: the replica dies with it) and ``--replica-name``
+    (``replica 2/4``, leading its log lines)."""
     own = {"port": port, "workers": workers, "replicas": 1, "replica_of": parent, "replica_name": name}
     argv: list[str] = []
     for dest, value in {**vars(args), **own}.items():
         flag = "--" + dest.replace("_", "-")
         if dest in NOT_OPTIONS or value is None or value is False:
             continue
-        argv += [flag] if value is True else [flag, str(value)]
+        argv.append(flag if value is True else f"{flag}={value}")  # "=": a value may start with "-"
     return argv
 
 
@@ -124,7 +123,7 @@ class Replica:
     address: str = ""
     signalled: bool = False
 
-    def signal(self) -> None:
+    def terminate_once(self) -> None:
         """SIGTERM once (a second would start a second drain)."""
         if not self.signalled and self.process.poll() is None:
             self.signalled = True
@@ -177,7 +176,7 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
             log.info("signal %d: draining %d replicas", signum, len(replicas))
         stopping = True
         for replica in replicas:
-            replica.signal()
+            replica.terminate_once()
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -189,7 +188,7 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         replicas.append(Replica(name, process))
         if stopping:
-            replicas[-1].signal()
+            replicas[-1].terminate_once()
     summary = ""
     for replica in replicas:
         line = replica.process.stdout.readline().strip()
@@ -223,7 +222,7 @@ def _stop_all(replicas: list[Replica], failure: str | None) -> int:
     if failure is not None:
         log.error("%s; stopping the other replicas", failure)
     for replica in replicas:
-        replica.signal()
+        replica.terminate_once()
     statuses = []
     for replica in replicas:
         statuses.append(replica.process.wait())
