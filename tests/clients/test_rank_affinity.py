@@ -12,6 +12,7 @@ import pytest
 from clients.balancing import (PICK_FIRST, ROUND_ROBIN, Liveness, channel_options, dialled_target, parse_target,
                                rank_target, torchrun_local_rank)
 from clients.channel import Channel
+from sampler_common.wire import segments
 
 FOUR = "ipv4:127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
 
@@ -86,3 +87,44 @@ def test_a_target_with_nothing_to_prefer_never_reads_the_environment():
         assert dialled_target(target, broken) is target
     with pytest.raises(ValueError, match="environment WORLD_SIZE"):
         dialled_target(parse_target(FOUR), broken)
+
+
+@pytest.fixture
+def two_servers(served):
+    from sampler_server.service.server import RunningServer, ServerConfig
+
+    servers = [RunningServer(ServerConfig(data_dir=served.data, port=0, workers=1, threads=4,
+                                          grace_seconds=0.5)).start() for _ in range(2)]
+    yield servers
+    for server in servers:
+        server.stop(grace=0.5)
+
+
+def test_a_rank_whose_replica_stops_goes_on_on_the_next_one_with_the_same_episodes(two_servers, served, monkeypatch,
+                                                                                   caplog):
+    from clients.core import EpisodeSpec, RetryPolicy, SamplerClient
+
+    caplog.set_level(logging.INFO, logger="clients.balancing")
+    spec = EpisodeSpec(sources=("folder",), split="train", seed=5, image_size=32)
+    with SamplerClient(served.address, same_host=False) as single:
+        expected = [(e.index, e.fingerprint, e.support_images.tobytes()) for e in single.episodes(spec, start=1,
+                                                                                                   step=2, count=12)]
+    first, second = two_servers
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # rank 1 prefers the second address: `second`
+    target = f"ipv4:{first.address},{second.address}"
+    got = []
+    with SamplerClient(target, prefetch=1, retry=RetryPolicy(initial_backoff=0.05)) as client:
+        for episode in client.episodes(spec, start=1, step=2, count=12):
+            got.append((episode.index, episode.fingerprint, episode.support_images.tobytes()))
+            if len(got) == 3:
+                before = [server.servicer.same_host.written for server in two_servers]
+                second.stop(grace=0.5)  # drains: its stream ends UNAVAILABLE, naming the index to resume at
+    assert got == expected  # none lost, none repeated, as one server sends them
+    if not segments.available():  # who wrote the same-host replies tells who served
+        assert before[0] == 0 and before[1] > 0  # the preferred replica alone, until it stopped
+        assert first.servicer.same_host.written > 0  # then the next in the list
+    said = [r.getMessage() for r in caplog.records if r.name == "clients.balancing"]
+    assert said[0] == f"local rank 1 prefers replica {second.address} of {target} (pick_first; the others in turn " \
+        "are its failover)"
+    assert any(f"from {target} broke (UNAVAILABLE" in message for message in said[1:]), said
