@@ -23,12 +23,16 @@ reference's pixels (224 px, ``legacy_bilinear``: the grid of ``tf.compat.v1.imag
 
 For batch 64 and 512, each rate is images/s over a run's batches after its first two
 (pipeline start, shuffle buffer, connection), the median of ``--rounds`` runs with the
-pipelines interleaved (round 1 of every pipeline, then round 2, ...), and is printed as
-a ratio to the reference and to the client arrays of the same store, with the targets
-of each row (issue 26): adapters >= 0.95x the client arrays; raw store >= 3x the
-reference. The reference hands over float32 (its ``/ 255`` runs on its own threads);
-ours hand over uint8. Before the table (full runs only): the bare decode + resize limit
-of every stored record over all cores (``serve_bench.limit_rate``), the same with
+pipelines interleaved (round 1 of every pipeline, then round 2, ...; the runs' range
+beside it). It is printed as a ratio to the reference and to the client arrays of the
+same store, with the cores used meanwhile by the client process (an adapter's own
+cost; the reference decodes there), by the servers (low: a server kept waiting) and
+by processes outside the bench (on a shared machine, what the rates lost), and the
+targets of each row (issue 26): adapters >= 0.95x the client arrays; raw store >= 3x
+the reference. The reference hands over float32 (its ``/ 255`` runs on its own
+threads); ours hand over uint8. Before the table: whether the raw store serves exactly
+the encoded store's pixels and, in full runs only, the bare decode + resize limit of
+every stored record over all cores (``serve_bench.limit_rate``), the same with
 ``tf2_bilinear`` and how far its pixels are from the default's.
 
 Run: ``.venv/bin/python bench/vtab_bench.py [--rounds 3] [--images 2048]``;
@@ -50,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -123,16 +128,28 @@ def reference_pipeline(version_dir: Path, batch_size: int) -> tf.data.Dataset:
 
 
 def images_per_second(batches: Iterable[Any], rows: Callable[[Any], int], count: int) -> float:
-    """Images/s over ``count`` batches after the first ``SKIPPED``."""
+    """Images/s over ``count`` batches after the first ``SKIPPED``. Each batch is dropped once
+    counted, as by a consumer that has moved it to its device: the client's arrays are views
+    of the reply (same-host: of the server's segment), held as long as the batch is."""
     images, started = 0, None
     for position, batch in enumerate(batches):
+        size = rows(batch)
+        del batch
         if position == SKIPPED - 1:
             started = time.perf_counter()
         elif position >= SKIPPED:
-            images += rows(batch)
+            images += size
         if position + 1 == SKIPPED + count:
             break
     return images / (time.perf_counter() - started)
+
+
+def same_pixels(encoded: str, raw: str, batch_size: int) -> bool:
+    """Whether the raw store serves the encoded store's pixels (the first eval batch of test)."""
+    with SamplerClient(encoded) as from_encoded, SamplerClient(raw) as from_raw:
+        first = next(iter(from_encoded.eval_batches(TASK, "test", batch_size, image_size=SIZE)))
+        stored = next(iter(from_raw.eval_batches(TASK, "test", batch_size, image_size=SIZE)))
+        return bool(np.array_equal(first.images, stored.images)) and first.resize == stored.resize
 
 
 def pipelines(version_dir: Path, encoded: str, raw: str, quick: bool) -> dict[str, Callable[[int, int, int], float]]:
@@ -144,7 +161,8 @@ def pipelines(version_dir: Path, encoded: str, raw: str, quick: bool) -> dict[st
     def arrays(address: str) -> Callable[[int, int, int], float]:
         def run(batch_size: int, count: int, seed: int) -> float:
             with SamplerClient(address) as client:
-                batches = client.task_batches(TASK, SPLIT, batch_size, seed=seed, count=SKIPPED + count, image_size=SIZE)
+                batches = client.task_batches(TASK, SPLIT, batch_size, seed=seed, count=SKIPPED + count,
+                                              image_size=SIZE)
                 return images_per_second(batches, lambda b: len(b.labels), count)
         return run
 
@@ -172,6 +190,37 @@ def pipelines(version_dir: Path, encoded: str, raw: str, quick: bool) -> dict[st
              "raw 224: torch TaskBatchDataset": torch_adapter(raw),
              "raw 224: tf task_batch_dataset": tf_adapter(raw)}
     return rows
+
+
+def tree_cpu_seconds(process: psutil.Process) -> float:
+    """CPU seconds of a process and everything it started (the bench, its servers and their workers)."""
+    total = 0.0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            times = member.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
+def machine_busy_seconds() -> float:
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq
+
+
+def measured(run: Callable[[int, int, int], float], batch_size: int, count: int, seed: int) -> tuple[float, ...]:
+    """(images/s, then the cores used during the run by this process, by its servers and by
+    processes outside this bench): an adapter's own cost shows in the first, a server
+    kept waiting in the second, what other jobs took from the machine in the third."""
+    me = psutil.Process()
+    client, tree, busy, started = time.process_time(), tree_cpu_seconds(me), machine_busy_seconds(), time.perf_counter()
+    rate = run(batch_size, count, seed)
+    wall = time.perf_counter() - started
+    client = time.process_time() - client
+    ours = tree_cpu_seconds(me) - tree
+    others = max(0.0, machine_busy_seconds() - busy - ours)
+    return rate, client / wall, max(0.0, ours - client) / wall, others / wall
 
 
 def target(row: str, of_reference: float, of_arrays: float) -> str:
@@ -243,21 +292,30 @@ def main() -> int:
             servers.append((process, address))
         rows = pipelines(version_dir, servers[0][1], servers[1][1], args.quick)
         with SamplerClient(servers[0][1]) as client:
-            print(f"transport: {client.transport}", flush=True)
-        print(f"{'batch':>5}  {'pipeline':<38} {'images/s':>9} {'x reference':>11} {'x arrays':>9}  target")
+            transport = client.transport
+        print(f"transport: {transport}; raw store's pixels equal the encoded store's served pixels: "
+              f"{same_pixels(servers[0][1], servers[1][1], 64)}", flush=True)
+        print("cores used during the runs (medians): client = this process (the reference decodes there), "
+              "server = the serve processes, others = processes outside this bench")
+        print(f"{'batch':>5}  {'pipeline':<38} {'images/s':>9} {'runs':>11} {'x reference':>11} {'x arrays':>9} "
+              f"{'client':>6} {'server':>6} {'others':>6}  target")
         for batch_size in args.batch_sizes:
             count = max(3, images // batch_size)
-            rates: dict[str, list[float]] = {row: [] for row in rows}
+            runs: dict[str, list[tuple[float, ...]]] = {row: [] for row in rows}
             for seed in range(rounds):
                 for row, run in rows.items():
-                    rates[row].append(run(batch_size, count, seed))
-            median = {row: statistics.median(values) for row, values in rates.items()}
-            reference = median["reference (task_adaptation, float32)"]
-            for row, rate in median.items():
-                arrays = median["raw 224: client arrays (uint8)" if row.startswith("raw") else "client arrays (uint8)"]
+                    runs[row].append(measured(run, batch_size, count, seed))
+            median = {row: [statistics.median(column) for column in zip(*values)] for row, values in runs.items()}
+            reference = median["reference (task_adaptation, float32)"][0]
+            for row, (rate, client, server, others) in median.items():
+                arrays_row = "raw 224: client arrays (uint8)" if row.startswith("raw") else "client arrays (uint8)"
+                arrays = median[arrays_row][0]
                 of_reference, of_arrays = rate / reference, rate / arrays
-                print(f"{batch_size:>5}  {row:<38} {rate:>9.0f} {of_reference:>10.2f}x {of_arrays:>8.2f}x  "
-                      f"{target(row, of_reference, of_arrays)}", flush=True)
+                spread = f"{min(r[0] for r in runs[row]):.0f}-{max(r[0] for r in runs[row]):.0f}"
+                print(f"{batch_size:>5}  {row:<38} {rate:>9.0f} {spread:>11} {of_reference:>10.2f}x "
+                      f"{of_arrays:>8.2f}x {client:>6.2f} {server:>6.2f} {others:>6.2f}  "
+                      f"{target(row, of_reference, of_arrays)}",
+                      flush=True)
     finally:
         for process, _ in servers:
             process.terminate()
