@@ -121,6 +121,8 @@ class TrainSummary:
     final_accuracy: float | None = None
     final_accuracy_ci95: float | None = None
     distinct_shapes: int = 0     # input shapes the training step met (shape buckets keep it small)
+    compile_seconds: float | None = None  # --compile: the first step (tracing, compiling, running)
+    compiled_graphs: int | None = None    # --compile: compilations (1: one graph for every bucket)
     curve: list[list[float]] = field(default_factory=list)  # [steps done, mean loss, mean accuracy] per log window
 
 
@@ -202,6 +204,8 @@ class Framework(abc.ABC):
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.shapes: set[tuple[int, ...]] = set()  # input shapes the training step met
+        self.compile_seconds: float | None = None  # a compiled step: its first step's wall time
+        self.compiled_graphs: int | None = None    # a compiled step: its compilations so far
 
     @abc.abstractmethod
     def build(self, num_classes: int) -> None:
@@ -555,6 +559,8 @@ class Run:
             feed.close()
         timer.resolve(framework.to_floats)
         timer.summary.distinct_shapes = len(framework.shapes)
+        timer.summary.compile_seconds, timer.summary.compiled_graphs = framework.compile_seconds, \
+            framework.compiled_graphs
         if not timer.losses:
             return timer.finish(None)
         recent = [float(a) for a in timer.accuracies[-window:]]

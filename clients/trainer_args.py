@@ -15,7 +15,8 @@ the sources named. ``run_config`` builds the configuration stored with the repor
 ``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` / ``SAMPLER_TOKEN``
 environment, read by the client) reach a server with TLS and tokens; they are
 operational, so not part of the run configuration. ``--shape-buckets`` is recorded
-in it (as given, and as resolved under ``shape_buckets``) though padding is exact.
+in it (as given, and as resolved under ``shape_buckets``) though padding is exact;
+so is the torch trainer's ``--compile`` (resolved under ``compile``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from clients.flag_types import int_at_least
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
+
+COMPILE_SETTINGS = ("auto", "on", "off")
+"""The torch trainer's ``--compile`` (``clients.torch.compiled.resolve_compile``)."""
 
 FRAMEWORKS = ("torch", "tf")
 MODELS = ("protonet", "baseline")
@@ -195,6 +199,11 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     model.add_argument("--shape-buckets", choices=SHAPE_BUCKETS, default="auto",
                        help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                             "meets few shapes; auto: on with a GPU, off on CPU")
+    if framework == "torch":
+        model.add_argument("--compile", choices=COMPILE_SETTINGS, default="auto",
+                           help="torch.compile the embedding step, one graph for every bucket (the first step "
+                                "compiles: tens of seconds); auto: on with a GPU for conv4/resnet18/resnet50/tiny, "
+                                "off on CPU")
 
     add_backbone_group(parser, "conv4", MD_IMAGE_SIZE, "image side the episodes are served at")
     add_reproducibility_group(parser)

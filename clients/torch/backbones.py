@@ -278,9 +278,8 @@ def named_preprocessing(size: int) -> Preprocessing:
                          NAMED_PREPROCESSING["std"])
 
 
-@functools.lru_cache(maxsize=16)
 @functools.lru_cache(maxsize=32)
-def _constants(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, ...]:
+def input_constants(preprocessing: Preprocessing, device: torch.device) -> tuple[torch.Tensor, ...]:
     """The preprocessing's numbers as float32 tensors on ``device`` (a tensor divisor, not a
     Python scalar: CUDA multiplies by a scalar's reciprocal, which is not the same division).
     Made once per (preprocessing, device): copying them to a GPU again on every batch would
@@ -291,10 +290,13 @@ def _constants(preprocessing: Preprocessing, device: torch.device) -> tuple[torc
             tensor(preprocessing.mean).reshape(1, 3, 1, 1), tensor(preprocessing.std).reshape(1, 3, 1, 1))
 
 
-def to_model_input(images: torch.Tensor, preprocessing: Preprocessing, device: torch.device) -> torch.Tensor:
+def to_model_input(images: torch.Tensor, preprocessing: Preprocessing, device: torch.device,
+                   constants: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
     """uint8 [N, H, W, 3] -> float32 [N, 3, H, W] on ``device`` as the model expects:
-    ``Preprocessing.to_float``'s operations in its order (channels_last in memory on CUDA)."""
-    divisor, low, mean, std = _constants(preprocessing, torch.device(device))
+    ``Preprocessing.to_float``'s operations in its order (channels_last in memory on CUDA).
+    ``constants``: ``input_constants(preprocessing, device)`` made beforehand (a compiled
+    caller: its cache would break the graph)."""
+    divisor, low, mean, std = constants or input_constants(preprocessing, torch.device(device))
     x = images.to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(divisor).add_(low)
     if preprocessing.normalises:
         x = x.sub_(mean).div_(std)

@@ -21,7 +21,10 @@ processes to spawn) into pinned memory and onto the GPU on a side stream
 (``clients.torch.staging``), uint8 on the bus; the step never waits on the host: its
 loss stays on the device until a progress line reads it, and at most two steps are
 in flight (the host waits on the older one's event, which keeps timing honest
-without idling the GPU).
+without idling the GPU). The embedding step (uint8 images to embeddings, forward and
+backward) is compiled (``--compile``, on by default on CUDA for our backbones;
+``clients.torch.compiled``): one graph with a dynamic row count serves every bucket,
+its first step pays the compilation (``compile_seconds`` in the summary).
 
 Distributed (``torchrun --nproc_per_node N python -m clients.torch ...``; the
 ``clients.md_train`` says what a step, a checkpoint, the reports and the evaluation are):
@@ -45,7 +48,8 @@ import collections
 import hashlib
 import inspect
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +69,8 @@ from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
-from clients.torch.models import LinearHead, ProtoNet, parameter_count
+from clients.torch.compiled import CompiledEmbedding, resolve_compile
+from clients.torch.models import LinearHead, ProtoNet, parameter_count, valid_rows
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
@@ -118,18 +123,22 @@ def torchrun_ranks() -> tuple[int, int, int] | None:
 
 class _Trainee(nn.Module):
     """The backbone and (baseline) head as one module: what DDP wraps, so one reducer
-    averages every gradient of a step. ``forward`` returns (logits, their labels)."""
+    averages every gradient of a step. ``forward`` takes uint8 images and returns
+    (logits, their labels); ``embed(images, rows)`` is the eager or compiled embedding."""
 
-    def __init__(self, protonet: ProtoNet, head: LinearHead | None) -> None:
+    def __init__(self, protonet: ProtoNet, head: LinearHead | None,
+                 embed: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         super().__init__()
         self.protonet = protonet
         self.head = head
+        self.embed = embed
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor, support: int = 0, query: int = 0,
                 ways: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if self.head is not None:
-            return self.head(self.protonet.backbone(images)).float(), labels
-        return self.protonet.packed(images, labels, support, query, ways)
+            return self.head(self.embed(images, images.shape[0])).float(), labels
+        embedded = self.embed(images, support + query)
+        return self.protonet.packed_logits(embedded, labels, support, query, ways)
 
 
 class TorchFramework(Framework):
@@ -194,7 +203,10 @@ class TorchFramework(Framework):
             if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
                 self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
-        self.trainee = _Trainee(self.protonet, self.head)
+        self.compiled = None
+        if resolve_compile(args.compile, args.backbone, self.backbone, device.type == "cuda"):
+            self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device)
+        self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
             # buffers: averaged after each backward pass (``_average_buffers``), never synced in forward;
@@ -205,6 +217,10 @@ class TorchFramework(Framework):
                 self.trainee, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
         self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
 
+    def _eager_embedding(self, images: torch.Tensor, rows: int) -> torch.Tensor:
+        with valid_rows(self.backbone, rows if images.shape[0] > rows else None):
+            return self.backbone(self._input(images))
+
     def parameters(self) -> list[nn.Parameter]:
         return list(self.backbone.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
 
@@ -214,7 +230,7 @@ class TorchFramework(Framework):
     def describe(self) -> dict[str, Any]:
         return {**self.determinism.as_config(), **torch_record(self.torch_device),
                 "device": self.device, "precision": self.precision,
-                "shape_buckets": "on" if self.buckets else "off",
+                "shape_buckets": "on" if self.buckets else "off", "compile": "on" if self.compiled else "off",
                 "parameter_count": self.parameter_count(),
                 "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.loaded.out_dim,
                 "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.loaded.preprocessing.as_config()}
@@ -282,6 +298,7 @@ class TorchFramework(Framework):
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
         # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them
+        began = time.perf_counter()
         torch.manual_seed(derive_seed(self.args.seed, "step", self._draw_index))
         self._draw_index += self.world_size
         set_mode(self.backbone, True)
@@ -291,12 +308,11 @@ class TorchFramework(Framework):
                 if not isinstance(item.images, torch.Tensor):  # not staged by the feed
                     item = self.stage(item)
                 images = item.images
-                logits, labels = self._step_module(self._input(images), item.labels)
+                logits, labels = self._step_module(images, item.labels)
             else:
                 staged = self._staged(item)
                 images = staged.images
-                logits, labels = self._step_module(self._input(images), staged.labels, staged.support, staged.query,
-                                                   staged.ways)
+                logits, labels = self._step_module(images, staged.labels, staged.support, staged.query, staged.ways)
         self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)
         self.optimizer.zero_grad(set_to_none=True)
@@ -304,6 +320,12 @@ class TorchFramework(Framework):
         self._average_buffers()
         self.optimizer.step()
         accuracy = (logits.detach().argmax(1) == labels).float().mean()
+        if self.compiled is not None:
+            self.compiled_graphs = self.compiled.graphs
+            if self.compile_seconds is None:  # the first step: tracing, compiling forward and backward, running
+                if self.torch_device.type == "cuda":
+                    torch.cuda.synchronize(self.torch_device)
+                self.compile_seconds = time.perf_counter() - began
         self._bound_in_flight()
         return loss.detach(), accuracy  # device values: read when a progress line needs them
 

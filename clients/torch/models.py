@@ -55,8 +55,11 @@ class RowBatchNorm2d(nn.BatchNorm2d):
     """
 
     valid_rows: int | None = None
+    valid_count: torch.Tensor | None = None  # the compiled step's count (``counted_rows``)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.valid_count is not None and self.training:
+            return self._counted(x, self.valid_count)
         rows = self.valid_rows
         if rows is None or not self.training or rows >= x.shape[0]:
             return super().forward(x)
@@ -69,6 +72,16 @@ class RowBatchNorm2d(nn.BatchNorm2d):
         track = self.track_running_stats
         return row_batch_norm(x, rows, self.running_mean if track else None, self.running_var if track else None,
                               self.weight, self.bias, factor, self.eps)
+
+    def _counted(self, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # the cumulative average: 1 / batches seen, as a tensor (no recompile)
+                factor = 1.0 / self.num_batches_tracked.float()
+        track = self.track_running_stats
+        return counted_batch_norm(x, count, self.running_mean if track else None,
+                                  self.running_var if track else None, self.weight, self.bias, factor, self.eps)
 
 
 def row_batch_norm(x: torch.Tensor, rows: int, running_mean: torch.Tensor | None,
@@ -137,6 +150,50 @@ class _RowBatchNorm(torch.autograd.Function):
             grad_x[:rows].copy_(grad_valid)
             grad_x[rows:].zero_()
         return grad_x, grad_weight, grad_bias, None, None, None, None, None
+
+
+def counted_batch_norm(x: torch.Tensor, count: torch.Tensor, running_mean: torch.Tensor | None,
+                       running_var: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                       momentum: float | torch.Tensor, eps: float) -> torch.Tensor:
+    """``row_batch_norm`` with the row count a 0-d tensor: the same statistics, update and
+    zero padding rows, written as reductions over a row mask (in float32, as the native
+    kernel accumulates) so that ``torch.compile`` traces it with nothing specialised on
+    the count: one compiled graph serves every bucket and every episode in it, where an
+    int count would be a guard and a recompilation per value. Equal to ``row_batch_norm``
+    up to float summation order (``tests/clients/test_compiled_step.py``)."""
+    batch = x.shape[0]
+    mask = (torch.arange(batch, device=x.device) < count).view(batch, 1, 1, 1)
+    values = count.to(torch.float32) * (x.shape[2] * x.shape[3])
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    values = values.to(xf.dtype)
+    mean = torch.where(mask, xf, 0.0).sum((0, 2, 3)) / values
+    centred = torch.where(mask, xf - mean.view(1, -1, 1, 1), 0.0)
+    variance = centred.square().sum((0, 2, 3)) / values
+    if running_mean is not None and running_var is not None:
+        with torch.no_grad():  # as the native kernel: momentum-weighted, the variance unbiased
+            running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)
+            running_var.mul_(1 - momentum).add_(variance.detach() * (values / (values - 1)) * momentum)
+    scale = torch.rsqrt(variance + eps)
+    if weight is not None:
+        scale = scale * weight.to(xf.dtype)
+    out = centred * scale.view(1, -1, 1, 1)
+    if bias is not None:
+        out = torch.where(mask, out + bias.to(xf.dtype).view(1, -1, 1, 1), 0.0)
+    return out.to(x.dtype)
+
+
+@contextlib.contextmanager
+def counted_rows(module: nn.Module, count: torch.Tensor | None) -> Iterator[None]:
+    """Within: the batch norms of ``module`` in training count the first ``count`` rows
+    (a 0-d integer tensor on the module's device; ``counted_batch_norm``)."""
+    norms = [m for m in module.modules() if isinstance(m, RowBatchNorm2d)]
+    for norm in norms:
+        norm.valid_count = count
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.valid_count = None
 
 
 @contextlib.contextmanager
@@ -349,7 +406,12 @@ class ProtoNet(nn.Module):
         rows = support + query
         with valid_rows(self.backbone, rows if images.shape[0] > rows else None):
             embedded = self.backbone(images)
-        return self._logits(embedded, labels[:support], support, query, ways), labels[support:rows]
+        return self.packed_logits(embedded, labels, support, query, ways)
+
+    def packed_logits(self, embedded: torch.Tensor, labels: torch.Tensor, support: int, query: int,
+                      ways: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``packed``'s head on embeddings [B, D] of the bucketed layout (eager or compiled)."""
+        return self._logits(embedded, labels[:support], support, query, ways), labels[support:support + query]
 
     @staticmethod
     def _logits(embedded: torch.Tensor, support_labels: torch.Tensor, support: int, query: int,

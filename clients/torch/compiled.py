@@ -1,0 +1,82 @@
+"""The trainer's embedding step compiled once for every bucket (``--compile``).
+
+Why: shape buckets leave a few batch sizes (21 in 600 MD episodes), and a training
+step of conv4 or ResNet-18 is bound by memory traffic (batch norm, ReLU, pooling over
+large activations), which ``torch.compile`` fuses. Compiled one shape at a time, each
+bucket would cost its own compilation (about 30 s each on an H100); here the row
+dimension is dynamic (``torch._dynamo.maybe_mark_dynamic``) and the count of valid rows is a
+0-d tensor the batch norms read (``models.counted_rows``), so ONE graph, forward and
+backward, serves every bucket and every episode in it.
+
+What is compiled: uint8 NHWC images -> the model's input (``to_model_input``) -> the
+backbone, in training mode. The head (prototypes, distances, cross-entropy) stays
+eager: its sizes change with every episode's ways and shots and it is a small part of
+the step. Evaluation runs eager (batch norm in eval mode needs no count).
+
+``compile_setting`` resolves ``--compile``: auto compiles our named backbones on CUDA
+only; on CPU, where inductor generates C++ and a compilation takes a minute, it is
+opt-in (``on``), as for a user's ``nn.Module`` backbone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from clients.backbone_contract import NAMED_BACKBONES, Preprocessing
+from clients.errors import UsageError
+from clients.torch.backbones import input_constants, to_model_input
+from clients.torch.models import RowBatchNorm2d, counted_rows
+from clients.trainer_args import COMPILE_SETTINGS
+
+
+def resolve_compile(setting: str, backbone: str, model: Any, cuda: bool) -> bool:
+    """Whether the trainer compiles its step: ``setting`` is one of ``COMPILE_SETTINGS``."""
+    if setting not in COMPILE_SETTINGS:
+        raise UsageError(f"argument --compile: got {setting!r}, expected one of {', '.join(COMPILE_SETTINGS)}")
+    if setting == "off":
+        return False
+    if not isinstance(model, nn.Module):
+        if setting == "on":
+            raise UsageError(f"argument --compile: got on, but --backbone {backbone} made a "
+                             f"{type(model).__name__}, not an nn.Module torch.compile can trace; use auto or off")
+        return False
+    return setting == "on" or (cuda and backbone in NAMED_BACKBONES)
+
+
+class CompiledEmbedding:
+    """``backbone(to_model_input(images))`` in training, compiled with a dynamic batch.
+
+    ``__call__(images, rows)``: embeddings [B, D] of uint8 images [B, S, S, 3] whose first
+    ``rows`` are valid (the rest padding: zero rows into the head, no share in batch-norm
+    statistics; a backbone without batch norm, such as ``tiny``, mixes no rows). ``graphs``
+    counts this embedding's compilations: 1 for every bucket of 16 rows or more with
+    dynamo and AOTAutograd (a batch under 16 is another graph: the convolution's shape
+    rules guard on it); inductor's C++ code for CPU guards on size ranges and adds one
+    per range."""
+
+    def __init__(self, backbone: nn.Module, preprocessing: Preprocessing, device: torch.device,
+                 backend: str = "inductor") -> None:
+        self.backbone, self.preprocessing, self.device = backbone, preprocessing, device
+        self.count = torch.zeros((), dtype=torch.int64, device=device)  # filled per step: the same tensor
+        self.counted = any(isinstance(m, RowBatchNorm2d) for m in backbone.modules())
+        self.constants = input_constants(preprocessing, device)
+        self.graphs = 0
+        compiler = torch._dynamo.lookup_backend(backend)
+
+        def counting(graph: Any, example_inputs: Any) -> Any:
+            self.graphs += 1
+            return compiler(graph, example_inputs)
+
+        self._compiled = torch.compile(self._embed, backend=counting, dynamic=None)
+
+    def _embed(self, images: torch.Tensor) -> torch.Tensor:
+        return self.backbone(to_model_input(images, self.preprocessing, self.device, self.constants))
+
+    def __call__(self, images: torch.Tensor, rows: int) -> torch.Tensor:
+        torch._dynamo.maybe_mark_dynamic(images, 0)
+        self.count.fill_(rows)
+        with counted_rows(self.backbone, self.count if self.counted else None):
+            return self._compiled(images)

@@ -1,0 +1,192 @@
+"""The compiled embedding step (``--compile``) is exact: a padded step through
+``CompiledEmbedding`` has the loss, gradients and batch-norm statistics of the unpadded
+eager step (the tolerances of ``test_shape_buckets_torch``), one compilation serves
+every bucket and row count, and the trainer records what it compiled.
+
+On CPU the exactness tests trace with dynamo and AOTAutograd and run the traced graph
+eagerly (``aot_eager``: what inductor compiles, without a minute of C++ compilation per
+test); one trainer run compiles with inductor itself. On CUDA the same tests use
+inductor."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.nn import functional as F  # noqa: E402
+
+from clients.errors import UsageError  # noqa: E402
+from clients.torch.backbones import named_preprocessing, to_model_input  # noqa: E402
+from clients.torch.compiled import CompiledEmbedding, resolve_compile  # noqa: E402
+from clients.torch.md_train import main  # noqa: E402
+from clients.torch.models import ProtoNet, build_backbone, counted_batch_norm, row_batch_norm  # noqa: E402
+
+_DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_counted_batch_norm_equals_row_batch_norm(momentum):
+    """The compiled path's formula against the eager path's native kernel, in float32."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(24, 8, 5, 5, generator=generator)
+    weight, bias = torch.randn(8, generator=generator), torch.randn(8, generator=generator)
+    results = []
+    for counted in (False, True):
+        xi, wi, bi = (t.clone().requires_grad_() for t in (x, weight, bias))
+        mean, var = torch.zeros(8), torch.ones(8)
+        factor = 0.1 if momentum is not None else torch.tensor(0.5)
+        if counted:
+            out = counted_batch_norm(xi, torch.tensor(17), mean, var, wi, bi, factor, 1e-5)
+        else:
+            out = row_batch_norm(xi, 17, mean, var, wi, bi, float(factor), 1e-5)
+        (out * torch.arange(out.numel()).view_as(out).float().sin()).sum().backward()
+        results.append((out.detach(), xi.grad, wi.grad, bi.grad, mean, var))
+    for eager, counted in zip(*results, strict=True):
+        assert torch.allclose(eager, counted, rtol=1e-5, atol=1e-5)
+    assert float(results[1][0][17:].abs().max()) == 0.0 and float(results[1][1][17:].abs().max()) == 0.0
+
+
+def _episode(seed: int, support: int, query: int, ways: int, size: int) -> tuple[torch.Tensor, ...]:
+    """Smooth images (4 x 4 random colours upsampled), as photographs are: per-pixel noise
+    makes a random ResNet-18 so sensitive that a 1e-6 relative change of one batch norm's
+    output moves its gradients by 6e-3, in the eager step alone."""
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.rand((support + query, 3, 4, 4), generator=generator) * 255
+    images = F.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
+    images = images.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    labels = torch.cat([torch.arange(support) % ways, torch.randint(0, ways, (query,), generator=generator)])
+    return images, labels
+
+
+def _relative_gradient_error(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    return max(float((p.grad - q.grad).norm() / p.grad.norm().clamp_min(1e-12))
+               for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+class _Float64(torch.nn.Module):
+    """The backbone in float64 behind the float32 input conversion: rounding out of the way."""
+
+    def __init__(self, backbone: torch.nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone.double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.backbone(x.double())
+
+
+EPISODES = [(13, 15, 5, 40), (7, 9, 3, 24), (20, 30, 6, 56)]  # support, query, ways, bucket rows
+
+
+def _compare_steps(backbone: str, device: str, float64: bool, temperature: float, tolerance: float,
+                   size: int = 32) -> None:
+    """Each episode: the unpadded eager step against the padded compiled step (fresh
+    gradients, the same weights); then one compilation for all of them."""
+    where = torch.device(device)
+    torch.manual_seed(0)
+    reference = ProtoNet(build_backbone(backbone, size)).to(where)
+    if float64:
+        reference.backbone = _Float64(reference.backbone)
+    compiled_net = copy.deepcopy(reference)
+    scaling = named_preprocessing(size)
+    embedding = CompiledEmbedding(compiled_net.backbone, scaling, where,
+                                  backend="inductor" if device == "cuda" else "aot_eager")
+    reference.train()
+    compiled_net.train()
+    for seed, (support, query, ways, rows) in enumerate(EPISODES):
+        images, labels = (t.to(where) for t in _episode(seed, support, query, ways, size))
+        logits = reference(to_model_input(images[:support], scaling, where), labels[:support],
+                           to_model_input(images[support:], scaling, where), ways)
+        loss = F.cross_entropy(logits / temperature, labels[support:])
+        loss.backward()
+        padded = torch.zeros((rows, size, size, 3), dtype=torch.uint8, device=where)
+        padded[:support + query] = images
+        padded_labels = torch.zeros(rows, dtype=torch.int64, device=where)
+        padded_labels[:support + query] = labels
+        embedded = embedding(padded, support + query)
+        compiled_logits, query_labels = compiled_net.packed_logits(embedded, padded_labels, support, query, ways)
+        compiled_loss = F.cross_entropy(compiled_logits / temperature, query_labels)
+        compiled_loss.backward()
+        assert float(compiled_loss) == pytest.approx(float(loss), rel=tolerance)
+        assert _relative_gradient_error(reference, compiled_net) < tolerance
+        assert float(embedded[support + query:].abs().max()) == 0.0  # padding rows: zero embeddings
+        for (name, buffer), (_, other) in zip(reference.named_buffers(), compiled_net.named_buffers(), strict=True):
+            assert torch.allclose(buffer.double(), other.double(), rtol=1e-5, atol=1e-6), name  # running statistics
+        reference.zero_grad()
+        compiled_net.zero_grad()
+    assert embedding.graphs == 1  # one graph for 40, 24 and 56 rows and every count
+
+
+@pytest.mark.parametrize("device", _DEVICES)
+@pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
+def test_compiled_padded_step_equals_unpadded_eager_step(backbone: str, device: str):
+    """float32, within ``test_shape_buckets_torch``'s tolerance. The logits are divided by
+    100 first: at random initialisation they lie hundreds apart and the saturated softmax
+    turns float32 rounding (the paths' embeddings each agree with float64's to 5e-6) into
+    gradient differences of up to 3e-5 (``..._is_exact_in_float64`` checks the raw loss)."""
+    _compare_steps(backbone, device, float64=False, temperature=100.0, tolerance=2e-5)
+
+
+@pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
+def test_compiled_padded_step_is_exact_in_float64(backbone: str):
+    """The trainer's own loss, rounding out of the way: the compiled padded step is the
+    unpadded eager step to 1e-9."""
+    _compare_steps(backbone, "cpu", float64=True, temperature=1.0, tolerance=1e-9, size=16)  # float64: slow on CPU
+
+
+def test_compile_setting_resolution():
+    conv4 = build_backbone("conv4", 32)
+    assert resolve_compile("auto", "conv4", conv4, cuda=True) is True
+    assert resolve_compile("auto", "conv4", conv4, cuda=False) is False
+    assert resolve_compile("on", "conv4", conv4, cuda=False) is True
+    assert resolve_compile("off", "conv4", conv4, cuda=True) is False
+    assert resolve_compile("auto", "my.module:factory", conv4, cuda=True) is False  # a user's: opt-in
+    assert resolve_compile("on", "my.module:factory", conv4, cuda=True) is True
+    with pytest.raises(UsageError, match="not an nn.Module"):
+        resolve_compile("on", "model.pt", lambda x: x, cuda=True)
+    with pytest.raises(UsageError, match="expected one of auto, on, off"):
+        resolve_compile("yes", "conv4", conv4, cuda=True)
+
+
+def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
+    summary = tmp_path / f"{run_id}.json"
+    assert main(["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "32",
+                 "--train-episodes", "6", "--eval-episodes", "2", "--log-every", "1", "--seed", "5",
+                 "--shape-buckets", "on", "--json-summary", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+@pytest.mark.slow
+def test_compiled_run_follows_the_eager_curve(served, tmp_path):
+    """The trainer with ``--compile on`` (inductor's C++ on CPU; ``tiny``, whose graph
+    compiles in seconds): the same per-episode losses as the eager bucketed run within
+    float tolerance, fewer compilations than shapes, the compilation time and the setting
+    recorded."""
+    compiled = _run(served, tmp_path, "torch-compile-on", "--compile", "on", "--backbone", "tiny")
+    eager = _run(served, tmp_path, "torch-compile-off", "--compile", "off", "--backbone", "tiny")
+    curve_on, curve_off = np.array(compiled["train"]["curve"]), np.array(eager["train"]["curve"])
+    assert curve_on.shape == curve_off.shape == (6, 3)
+    assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
+    assert 1 <= compiled["train"]["compiled_graphs"] < compiled["train"]["distinct_shapes"]
+    assert compiled["train"]["compile_seconds"] > 0 and eager["train"]["compile_seconds"] is None
+    assert (compiled["config"]["compile"], compiled["config"]["requested_compile"]) == ("on", "on")
+    assert (eager["config"]["compile"], eager["config"]["requested_compile"]) == ("off", "off")
+    assert compiled["eval"]["folder"]["mean_accuracy"] == pytest.approx(eager["eval"]["folder"]["mean_accuracy"])
