@@ -83,6 +83,11 @@ class SamplerClient(MdCalls, BaselineCalls, VtabCalls, CogCalls):
         """"same-host" or "grpc": how pixels come from this server to this process."""
         return self.channel.transport
 
+    def server_settings(self) -> pb.ServerSettings:
+        """The answering server's lookahead room and decode workers (zeros from a server
+        older than the field): what a trainer's data wait depends on there."""
+        return self.call("ListSources", pb.ListSourcesRequest()).server
+
     def close(self) -> None:
         self.channel.close()
 

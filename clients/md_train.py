@@ -216,6 +216,10 @@ class Framework(abc.ABC):
         """Run-configuration entries: versions, device, parameter counts."""
         ...
 
+    def step_settings(self) -> str:
+        """What the training step runs with, for the run's first line."""
+        return f"{self.precision}, shape buckets {'on' if getattr(self, 'buckets', False) else 'off'}"
+
     @abc.abstractmethod
     def parameter_count(self) -> int:
         ...
@@ -348,6 +352,7 @@ class Run:
         self.next_index = 0
         self.train_ranks = self.ranks  # the ranks the model was trained by (--eval-only: its checkpoint's)
         self.trained: list[int] = []   # the indices this rank trained on, as received
+        self.server_line = ""          # transport and server settings (``check_names``)
 
     def client(self, prefetch: int = 2) -> SamplerClient:
         return SamplerClient(self.args.server, prefetch=prefetch, **self.options)
@@ -357,6 +362,7 @@ class Run:
     def check_names(self) -> None:
         args = self.args
         with self.client() as client:
+            self.server_line = server_line(client.transport, client.server_settings())
             if args.preset:
                 client.list_sources(args.preset)  # INVALID_ARGUMENT for an unknown preset
                 # what the preset means comes from the server: its sources for each split
@@ -641,7 +647,7 @@ class Run:
                     raise UsageError(f"checkpoint {resumed_from}: next index {restored}, but {start} when first read")
             self.next_index = start
             self.log(f"run {args.run}: {args.model} on {args.backbone} ({framework.parameter_count()} parameters), "
-                     f"{framework.device}, server {args.server}"
+                     f"{framework.device}, {framework.step_settings()}; server {args.server} ({self.server_line})"
                      + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
                         if resumed_from else "")
                      + (f", rank 0 of {self.ranks} ({framework.collectives})" if self.ranks > 1 else ""))
@@ -693,6 +699,14 @@ def steps_before(limit: int, residue: int, period: int) -> int:
 
 def _ci(ci95: float | None) -> str:
     return f"{ci95:.4f}" if ci95 is not None else "n/a (one episode)"
+
+
+def server_line(transport: str, settings: pb.ServerSettings) -> str:
+    """How pixels come and how much the server prepares ahead, for the run's first line."""
+    if not settings.lookahead_bytes:  # an older server: its settings are unknown
+        return f"{transport} transport"
+    return (f"{transport} transport, lookahead {settings.lookahead_bytes / (1 << 20):g} MiB, "
+            f"{settings.decode_workers} decode workers")
 
 
 WAIT_HINT_SHARE = 0.10  # data wait after the first item beyond which the summary says what to change

@@ -168,6 +168,7 @@ class TorchFramework(Framework):
         if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
         self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, cuda)
+        self.compiled: CompiledEmbedding | None = None  # ``build`` compiles where --compile resolves on
         # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
         # ResNet-18 at 126 px consumes; on CPU the cores train
         self.receive_streams = 2 if cuda else 1
@@ -203,7 +204,6 @@ class TorchFramework(Framework):
             if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
                 self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
-        self.compiled = None
         if resolve_compile(args.compile, args.backbone, self.backbone, device.type == "cuda"):
             self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device)
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
@@ -234,6 +234,9 @@ class TorchFramework(Framework):
                 "parameter_count": self.parameter_count(),
                 "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.loaded.out_dim,
                 "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.loaded.preprocessing.as_config()}
+
+    def step_settings(self) -> str:
+        return f"{super().step_settings()}, compile {'on' if self.compiled else 'off'}"
 
     def _autocast(self) -> torch.autocast:
         return autocast(self.torch_device)

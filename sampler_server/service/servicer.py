@@ -77,7 +77,10 @@ class SamplerServicer(pb_grpc.SamplerServicer):
 
     @status.unary
     def ListSources(self, request: pb.ListSourcesRequest, context: grpc.ServicerContext) -> pb.ListSourcesResponse:
-        return self.md.list_sources(request)
+        reply = self.md.list_sources(request)
+        reply.server.lookahead_bytes = self.limits.lookahead_bytes
+        reply.server.decode_workers = self.assembler.workers
+        return reply
 
     @status.unary
     def DescribeSource(self, request: pb.DescribeSourceRequest, context: grpc.ServicerContext) -> pb.SourceDescription:

@@ -202,3 +202,15 @@ def test_one_evaluation_episode_has_no_interval(served, tmp_path):
     with SamplerClient(served.address) as client:
         cell = json.loads(client.get_report(["torch-one-episode"], "json"))["sources"]["image_folder/test"]
     assert cell["torch-one-episode"]["ci95"] is None
+
+
+def test_first_line_says_what_the_run_uses(served, tmp_path, capfd):
+    """Device, precision, buckets, compilation, the transport and the server's lookahead
+    and decode workers: what the throughput depends on, in the run's first line."""
+    _run(served, "torch-first-line", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "2",
+         "--eval-episodes", "0", "--shape-buckets", "on")
+    first = next(line for line in capfd.readouterr().err.splitlines() if ": run torch-first-line:" in line)
+    lookahead = served.server.servicer.limits.lookahead_bytes >> 20
+    workers = served.server.assembler.workers
+    assert (f"cpu, float32, shape buckets on, compile off; server {served.address} (same-host transport, "
+            f"lookahead {lookahead} MiB, {workers} decode workers)") in first, first

@@ -152,12 +152,22 @@ class SourceSummary(_message.Message):
     def __init__(self, name: _Optional[str] = ..., source: _Optional[str] = ..., fingerprint: _Optional[str] = ..., num_records: _Optional[int] = ..., train_classes: _Optional[int] = ..., valid_classes: _Optional[int] = ..., test_classes: _Optional[int] = ..., hierarchy: _Optional[str] = ..., raw_size: _Optional[int] = ..., preset: _Optional[str] = ..., raw_resize: _Optional[_Union[ResizeMethod, str]] = ...) -> None: ...
 
 class ListSourcesResponse(_message.Message):
-    __slots__ = ("sources", "preset_sources")
+    __slots__ = ("sources", "preset_sources", "server")
     SOURCES_FIELD_NUMBER: _ClassVar[int]
     PRESET_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
     sources: _containers.RepeatedCompositeFieldContainer[SourceSummary]
     preset_sources: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, sources: _Optional[_Iterable[_Union[SourceSummary, _Mapping]]] = ..., preset_sources: _Optional[_Iterable[str]] = ...) -> None: ...
+    server: ServerSettings
+    def __init__(self, sources: _Optional[_Iterable[_Union[SourceSummary, _Mapping]]] = ..., preset_sources: _Optional[_Iterable[str]] = ..., server: _Optional[_Union[ServerSettings, _Mapping]] = ...) -> None: ...
+
+class ServerSettings(_message.Message):
+    __slots__ = ("lookahead_bytes", "decode_workers")
+    LOOKAHEAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DECODE_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    lookahead_bytes: int
+    decode_workers: int
+    def __init__(self, lookahead_bytes: _Optional[int] = ..., decode_workers: _Optional[int] = ...) -> None: ...
 
 class DescribeSourceRequest(_message.Message):
     __slots__ = ("name", "preset")
