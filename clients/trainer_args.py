@@ -36,7 +36,7 @@ from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
 
-COMPILE_SETTINGS = ("auto", "on", "off")
+COMPILE_SETTINGS = ("on", "off")
 """The torch trainer's ``--compile`` (``clients.torch.compiled.resolve_compile``)."""
 
 FRAMEWORKS = ("torch", "tf")
@@ -200,10 +200,10 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
                        help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                             "meets few shapes; auto: on with a GPU, off on CPU")
     if framework == "torch":
-        model.add_argument("--compile", choices=COMPILE_SETTINGS, default="auto",
+        model.add_argument("--compile", choices=COMPILE_SETTINGS, default="off",
                            help="torch.compile the embedding step, one graph for every bucket (the first step "
-                                "compiles: tens of seconds); auto: on with a GPU for conv4/resnet18/resnet50/tiny, "
-                                "off on CPU")
+                                "compiles: seconds to a minute); off by default: on an H100 the compiled step "
+                                "measured slower than the eager one (bench/README.md, Compiled steps)")
 
     add_backbone_group(parser, "conv4", MD_IMAGE_SIZE, "image side the episodes are served at")
     add_reproducibility_group(parser)

@@ -22,9 +22,9 @@ processes to spawn) into pinned memory and onto the GPU on a side stream
 loss stays on the device until a progress line reads it, and at most two steps are
 in flight (the host waits on the older one's event, which keeps timing honest
 without idling the GPU). The embedding step (uint8 images to embeddings, forward and
-backward) is compiled (``--compile``, on by default on CUDA for our backbones;
-``clients.torch.compiled``): one graph with a dynamic row count serves every bucket,
-its first step pays the compilation (``compile_seconds`` in the summary).
+backward) can be compiled (``--compile on``; ``clients.torch.compiled``, which says why
+it is off by default): one graph with a dynamic row count serves every bucket, its
+first step pays the compilation (``compile_seconds`` in the summary).
 
 Distributed (``torchrun --nproc_per_node N python -m clients.torch ...``; the
 ``clients.md_train`` says what a step, a checkpoint, the reports and the evaluation are):
@@ -204,7 +204,7 @@ class TorchFramework(Framework):
             if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
                 self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
-        if resolve_compile(args.compile, args.backbone, self.backbone, device.type == "cuda"):
+        if resolve_compile(args.compile, args.backbone, self.backbone):
             self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device)
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
         self._step_module: nn.Module = self.trainee

@@ -35,10 +35,14 @@ _DEVICES = [
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    """A fresh dynamo cache, 2 threads, and float32 on CUDA in full float32 (not TF32), as on CPU."""
     torch._dynamo.reset()
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     torch.set_num_threads(threads)
     torch._dynamo.reset()
 
@@ -138,11 +142,13 @@ def _compare_steps(backbone: str, device: str, float64: bool, temperature: float
 @pytest.mark.parametrize("device", _DEVICES)
 @pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
 def test_compiled_padded_step_equals_unpadded_eager_step(backbone: str, device: str):
-    """float32, within ``test_shape_buckets_torch``'s tolerance. The logits are divided by
-    100 first: at random initialisation they lie hundreds apart and the saturated softmax
-    turns float32 rounding (the paths' embeddings each agree with float64's to 5e-6) into
+    """float32, within ``test_shape_buckets_torch``'s tolerance on CPU (the traced graph).
+    On CUDA inductor generates its own reductions: an H100 gave a relative gradient error
+    of 1.1e-4 for conv4, so there the bound is 2e-4. The logits are divided by 100 first:
+    at random initialisation they lie hundreds apart and the saturated softmax turns
+    float32 rounding (the paths' embeddings each agree with float64's to 5e-6) into
     gradient differences of up to 3e-5 (``..._is_exact_in_float64`` checks the raw loss)."""
-    _compare_steps(backbone, device, float64=False, temperature=100.0, tolerance=2e-5)
+    _compare_steps(backbone, device, float64=False, temperature=100.0, tolerance=2e-5 if device == "cpu" else 2e-4)
 
 
 @pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
@@ -154,16 +160,14 @@ def test_compiled_padded_step_is_exact_in_float64(backbone: str):
 
 def test_compile_setting_resolution():
     conv4 = build_backbone("conv4", 32)
-    assert resolve_compile("auto", "conv4", conv4, cuda=True) is True
-    assert resolve_compile("auto", "conv4", conv4, cuda=False) is False
-    assert resolve_compile("on", "conv4", conv4, cuda=False) is True
-    assert resolve_compile("off", "conv4", conv4, cuda=True) is False
-    assert resolve_compile("auto", "my.module:factory", conv4, cuda=True) is False  # a user's: opt-in
-    assert resolve_compile("on", "my.module:factory", conv4, cuda=True) is True
+    assert resolve_compile("on", "conv4", conv4) is True
+    assert resolve_compile("off", "conv4", conv4) is False
+    assert resolve_compile("on", "my.module:factory", conv4) is True
+    assert resolve_compile("off", "model.pt", lambda x: x) is False
     with pytest.raises(UsageError, match="not an nn.Module"):
-        resolve_compile("on", "model.pt", lambda x: x, cuda=True)
-    with pytest.raises(UsageError, match="expected one of auto, on, off"):
-        resolve_compile("yes", "conv4", conv4, cuda=True)
+        resolve_compile("on", "model.pt", lambda x: x)
+    with pytest.raises(UsageError, match="expected one of on, off"):
+        resolve_compile("auto", "conv4", conv4)
 
 
 def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
@@ -187,6 +191,5 @@ def test_compiled_run_follows_the_eager_curve(served, tmp_path):
     assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
     assert 1 <= compiled["train"]["compiled_graphs"] < compiled["train"]["distinct_shapes"]
     assert compiled["train"]["compile_seconds"] > 0 and eager["train"]["compile_seconds"] is None
-    assert (compiled["config"]["compile"], compiled["config"]["requested_compile"]) == ("on", "on")
-    assert (eager["config"]["compile"], eager["config"]["requested_compile"]) == ("off", "off")
+    assert (compiled["config"]["compile"], eager["config"]["compile"]) == ("on", "off")
     assert compiled["eval"]["folder"]["mean_accuracy"] == pytest.approx(eager["eval"]["folder"]["mean_accuracy"])
