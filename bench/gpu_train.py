@@ -56,6 +56,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from proc_tree import tree_cpu_seconds  # noqa: E402
 
 STORE = "bench_raw{size}"
 _RATE = re.compile(r"episode (\d+)/\d+: .*?; ([0-9.]+) episodes/s")
@@ -191,31 +194,6 @@ def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, 
 
 
 # ---- several GPUs: one torchrun per rank count, one server replica per rank ------------------
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its living descendants (``/proc``: no psutil
-    on the GPU hosts)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                frontier.append(pid)
-    return sum(times.get(pid, 0.0) for pid in tree)
 
 
 def rank_indices(rank: dict) -> list[int]:

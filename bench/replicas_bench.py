@@ -29,8 +29,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-STORE = "replicas"
+from ddp_smoke import STORE, make_store  # noqa: E402  (the image_folder store, packed raw)
+from proc_tree import tree_cpu_seconds  # noqa: E402
 RANK_CODE = """
 import json, logging, os, sys, time
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
@@ -53,46 +55,6 @@ with SamplerClient(target) as client:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-
-
-def make_store(work: Path, classes: int, per_class: int, size: int) -> Path:
-    from sampler_server import fixtures
-    from sampler_server.pack import sources
-    from sampler_server.pack.pipeline import PackOptions, run_pack
-    from sampler_server.pack.plan import ConverterOptions
-
-    fixture = fixtures.get_generator("image_folder").generate(work / "original", num_classes=classes,
-                                                               images_per_class=per_class)
-    options = dict(fixture.pack_args)
-    if fixture.split_file is not None:
-        options["class_splits"] = fixture.split_file
-    plan = sources.get_converter(fixture.source).plan(fixture.input_dir, ConverterOptions(**options))
-    run_pack(plan, work / "data", PackOptions(name=STORE, raw_size=size, progress=False))
-    return work / "data"
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds (user + system) of ``root`` and its live descendants, from /proc."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                frontier.append(pid)
-    return sum(times.get(pid, 0.0) for pid in tree)
 
 
 def measure(data: Path, replicas: int, args: argparse.Namespace) -> dict:

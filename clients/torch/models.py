@@ -183,31 +183,28 @@ def counted_batch_norm(x: torch.Tensor, count: torch.Tensor, running_mean: torch
 
 
 @contextlib.contextmanager
-def counted_rows(module: nn.Module, count: torch.Tensor | None) -> Iterator[None]:
+def _norms_set(module: nn.Module, attribute: str, value: object) -> Iterator[None]:
+    """Within: ``attribute`` of every ``RowBatchNorm2d`` of ``module`` is ``value`` (then None)."""
+    norms = [m for m in module.modules() if isinstance(m, RowBatchNorm2d)]
+    for norm in norms:
+        setattr(norm, attribute, value)
+    try:
+        yield
+    finally:
+        for norm in norms:
+            setattr(norm, attribute, None)
+
+
+def counted_rows(module: nn.Module, count: torch.Tensor | None) -> contextlib.AbstractContextManager[None]:
     """Within: the batch norms of ``module`` in training count the first ``count`` rows
     (a 0-d integer tensor on the module's device; ``counted_batch_norm``)."""
-    norms = [m for m in module.modules() if isinstance(m, RowBatchNorm2d)]
-    for norm in norms:
-        norm.valid_count = count
-    try:
-        yield
-    finally:
-        for norm in norms:
-            norm.valid_count = None
+    return _norms_set(module, "valid_count", count)
 
 
-@contextlib.contextmanager
-def valid_rows(module: nn.Module, rows: int | None) -> Iterator[None]:
+def valid_rows(module: nn.Module, rows: int | None) -> contextlib.AbstractContextManager[None]:
     """Within: the batch norms of ``module`` count only the first ``rows`` rows of each
     batch (None: all rows, plain batch norm)."""
-    norms = [m for m in module.modules() if isinstance(m, RowBatchNorm2d)]
-    for norm in norms:
-        norm.valid_rows = rows
-    try:
-        yield
-    finally:
-        for norm in norms:
-            norm.valid_rows = None
+    return _norms_set(module, "valid_rows", rows)
 
 
 class Conv4(nn.Module):
