@@ -46,8 +46,8 @@ def serve_options() -> dict[str, argparse.Action]:
     options: dict[str, argparse.Action] = {}
     for action in subparsers.choices["serve"]._actions:
         flag = next((s for s in action.option_strings if s.startswith("--")), None)
-        if flag is None or isinstance(action, argparse._HelpAction):
-            continue
+        if flag is None or isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue  # hidden options are serve's own (a replica's command line), not a deployment's
         options[PREFIX + flag[2:].upper().replace("-", "_")] = action
     return options
 

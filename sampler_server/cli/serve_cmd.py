@@ -28,8 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replicas", type=int, default=1, metavar="N",
                         help="server processes on this host (default 1), each a whole server on its own port with "
                         "its share of --workers; every limit (--lookahead-mb, --send-mb, --shm-mb, --max-streams, ...) "
-                        "applies to each. The ready line names them all as ipv4:HOST:P0,HOST:P1,... for a client's "
-                        "--server. One per GPU rank of a torchrun, and each rank reads from its own replica: one "
+                        "applies to each. The ready line names them all as ipv4:HOST:P0,HOST:P1,..., the server address "
+                        "a client takes. One per GPU rank of a torchrun, and each rank reads from its own replica: one "
                         "process serves about 35-48 raw 126-px MD episodes/s however many cores it has "
                         "(docs/serving.md)")
     parser.add_argument("--workers", type=int, default=0, help="decode worker processes, all replicas together "
