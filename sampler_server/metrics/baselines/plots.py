@@ -8,21 +8,26 @@
 
 A run with several seeds at one n is drawn as the reference notebook's seaborn
 ``lineplot`` draws it: one line through the mean cR over its seeds at each n (each seed's
-point shown as a small dot). A regime a run lacks leaves no point, never a made-up one.
+point shown as a small dot, named in the legend). A regime a run lacks leaves no point,
+never a made-up one. cR is a fraction by definition (0 = maximal supervision, 1 = blind
+guess), not an accuracy, so its axes stay unitless; the legend stands right of the axes
+(``plotting``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from sampler_server.metrics.plotting import file_safe_name, finish_axes  # first: it selects the file backend
-import matplotlib.pyplot as plt  # noqa: E402 (after the backend is chosen)
-from matplotlib.ticker import NullLocator  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
 
-from sampler_server.metrics.baselines.report import CalibratedReport  # noqa: E402
+from sampler_server.metrics.baselines.report import CalibratedReport
+from sampler_server.metrics.plotting import file_safe_name, finish_axes, new_figure, write_figure
 
-FIGURE_SIZE = (6, 4)  # inches, at DPI below: 600 x 400 pixels
-DPI = 100
+FIGURE_SIZE = (6, 4)  # inches, at plotting.DPI: 600 x 400 pixels
+SEED_DOTS = "dot: one seed (line: mean)"
 
 
 def mean_by_n(regimes: list[dict]) -> list[tuple[float, float | None, float]]:
@@ -34,34 +39,37 @@ def mean_by_n(regimes: list[dict]) -> list[tuple[float, float | None, float]]:
             for n, entries in sorted(by_n.items())]
 
 
-def plot_cr_against_n(report: CalibratedReport, task: str, path: Path) -> Path:
-    """cR against n (log axis): the model runs, the scratch curve, the 0 and 1 lines."""
+def cr_against_n_figure(report: CalibratedReport, task: str) -> Figure:
+    """cR against n (log axis, ticks at the regimes): the model runs, the scratch curve, the 0 and 1 lines."""
     value = report.calibration["tasks"][task]
-    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=DPI)
+    figure, axes = new_figure(FIGURE_SIZE)
     axes.axhline(1.0, color="grey", linewidth=1, linestyle=":", label="blind guess (cR = 1)")
     axes.axhline(0.0, color="black", linewidth=1, linestyle=":", label=f"max: {report.max_run} (cR = 0)")
     curve = report.scratch_curves[task]
     axes.plot([n for n, _, _ in curve], [cr for _, _, cr in curve], marker="s", linestyle="--", color="grey",
               label=f"scratch: {report.scratch_run}")
+    dots = False
     for run, calibrated in value["runs"].items():
         regimes = calibrated["regimes"]
         curve = mean_by_n(regimes)
         line = axes.plot([n for n, _, _ in curve], [cr for _, _, cr in curve], marker="o", label=run)[0]
         if len(curve) < len(regimes):
             axes.scatter([r["n"] for r in regimes], [r["cR"] for r in regimes], s=8, color=line.get_color())
+            dots = True
     axes.set_xscale("log")
     regimes_n = sorted({n for n, _, _ in report.scratch_curves[task]}
                        | {r["n"] for c in value["runs"].values() for r in c["regimes"]})
     axes.set_xticks(regimes_n, [str(n) for n in regimes_n])  # the regimes themselves, not 2x10^1
     axes.xaxis.set_minor_locator(NullLocator())
-    return finish_axes(axes, figure, "n (training examples, log scale)", "calibrated risk cR",
-                   f"{task}: cR against n", path)
+    extra = [Line2D([], [], color="grey", marker="o", markersize=3, linestyle="none", label=SEED_DOTS)] if dots else []
+    finish_axes(axes, "n (training examples, log scale)", "calibrated risk cR", f"{task}: cR against n", extra)
+    return figure
 
 
-def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> Path:
+def cr_against_scratch_figure(report: CalibratedReport, task: str) -> Figure:
     """cR_f against cR_scratch with the diagonal."""
     value = report.calibration["tasks"][task]
-    figure, axes = plt.subplots(figsize=FIGURE_SIZE, dpi=DPI)
+    figure, axes = new_figure(FIGURE_SIZE)
     xs = [r["cR_scratch"] for c in value["runs"].values() for r in c["regimes"] if r["cR_scratch"] is not None]
     ys = [r["cR"] for c in value["runs"].values() for r in c["regimes"] if r["cR_scratch"] is not None]
     low, high = min([0.0, *xs, *ys]), max([1.0, *xs, *ys])
@@ -71,16 +79,20 @@ def plot_cr_against_scratch(report: CalibratedReport, task: str, path: Path) -> 
         cci = calibrated["cci"]
         label = f"{run} (CCI {cci:+.3f})" if cci is not None else f"{run} (CCI undefined)"
         axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
-    return finish_axes(axes, figure, f"cR_scratch ({report.scratch_run})", "cR_f", f"{task}: cR_f against cR_scratch",
-                   path)
+    finish_axes(axes, f"cR_scratch ({report.scratch_run})", "cR_f (mean over seeds at each n)",
+                f"{task}: cR_f against cR_scratch")
+    return figure
+
+
+def calibrated_figures(report: CalibratedReport) -> Iterator[tuple[str, Figure]]:
+    """(file name, figure): both plots of every task."""
+    for task in report.tasks:
+        name = file_safe_name(task)
+        yield f"calibrated_n_{name}.png", cr_against_n_figure(report, task)
+        yield f"calibrated_scratch_{name}.png", cr_against_scratch_figure(report, task)
 
 
 def write_calibrated_plots(report: CalibratedReport, directory: Path) -> list[Path]:
     """Both plots of every task into ``directory`` (created); the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    for task in report.tasks:
-        name = file_safe_name(task)
-        written.append(plot_cr_against_n(report, task, directory / f"calibrated_n_{name}.png"))
-        written.append(plot_cr_against_scratch(report, task, directory / f"calibrated_scratch_{name}.png"))
-    return written
+    return [write_figure(figure, directory / name) for name, figure in calibrated_figures(report)]
