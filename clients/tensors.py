@@ -3,20 +3,24 @@
 A ``Tensor`` (bytes + shape + dtype) becomes a zero-copy, read-only NumPy view of the
 message, or of the shared-memory segment it names (``sampler_common.wire.segments``).
 Splits and resize methods are named as the client's users name them ("train",
-"legacy_bilinear", ...); a name the wire has no value for is a ``ValueError`` naming
-what is allowed, raised before any request is sent.
+"legacy_bilinear", ...); a name the wire has no value for, or an image size out of
+range, is a ``ValueError`` naming what is allowed (``sampler_common.checks.FieldError``
+for the fields every layer checks alike), raised before any request is sent.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sampler_common.checks import check_image_size
+from sampler_common.splits import MD
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.segments import SegmentMaps, SegmentRef
 from sampler_common.wire.tensors import RawTensor
 
 DTYPES = {pb.DTYPE_UINT8: np.uint8, pb.DTYPE_INT32: np.int32, pb.DTYPE_INT64: np.int64, pb.DTYPE_FLOAT32: np.float32}
 SPLITS = {"train": pb.SPLIT_TRAIN, "valid": pb.SPLIT_VALID, "test": pb.SPLIT_TEST}
+"""Meta-Dataset's canonical split names (``sampler_common.splits.MD``) as the wire's ``Split``."""
 RESIZE_METHODS = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_METHOD_ANTIALIAS,
                   "fast_bilinear": pb.RESIZE_METHOD_FAST_BILINEAR, "tf2_bilinear": pb.RESIZE_METHOD_TF2_BILINEAR,
                   "shorter_bicubic_center_crop": pb.RESIZE_METHOD_SHORTER_BICUBIC_CENTER_CROP,
@@ -24,10 +28,9 @@ RESIZE_METHODS = {"bilinear": pb.RESIZE_METHOD_BILINEAR, "antialias": pb.RESIZE_
 
 
 def split_code(split: str) -> int:
-    """The wire's ``Split`` of a split name ("train", "valid", "test")."""
-    if split not in SPLITS:
-        raise ValueError(f"split: got {split!r}, expected one of {', '.join(SPLITS)}")
-    return SPLITS[split]
+    """The wire's ``Split`` of a Meta-Dataset split name ("train", "valid", "test"; "val" and
+    "validation" are "valid"); a ``FieldError`` listing the accepted names otherwise."""
+    return SPLITS[MD.canonical(split)]
 
 
 def split_name(code: int) -> str:
@@ -51,7 +54,8 @@ def image_options(image_size: int, resize: str, *, encoded: bool = False) -> pb.
     """The images a request asks for: decoded pixels resized to ``image_size`` by
     ``resize`` (checked here), or with ``encoded`` the stored bytes."""
     mode = pb.IMAGE_MODE_ENCODED if encoded else pb.IMAGE_MODE_DECODED
-    return pb.ImageOptions(image_size=image_size, mode=mode, resize=check_resize(resize))
+    size = check_image_size(image_size)  # a user's 0 is refused: on the wire 0 means "unset"
+    return pb.ImageOptions(image_size=size, mode=mode, resize=check_resize(resize))
 
 
 def raw_array(tensor: RawTensor, maps: SegmentMaps | None = None) -> np.ndarray:

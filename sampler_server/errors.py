@@ -8,6 +8,11 @@ internal invariants only.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from sampler_common.checks import FieldError
+
 
 class SamplerError(Exception):
     """Root of every error the project raises on purpose."""
@@ -15,6 +20,16 @@ class SamplerError(Exception):
 
 class InvalidArgument(SamplerError, ValueError):
     """A parameter is outside what is allowed (maps to INVALID_ARGUMENT)."""
+
+
+@contextlib.contextmanager
+def field_checks() -> Iterator[None]:
+    """Inside, a ``sampler_common.checks`` refusal (``FieldError``) becomes ``InvalidArgument``
+    with the same message: the server and the CLI say what the client says."""
+    try:
+        yield
+    except FieldError as error:
+        raise InvalidArgument(str(error)) from None
 
 
 class NotFound(SamplerError, LookupError):

@@ -14,6 +14,7 @@ import abc
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
+from sampler_common.checks import check_index, check_step, check_stream_count
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 Reply = TypeVar("Reply")
@@ -38,3 +39,12 @@ class Rpc(Protocol):
     @abc.abstractmethod
     def report(self, reports: Sequence[pb.MetricReport], run_config_json: str = "") -> pb.ReportMetricsResponse:
         """Send metric reports (idempotent on the server)."""
+
+
+def check_window(start: int, count: int, step: int = 1) -> None:
+    """A stream's index window, checked as the server checks it (``sampler_common.checks``):
+    ``start_index`` an index, ``count`` 0 (unbounded) to the most a stream sends, ``index_step``
+    at least 1."""
+    check_index(start, "start_index")
+    check_stream_count(count)
+    check_step(step)

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sampler_common.checks import MAX_COG_BATCH_SIZE, check_batch_size, check_seed
+from sampler_common.splits import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.tensors import split_tensors
 
-from clients.protocols import Rpc
+from clients.protocols import Rpc, check_window
 from clients.tensors import image_options, raw_array, to_array
 
 _COG_IMAGES = pb.CogBatch.DESCRIPTOR.fields_by_name["images"].number
@@ -66,11 +68,14 @@ class CogBatchArrays:
 
 def cog_split_request(level: str, split: str, shots: int = 0, seed: int = 0, level_size: int = 0,
                       min_images: int = 0, levels_file: str = "", concepts_split_file: str = "") -> pb.CogSplitRequest:
-    """The request naming one CoG level split; names and values are checked by the server
-    (level_size / min_images 0 = the paper's 1000 / 782; levels_file / concepts_split_file:
-    naver/cog's files, as paths on the server, absolute or relative to its data directory)."""
-    return pb.CogSplitRequest(level=level, split=split, shots=shots, seed=seed, level_size=level_size,
-                              min_images=min_images, levels_file=levels_file, concepts_split_file=concepts_split_file)
+    """The request naming one CoG level split. The split name and the seed are checked here as
+    the server checks them (``sampler_common``: "valid" and "validation" read as "val"); the level,
+    shots and sizes by the server (level_size / min_images 0 = the paper's 1000 / 782;
+    levels_file / concepts_split_file: naver/cog's files, as paths on the server, absolute or
+    relative to its data directory)."""
+    return pb.CogSplitRequest(level=level, split=COG.canonical(split), shots=shots, seed=check_seed(seed),
+                              level_size=level_size, min_images=min_images, levels_file=levels_file,
+                              concepts_split_file=concepts_split_file)
 
 
 class CogCalls(Rpc):
@@ -112,8 +117,9 @@ class CogCalls(Rpc):
         split of a 1-shot subset) is one empty batch with ``last`` set."""
         base = pb.StreamCogBatchesRequest(
             split=cog_split_request(level, split, shots, seed, level_size, min_images, levels_file,
-                                    concepts_split_file), batch_size=batch_size,
+                                    concepts_split_file), batch_size=check_batch_size(batch_size, upper=MAX_COG_BATCH_SIZE),
             images=image_options(image_size, resize, encoded=encoded))
+        check_window(start_index, count)
 
         def window(next_index: int, remaining: int, token: str) -> pb.StreamCogBatchesRequest:
             request = pb.StreamCogBatchesRequest()

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from sampler_common.checks import check_batch_size, check_count, check_index, check_seed
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.segments import SegmentMaps
 from sampler_common.wire.tensors import split_tensors
 
-from clients.protocols import Rpc
+from clients.protocols import Rpc, check_window
 from clients.reporting import episode_report, run_config_json
 from clients.tensors import check_resize, image_options, raw_array, resize_name, split_code, split_name, to_array
 
@@ -153,21 +154,26 @@ class EpisodeSpec:
     config: Mapping[str, Any] = field(default_factory=dict)
 
     def to_request(self) -> pb.EpisodeRequest:
+        """The request; every field the server checks alike is checked here first
+        (``sampler_common.checks``: ``FieldError`` naming the field, the value and the range;
+        ``ways`` / ``shots`` / ``query`` are named as the wire names them, ``num_ways`` ...)."""
         split = split_code(self.split)
         check_resize(self.resize)
+        seed = check_seed(self.seed)
         config = pb.EpisodeConfig(**dict(self.config))
         for name, value in (("num_ways", self.ways), ("num_support", self.shots), ("num_query", self.query)):
             if value is not None:
-                setattr(config, name, value)
+                setattr(config, name, check_count(name, value))
         return pb.EpisodeRequest(sources=list(self.sources), preset=self.preset, split=split, config=config,
-                                 seed=self.seed, images=image_options(self.image_size, self.resize))
+                                 seed=seed, images=image_options(self.image_size, self.resize))
 
 
 def batch_request(source: str, split: str, batch_size: int, *, seed: int = 0, image_size: int = 84,
                   resize: str = "bilinear", preset: str = "") -> pb.StreamBatchesRequest:
     """The StreamBatches request of a split (without its index window); names checked by the server."""
     code = split_code(split)
-    return pb.StreamBatchesRequest(source=source, split=code, seed=seed, batch_size=batch_size, preset=preset,
+    return pb.StreamBatchesRequest(source=source, split=code, seed=check_seed(seed),
+                                   batch_size=check_batch_size(batch_size), preset=preset,
                                    images=image_options(image_size, resize))
 
 
@@ -190,6 +196,7 @@ class MdCalls(Rpc):
     def episode(self, spec: EpisodeSpec, index: int) -> EpisodeArrays:
         """Episode ``index`` of ``spec``'s request (it keeps the request, for reporting)."""
         request = spec.to_request()
+        index = check_index(index)
 
         def sent(token: str) -> pb.GetEpisodeRequest:
             message = pb.GetEpisodeRequest(request=request, index=index)
@@ -202,6 +209,7 @@ class MdCalls(Rpc):
                  step: int = 1) -> Generator[EpisodeArrays, None, None]:
         """Episodes start, start + step, ... (count of them; 0 = unbounded), resumed across failures."""
         request = spec.to_request()
+        check_window(start, count, step)
 
         def window(next_index: int, remaining: int, token: str) -> pb.StreamEpisodesRequest:
             sent = pb.StreamEpisodesRequest(request=request, start_index=next_index, count=remaining, index_step=step)
@@ -219,6 +227,7 @@ class MdCalls(Rpc):
         ``source``: a store name or source kind; ``preset``: whose class splits apply."""
         base = batch_request(source, split, batch_size, seed=seed, image_size=image_size, resize=resize,
                              preset=preset)
+        check_window(start, count, step)
 
         def window(next_index: int, remaining: int, token: str) -> pb.StreamBatchesRequest:
             request = pb.StreamBatchesRequest()

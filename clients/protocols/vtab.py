@@ -16,11 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from sampler_common.checks import check_batch_size, check_seed
 from sampler_common.protocols import VTAB
+from sampler_common.splits import REGIME_STREAM
+from sampler_common.splits import VTAB as VTAB_SPLIT_NAMES
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.segments import SegmentMaps
 
-from clients.protocols import Rpc
+from clients.protocols import Rpc, check_window
 from clients.reporting import run_config_json
 from clients.tensors import image_options, resize_name, to_array
 
@@ -112,13 +115,16 @@ def join_chunks(chunks: Sequence[TaskChunk], image_size: int) -> tuple[np.ndarra
 def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
                        image_size: int = 224, resize: str = VTAB_RESIZE, store: str = "", regime: int = 0,
                        regime_seed: int = 0, regime_sampling: str = "") -> pb.StreamTaskBatchesRequest:
-    """The StreamTaskBatches request of a task split (without its index window); names checked by the server.
-    With ``regime`` > 0, ``split`` names a part of that data regime ("train", "val", or "trainval": the
-    whole regime) drawn with ``regime_seed`` and ``regime_sampling`` (see ``get_regime``)."""
+    """The StreamTaskBatches request of a task split (without its index window). The split name, seeds,
+    batch size and image size are checked as the server checks them (``sampler_common``: "valid" and
+    "validation" read as "val"); the task's name by the server. With ``regime`` > 0, ``split`` names a
+    part of that data regime ("train", "val", or "trainval": the whole regime) drawn with ``regime_seed``
+    and ``regime_sampling`` (see ``get_regime``)."""
+    names = REGIME_STREAM if regime else VTAB_SPLIT_NAMES  # a packed source's splits are among VTAB's names
     return pb.StreamTaskBatchesRequest(
-        task=task, split=split, seed=seed, batch_size=batch_size, shuffle=shuffle, store=store,
-        images=image_options(image_size, resize), regime=regime, regime_seed=regime_seed,
-        regime_sampling=regime_sampling,
+        task=task, split=names.canonical(split), seed=check_seed(seed), batch_size=check_batch_size(batch_size),
+        shuffle=shuffle, store=store, images=image_options(image_size, resize), regime=regime,
+        regime_seed=check_seed(regime_seed, "regime_seed"), regime_sampling=regime_sampling,
     )
 
 
@@ -150,6 +156,7 @@ class VtabCalls(Rpc):
         base = task_batch_request(task, split, batch_size, shuffle=True, seed=seed, image_size=image_size,
                                   resize=resize, store=store, regime=regime, regime_seed=regime_seed,
                                   regime_sampling=regime_sampling)
+        check_window(start, count)
         return self._task_batches(base, start, count)
 
     def eval_batches(self, task: str, split: str, batch_size: int, start: int = 0, image_size: int = 224,
@@ -160,6 +167,7 @@ class VtabCalls(Rpc):
         base = task_batch_request(task, split, batch_size, shuffle=False, image_size=image_size, resize=resize,
                                   store=store, regime=regime, regime_seed=regime_seed,
                                   regime_sampling=regime_sampling)
+        check_window(start, 0)
         return self._task_batches(base, start, 0)
 
     def task_episode(self, task: str, image_size: int = 224, resize: str = VTAB_RESIZE, chunk_size: int = 0,
@@ -167,8 +175,9 @@ class VtabCalls(Rpc):
         """A VTAB task as one full-way episode (support = train800val200, query = test by default),
         assembled from chunks; a broken stream resumes at the next chunk."""
         base = pb.StreamTaskEpisodeRequest(
-            task=task, chunk_size=chunk_size, support_split=support_split, query_split=query_split, store=store,
-            images=image_options(image_size, resize))
+            task=task, chunk_size=chunk_size, store=store, images=image_options(image_size, resize),
+            support_split=VTAB_SPLIT_NAMES.canonical(support_split, "support_split") if support_split else "",
+            query_split=VTAB_SPLIT_NAMES.canonical(query_split, "query_split") if query_split else "")
 
         def window(next_index: int, remaining: int, token: str) -> pb.StreamTaskEpisodeRequest:
             request = pb.StreamTaskEpisodeRequest()

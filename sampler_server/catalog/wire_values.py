@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sampler_common.checks import check_image_size
 from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.imaging import ResizeMethod
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 DEFAULT_IMAGE_SIZE = 84
-MAX_IMAGE_SIZE = 1024
 
 _SPLITS = {pb.SPLIT_TRAIN: Split.TRAIN, pb.SPLIT_VALID: Split.VALID, pb.SPLIT_TEST: Split.TEST}
 _SPLITS_BACK = {value: key for key, value in _SPLITS.items()}
@@ -67,9 +67,11 @@ class ImageRequest:
 
 
 def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
-    size = message.image_size or DEFAULT_IMAGE_SIZE
-    if not 1 <= size <= MAX_IMAGE_SIZE:
-        raise InvalidArgument(f"images.image_size: got {size}, expected 1 to {MAX_IMAGE_SIZE} (0 = {DEFAULT_IMAGE_SIZE})")
+    """The images a request asks for. A wire ``image_size`` of 0 is the field left unset (the
+    protocol's default; the client never sends a user's 0, it refuses it); any other size is
+    checked as the client and the CLI check it (``sampler_common.checks.check_image_size``)."""
+    with field_checks():
+        size = check_image_size(message.image_size or DEFAULT_IMAGE_SIZE)
     if message.mode not in (pb.IMAGE_MODE_UNSPECIFIED, pb.IMAGE_MODE_DECODED, pb.IMAGE_MODE_ENCODED):
         raise InvalidArgument(f"images.mode: got {message.mode}, expected IMAGE_MODE_DECODED or IMAGE_MODE_ENCODED")
     if message.resize not in _RESIZE:

@@ -17,12 +17,20 @@ import argparse
 import json
 from pathlib import Path
 
-from sampler_server.core.md.batches import MAX_BATCH_SIZE, BatchSampler, LabelledBatch
+from sampler_common.checks import (
+    MAX_BATCH_SIZE,
+    MAX_INDEX,
+    MAX_SEED,
+    check_batch_size,
+    check_image_size,
+    check_index,
+    check_seed,
+)
+from sampler_server.core.md.batches import BatchSampler, LabelledBatch
 from sampler_server.core.md.imagenet_spec import spec_for_manifest
 from sampler_server.core.md.plan import parse_split
 from sampler_server.core.md.presets import IMAGENET_SPLIT, Benchmark
-from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.manifest import load_manifest
 from sampler_server.store.naming import StoreName, pick_store
@@ -42,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--data", required=True, type=Path, metavar="DIR", help="data directory of packed stores")
     parser.add_argument("--source", required=True, metavar="NAME", help="a store name or a source kind")
-    parser.add_argument("--split", required=True, metavar="SPLIT", help="train, valid or test")
+    parser.add_argument("--split", required=True, metavar="SPLIT", help="train, valid or test (val, validation: valid)")
     parser.add_argument("--seed", required=True, type=int, help=f"user seed, 0 to {MAX_SEED}")
     parser.add_argument("--index", type=int, default=0, help="batch index (default 0)")
     parser.add_argument("--count", type=int, default=1, help=f"batches from INDEX on, 1 to {MAX_COUNT} (default 1)")
@@ -59,12 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _check_range(args: argparse.Namespace) -> None:
+    """The request's fields as the client and the server check them (``sampler_common.checks``,
+    one message naming the field in all three), then what only this command bounds."""
+    with field_checks():
+        check_seed(args.seed)
+        check_index(args.index)
+        check_batch_size(args.batch_size)
+        check_image_size(args.image_size)
     if not 1 <= args.count <= MAX_COUNT:
         raise InvalidArgument(f"--count: got {args.count}, expected an integer in [1, {MAX_COUNT}]")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise InvalidArgument(f"--seed: got {args.seed}, expected an integer in [0, {MAX_SEED}]")
-    if not 1 <= args.batch_size <= MAX_BATCH_SIZE:
-        raise InvalidArgument(f"--batch-size: got {args.batch_size}, expected an integer in [1, {MAX_BATCH_SIZE}]")
     last = (MAX_INDEX + 1) // args.batch_size - 1  # the last batch whose positions fit an int64
     if not 0 <= args.index <= last - (args.count - 1):
         raise InvalidArgument(

@@ -26,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, type=Path, help="data directory holding the packed IN-21K "
                         "(all shards) and, for IN-1K, ILSVRC-2012 stores")
     parser.add_argument("--level", required=True, help="level: " + ", ".join(LEVELS))
-    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS) + " (val: 20%% of the full "
+    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS) + " (valid, validation: val; val: 20%% of the full "
                         "train set for --seed; search: train minus val, then --shots per concept)")
     parser.add_argument("--shots", type=int, default=0,
                         help=f"images per concept of a few-shot train or search set: {', '.join(map(str, SHOTS))}; "
@@ -34,9 +34,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of a few-shot subset, val or search split (>= 1; the "
                         "paper uses 1 to 5); the test and full train splits take none")
     parser.add_argument("--level-size", type=int, default=LEVEL_SIZE,
-                        help=f"concepts per level L1..L5 (default {LEVEL_SIZE}; 0 = the default)")
+                        help=f"concepts per level L1..L5 (default {LEVEL_SIZE}, which 0 also asks for)")
     parser.add_argument("--min-images", type=int, default=MIN_IMAGES,
-                        help=f"images an eligible concept has at least (default {MIN_IMAGES}; 0 = the default)")
+                        help=f"images an eligible concept has at least (default {MIN_IMAGES}, which 0 also asks for)")
     parser.add_argument("--levels-file", type=Path, help="naver/cog's cog_levels_mapping_file.pkl: L1..L5 are its "
                         "concepts (--level-size and --min-images unused)")
     parser.add_argument("--concepts-split-file", type=Path, help="with --levels-file: naver/cog's "

@@ -43,10 +43,10 @@ from sampler_server.core.md import (
 )
 from sampler_server.core.md.plan import parse_split
 from sampler_server.core.md.presets import IMAGENET_SPLIT
-from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
+from sampler_common.checks import MAX_INDEX, MAX_SEED, check_image_size, check_index, check_seed
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.imaging import ResizeMethod
 from sampler_server.store.manifest import Manifest, load_manifest
 from sampler_server.store.naming import StoreName, pick_store
@@ -54,7 +54,6 @@ from sampler_server.store.naming import StoreName, pick_store
 MAX_COUNT = 100_000
 """Most episodes one command prints (a larger request is a typo, not a use)."""
 DEFAULT_IMAGE_SIZE = 84
-MAX_IMAGE_SIZE = 1024
 DEFAULT_PNG_MAX_TILES = 20
 
 
@@ -70,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--source", required=True, metavar="S",
         help="a source, a comma-separated list of sources, or a preset: " + ", ".join(b.value for b in Benchmark),
     )
-    parser.add_argument("--split", required=True, metavar="SPLIT", help="train, valid or test")
+    parser.add_argument("--split", required=True, metavar="SPLIT", help="train, valid or test (val, validation: valid)")
     parser.add_argument("--seed", required=True, type=int, help=f"user seed, 0 to {MAX_SEED}")
     parser.add_argument("--index", type=int, default=0, help="episode index (default 0)")
     parser.add_argument("--count", type=int, default=1, help=f"episodes from INDEX on, 1 to {MAX_COUNT} (default 1)")
@@ -129,10 +128,14 @@ def config_from_args(args: argparse.Namespace) -> EpisodeConfig:
 
 
 def _check_range(args: argparse.Namespace) -> None:
+    """The request's fields as the client and the server check them (``sampler_common.checks``,
+    one message naming the field in all three), then what only this command bounds."""
+    with field_checks():
+        check_seed(args.seed)
+        check_index(args.index)
+        check_image_size(args.image_size)
     if not 1 <= args.count <= MAX_COUNT:
         raise InvalidArgument(f"--count: got {args.count}, expected an integer in [1, {MAX_COUNT}]")
-    if not 0 <= args.seed <= MAX_SEED:
-        raise InvalidArgument(f"--seed: got {args.seed}, expected an integer in [0, {MAX_SEED}]")
     if not 0 <= args.index <= MAX_INDEX - (args.count - 1):
         raise InvalidArgument(
             f"--index: got {args.index}, expected an integer in [0, {MAX_INDEX - (args.count - 1)}] "
@@ -141,8 +144,6 @@ def _check_range(args: argparse.Namespace) -> None:
     if args.png is not None:
         if args.count != 1:
             raise InvalidArgument(f"--png: got --count {args.count}, expected 1 (one episode per picture)")
-        if not 1 <= args.image_size <= MAX_IMAGE_SIZE:
-            raise InvalidArgument(f"--image-size: got {args.image_size}, expected an integer in [1, {MAX_IMAGE_SIZE}]")
         if args.png_max_tiles < 1:
             raise InvalidArgument(f"--png-max-tiles: got {args.png_max_tiles}, expected at least 1")
 

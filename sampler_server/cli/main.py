@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from sampler_common.checks import FieldError
 from sampler_server import __version__
 from sampler_server.errors import SamplerError
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as error:
         return _exit_for_missing_extra(error)
-    except SamplerError as error:
+    except (SamplerError, FieldError) as error:
         print(f"sampler-server {args.command}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

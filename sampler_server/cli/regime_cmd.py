@@ -28,13 +28,13 @@ from sampler_server.catalog.tasks import TaskHandle, pick_tfds_store, source_han
 from sampler_server.core.baselines import (
     DEFAULT_SAMPLING,
     POOL_SPLIT,
-    REGIME_SPLITS,
     TEST_SPLIT,
     RegimeSplit,
     RegressionBlindGuess,
     RegressionLoss,
     SAMPLINGS,
     build_regime,
+    check_regime_split,
     check_sampling,
     parse_loss,
     regime_regression,
@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "packed classification source (fixed held-out train/val/test splits)")
     parser.add_argument("--n", required=True, type=int, help="examples in the regime (0: only the defaults)")
     parser.add_argument("--seed", required=True, type=int, help="regime seed, 0 to 2**64-1")
-    parser.add_argument("--split", default="train", help="part of the regime: train (default) or val")
+    parser.add_argument("--split", default="train", help="part of the regime: train (default) or val "
+                        "(also valid, validation)")
     parser.add_argument("--regime-sampling", default=DEFAULT_SAMPLING, metavar="|".join(SAMPLINGS),
                         help="how the N examples are drawn: uniform (default: a uniform random subsample of the train "
                         "split, as the control-baselines paper draws it) or stratified (one example per class first)")
@@ -91,8 +92,7 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     name and, with a ``target``, its regression blind guess under ``loss``."""
     chosen_loss = check_target(target, loss)
     check_sampling(sampling, "--regime-sampling")
-    if split not in REGIME_SPLITS:
-        raise InvalidArgument(f"--split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
+    split = check_regime_split(split)  # the names and aliases the client and the server accept
     if n < 0:
         raise InvalidArgument(f"--n: got {n}, expected an integer >= 0 (0: only the default regimes)")
     if is_source_task(task_name):

@@ -14,8 +14,7 @@ from typing import Any
 
 from sampler_server.catalog.tasks import pick_tfds_store, split_availability, tasks_of, tfds_stores_in
 from sampler_server.core.vtab import SPLITS, TASKS, get_task
-from sampler_server.errors import InvalidArgument
-from sampler_server.quoting import quoted
+from sampler_server.core.vtab.splits import parse_split
 from sampler_server.store.vtab_records import list_split
 
 
@@ -78,10 +77,9 @@ def run_tasks(args: argparse.Namespace) -> int:
 
 def run_split(args: argparse.Namespace) -> int:
     task = get_task(args.task)
-    if args.split not in SPLITS:
-        raise InvalidArgument(f"--split: got {quoted(args.split)}, expected one of {', '.join(SPLITS)}")
+    split = parse_split(args.split)  # the names and aliases the client and the server accept
     records = pick_tfds_store(tfds_stores_in(args.data), task, args.store, where=f"in {args.data}", field="--store")
-    listing = list_split(records, task, args.split)
+    listing = list_split(records, task, split)
     if args.json:
         print(json.dumps({
             "task": listing.task, "split": listing.split, "store": listing.store,

@@ -24,12 +24,11 @@ import enum
 
 import numpy as np
 
+from sampler_common.checks import MAX_INDEX, MAX_SEED, check_index, check_seed
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 
-MAX_SEED = 2**64 - 1
-MAX_INDEX = 2**63 - 1
 _DOMAIN = "sampler-server/rng/v1"
 
 
@@ -45,12 +44,11 @@ class Protocol(str, enum.Enum):
 
 
 def check_seed_and_index(seed: int, index: int) -> None:
-    """``InvalidArgument`` unless 0 <= seed <= 2**64-1 and 0 <= index <= 2**63-1 (plain ints)."""
-    for name, value, upper in (("seed", seed, MAX_SEED), ("index", index, MAX_INDEX)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise InvalidArgument(f"{name}: got {value!r}, expected an integer in [0, {upper}]")
-        if not 0 <= int(value) <= upper:
-            raise InvalidArgument(f"{name}: got {value}, expected an integer in [0, {upper}]")
+    """``InvalidArgument`` unless 0 <= seed <= 2**64-1 and 0 <= index <= 2**63-1 (integers), in the
+    words of the shared checks (``sampler_common.checks``) the client and the CLI use."""
+    with field_checks():
+        check_seed(seed)
+        check_index(index)
 
 
 def derivation_digest(seed: int, protocol: Protocol, source: str, split: Split, index: int) -> bytes:

@@ -1,11 +1,16 @@
-"""The class-split enum every layer shares (store manifests, samplers, the wire)."""
+"""The class-split enum every layer shares (store manifests, samplers, the wire).
+
+Its names are Meta-Dataset's, ``sampler_common.splits.MD``: the client, the CLI and the
+server read a user's split name through it, so "val" and "validation" mean "valid"
+everywhere and a refusal lists the same accepted names.
+"""
 
 from __future__ import annotations
 
 import enum
 
-from sampler_server.errors import NotFound
-from sampler_server.quoting import quoted
+from sampler_common.splits import MD
+from sampler_server.errors import field_checks
 
 
 class Split(str, enum.Enum):
@@ -16,12 +21,8 @@ class Split(str, enum.Enum):
     TEST = "test"
 
     @classmethod
-    def parse(cls, value: str) -> "Split":
-        aliases = {"validation": cls.VALID, "val": cls.VALID}
-        if value in aliases:
-            return aliases[value]
-        try:
-            return cls(value)
-        except ValueError:
-            allowed = ", ".join(s.value for s in cls)
-            raise NotFound(f"unknown split {quoted(value)}; allowed: {allowed}") from None
+    def parse(cls, value: str, field: str = "split") -> "Split":
+        """The split ``value`` names (an alias of the validation split included); ``InvalidArgument``
+        listing the accepted names otherwise."""
+        with field_checks():
+            return cls(MD.canonical(value, field))

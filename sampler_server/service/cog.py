@@ -31,14 +31,14 @@ from sampler_server.core.cog.splits import (
     seen_sizes,
     split_sizes,
 )
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, NotFound, field_checks
 from sampler_server.service import messages
 from sampler_server.service.stream import IMAGES, Prepared, StreamEnd, StreamEngine, stream_window
+from sampler_common.checks import MAX_COG_BATCH_SIZE, check_batch_size
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 DEFAULT_IMAGE_SIZE = 224  # the CoG reference's
 DEFAULT_BATCH = 256
-MAX_BATCH = 4096
 
 
 def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
@@ -108,9 +108,8 @@ class CogHandlers:
 
     def stream_batches(self, request: pb.StreamCogBatchesRequest, end: StreamEnd) -> Iterator[Any]:
         images = images_from_wire(request.images)
-        batch_size = request.batch_size or DEFAULT_BATCH
-        if not 1 <= batch_size <= MAX_BATCH:
-            raise InvalidArgument(f"batch_size: got {batch_size}, expected 1 to {MAX_BATCH} (0 = {DEFAULT_BATCH})")
+        with field_checks():  # a wire 0 is the field left unset: CoG's default
+            batch_size = check_batch_size(request.batch_size or DEFAULT_BATCH, upper=MAX_COG_BATCH_SIZE)
         self.streams.check_message(images, batch_size, f"batch_size {batch_size}")
         split, store = self.split(request.split)
         name = store.name

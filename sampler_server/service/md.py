@@ -25,9 +25,10 @@ from sampler_server.core.md.batches import BatchSampler
 from sampler_server.core.md.multisource import MultiSourceSampler
 from sampler_server.core.md.presets import benchmark_sources
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import field_checks
 from sampler_server.service import messages
 from sampler_server.service.stream import IMAGES, QUERY, SUPPORT, Prepared, StreamEnd, StreamEngine, stream_window
+from sampler_common.checks import check_index
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 
@@ -122,8 +123,8 @@ class MdHandlers:
 
     def get_episode(self, request: pb.GetEpisodeRequest) -> bytes:
         """The serialised episode (``service.handlers`` passes bytes through)."""
-        if request.index > messages.MAX_INDEX:
-            raise InvalidArgument(f"index: got {request.index}, expected 0 to {messages.MAX_INDEX}")
+        with field_checks():
+            check_index(request.index)
         prepare, _ = self._episodes(request.request)
         return self.streams.reply(prepare(request.index), request.request.images)
 

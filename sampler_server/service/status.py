@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sampler_common.checks import FieldError
 from sampler_server.errors import (
     DataLoss,
     FailedPrecondition,
@@ -71,6 +72,8 @@ def unary(method: F) -> F:
         try:
             _check_parsed(request)
             return method(self, request, context)
+        except FieldError as error:  # a shared field check outside ``field_checks``: still the client's fault
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded_message(str(error)))
         except SamplerError as error:
             _noticed(self, error)
             context.abort(status_code(error), bounded_message(str(error)))
@@ -87,6 +90,8 @@ def streaming(method: F) -> F:
         try:
             _check_parsed(request)
             yield from method(self, request, context)
+        except FieldError as error:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded_message(str(error)))
         except SamplerError as error:
             _noticed(self, error)
             context.abort(status_code(error), bounded_message(str(error)))

@@ -35,16 +35,16 @@ import numpy as np
 
 from sampler_server.assembly.assembler import Assembler, PendingImages
 from sampler_server.catalog.wire_values import ImageRequest
-from sampler_server.errors import InvalidArgument, ResourceExhausted, SamplerError
+from sampler_server.errors import InvalidArgument, ResourceExhausted, SamplerError, field_checks
 from sampler_server.service import auth, handlers, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
 from sampler_server.service.limits import ServiceLimits
 from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
+from sampler_common.checks import check_stream_count
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 log = logging.getLogger("sampler_server.service")
 
-MAX_STREAM_COUNT = 10_000_000
 
 
 class Prepared:
@@ -127,8 +127,8 @@ def stream_window(
     """Check a stream's window against the last index it may reach, naming the fields sent."""
     if start > last_index:
         raise InvalidArgument(f"start_index: got {start}, expected 0 to {last_index}{why}")
-    if count > MAX_STREAM_COUNT:
-        raise InvalidArgument(f"count: got {count}, expected 0 (unbounded) to {MAX_STREAM_COUNT}")
+    with field_checks():
+        check_stream_count(count)
     step = step or 1
     if count and start + (count - 1) * step > last_index:
         raise InvalidArgument(

@@ -18,15 +18,16 @@ import numpy as np
 from sampler_server.catalog import wire_values
 from sampler_server.catalog.tasks import TaskCatalog, TaskHandle, split_availability, tasks_of
 from sampler_server.catalog.wire_values import ImageRequest, resize_to_wire
-from sampler_server.core.baselines.sources import is_source_task
+from sampler_server.core.baselines.sources import SOURCE_SPLITS, is_source_task
 from sampler_server.core.vtab import SPLITS, Task, get_task
 from sampler_server.core.vtab.batches import TaskBatchSampler, episode_fingerprint
-from sampler_server.errors import InvalidArgument
-from sampler_server.quoting import quoted
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.service import messages
 from sampler_server.service.baselines import BaselineHandlers, check_regime_request
 from sampler_server.service.stream import IMAGES, Prepared, StreamEnd, StreamEngine, stream_window
 from sampler_server.store.vtab_records import TfdsRecords
+from sampler_common.splits import REGIME_STREAM
+from sampler_common.splits import VTAB as VTAB_SPLIT_NAMES
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 DEFAULT_IMAGE_SIZE = 224  # task_adaptation's default
@@ -48,10 +49,18 @@ def images_from_wire(message: pb.ImageOptions) -> ImageRequest:
     return wire_values.images_from_wire(options)
 
 
-def check_split(split: str, field: str) -> str:
-    if split not in SPLITS:
-        raise InvalidArgument(f"{field}: got {quoted(split)}, expected one of {', '.join(SPLITS)}")
-    return split
+def check_split(split: str, field: str, task: str, regime: int = 0) -> str:
+    """The canonical name of a requested split, read as the client and the CLI read it
+    (``sampler_common.splits``): a regime's part with ``regime`` > 0, a packed source's
+    held-out split for a source task, else a VTAB split."""
+    if regime:
+        names = REGIME_STREAM
+    elif is_source_task(task):
+        names = VTAB_SPLIT_NAMES.within(SOURCE_SPLITS)
+    else:
+        names = VTAB_SPLIT_NAMES
+    with field_checks():
+        return names.canonical(split, field)
 
 
 def split_sizes(task: Task, records: TfdsRecords) -> list[pb.TaskSplitSize]:
@@ -107,10 +116,10 @@ class VtabHandlers:
     def stream_task_batches(self, request: pb.StreamTaskBatchesRequest, end: StreamEnd) -> Iterator[Any]:
         if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
             get_task(request.task)
-            check_split(request.split, "split")
+        split = check_split(request.split, "split", request.task, request.regime)
         images = images_from_wire(request.images)
         task = self.tasks.handle(request.task, request.store)
-        split = task.check_split(request.split)
+        split = task.check_split(split)
         # control baselines: with regime > 0 the split names a part of that data regime (service.baselines)
         check_regime_request(request)
         if request.regime:
@@ -151,11 +160,11 @@ class VtabHandlers:
     def stream_task_episode(self, request: pb.StreamTaskEpisodeRequest, end: StreamEnd) -> Iterator[Any]:
         if not is_source_task(request.task):  # a VTAB request's own fields are checked before any store
             get_task(request.task)
-            check_split(request.support_split or SUPPORT_SPLIT, "support_split")
-            check_split(request.query_split or QUERY_SPLIT, "query_split")
+        support_split = check_split(request.support_split or SUPPORT_SPLIT, "support_split", request.task)
+        query_split = check_split(request.query_split or QUERY_SPLIT, "query_split", request.task)
         task = self.tasks.handle(request.task, request.store)
-        support_split = task.check_split(request.support_split or SUPPORT_SPLIT, "support_split")
-        query_split = task.check_split(request.query_split or QUERY_SPLIT, "query_split")
+        support_split = task.check_split(support_split, "support_split")
+        query_split = task.check_split(query_split, "query_split")
         images = images_from_wire(request.images)
         chunk = request.chunk_size or DEFAULT_CHUNK
         if not 1 <= chunk <= MAX_CHUNK:

@@ -200,8 +200,8 @@ def test_independent_of_python_hash_seed(data: Path) -> None:
         (["--source", "folder", "--shots", "-2"], "num_support: got -2, expected an integer in [1, 2147483647]"),
         (["--source", "folder", "--ignore-hierarchy-probability", "2"], "ignore_hierarchy_probability: got 2.0, expected a number in [0.0, 1.0]"),
         (["--source", "folder", "--split", "nosuch"], "split: got 'nosuch', expected one of train, valid, test"),
-        (["--source", "folder", "--seed", "-1"], "--seed: got -1, expected an integer in [0, 18446744073709551615]"),
-        (["--source", "folder", "--index", "-1"], "--index: got -1, expected an integer in [0, "),
+        (["--source", "folder", "--seed", "-1"], "seed: got -1, expected an integer in [0, 18446744073709551615]"),
+        (["--source", "folder", "--index", "-1"], "index: got -1, expected an integer in [0, 9223372036854775807]"),
         (["--source", "folder", "--count", "0"], "--count: got 0, expected an integer in [1, 100000]"),
         (["--source", "nosuch"], "source 'nosuch' is not served under"),
         (["--source", "md-v1"], "source 'aircraft' is not served under"),
@@ -303,7 +303,7 @@ def test_png_of_a_raw_store_needs_its_size(data: Path, tmp_path: Path, capsys) -
     "extra, message",
     [
         (["--count", "2"], "--png: got --count 2, expected 1 (one episode per picture)"),
-        (["--image-size", "0"], "--image-size: got 0, expected an integer in [1, 1024]"),
+        (["--image-size", "0"], "image_size: got 0, expected an integer in [1, 1024]"),
         (["--png-max-tiles", "0"], "--png-max-tiles: got 0, expected at least 1"),
     ],
 )

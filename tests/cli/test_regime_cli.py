@@ -91,7 +91,7 @@ def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys)
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("--n", 64, "--seed", 1), "task clevr_count: regime n=64 is larger than its train split (63 examples)"),
-    (("--n", 5, "--seed", 1, "--split", "test"), "--split: got 'test', expected one of train, val"),
+    (("--n", 5, "--seed", 1, "--split", "test"), "split: got 'test', expected one of train, val (or valid, validation for val)"),
     (("--n", -1, "--seed", 1), "--n: got -1, expected an integer >= 0 (0: only the default regimes)"),
     (("--n", 5, "--seed", -1), "seed: got -1, expected an integer in [0, 18446744073709551615]"),
     (("--n", 5, "--seed", 1, "--regime-sampling", "random"),

@@ -105,7 +105,7 @@ def test_vtab_split_matches_tfds_slicing_of_the_task_spec(data, tfds_dir, capsys
         (["pack", "vtab", "--tfds-name", "kitti:3.3.0", "--tfds-data-dir", "{tfds}", "--output", "{tmp}/o"],
          "no version 3.3.0 of TFDS dataset 'kitti' (versions here: 3.1.0)"),
         (["vtab", "split", "--data", "{data}", "--task", "nosuch", "--split", "val"], "unknown VTAB task 'nosuch'"),
-        (["vtab", "split", "--data", "{data}", "--task", "clevr_count", "--split", "dev"], "--split: got 'dev'"),
+        (["vtab", "split", "--data", "{data}", "--task", "clevr_count", "--split", "dev"], "split: got 'dev', expected one of train800, val200, "),
         (["vtab", "split", "--data", "{data}", "--task", "cifar100", "--split", "val"],
          "no store in {data} holds TFDS dataset 'cifar100'"),
         (["vtab", "split", "--data", "{data}", "--task", "clevr_count", "--split", "train800"],

@@ -46,19 +46,21 @@ from typing import Any
 
 import numpy as np
 
+from sampler_common.splits import REGIME
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.baselines.blind import BlindGuess, RegressionBlindGuess, RegressionLoss, blind_guess
 from sampler_server.core.baselines.blind import regression_blind_guess
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.split import Split
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.quoting import quoted
 
 POOL_SPLIT = "train"
 """The task split regimes are drawn from."""
 TEST_SPLIT = "test"
 """The task split every regime is tested on (and the blind guess scored on)."""
-REGIME_SPLITS = ("train", "val")
+REGIME_SPLITS = REGIME.names
+"""A regime's parts ("train", "val"), as ``sampler_common.splits.REGIME`` names them for every layer."""
 VAL_FRACTION = 0.2
 MIN_PER_CLASS = 2
 """The smallest default regime holds this many examples per class."""
@@ -77,11 +79,11 @@ def check_sampling(sampling: str, field: str = "sampling") -> str:
     return sampling
 
 
-def check_regime_split(split: str) -> str:
-    """``split`` when it is "train" or "val", else an ``InvalidArgument`` naming both."""
-    if split not in REGIME_SPLITS:
-        raise InvalidArgument(f"split: got {quoted(split)}, expected one of {', '.join(REGIME_SPLITS)}")
-    return split
+def check_regime_split(split: str, field: str = "split") -> str:
+    """The regime part ``split`` names: "train", or "val" (also spelled "valid" or "validation");
+    else an ``InvalidArgument`` listing the accepted names."""
+    with field_checks():
+        return REGIME.canonical(split, field)
 
 
 def check_seed(seed: int) -> int:
@@ -246,7 +248,7 @@ def build_regime(*, task: str, store_fingerprint: str, num_classes: int, pool_re
         InvalidArgument: a bad split, seed or sampling, pool ids and labels of different lengths,
             n above the pool's size (the message names the task), an empty pool or test split.
     """
-    check_regime_split(split)
+    split = check_regime_split(split)
     check_sampling(sampling)
     seed = check_seed(seed)
     labels = _labels(pool_labels)

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from sampler_common.checks import check_seed
+from sampler_common.splits import COG as COG_SPLIT_NAMES
 from sampler_server.core.cog import (
     LEVEL_NAMES,
     LEVEL_SIZE,
@@ -57,12 +59,12 @@ from sampler_server.core.cog import (
     VAL_FRACTION,
 )
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.seeding import MAX_SEED, Protocol, derive_rng
+from sampler_server.core.seeding import Protocol, derive_rng
 from sampler_server.core.split import Split
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound, field_checks
 from sampler_server.quoting import quoted
 
-SPLITS = ("train", "val", "test", "search")
+SPLITS = COG_SPLIT_NAMES.names
 LEVELS = (SEEN_LEVEL, *LEVEL_NAMES)
 SEEN_SOURCE = "ilsvrc_2012"
 """Source kind of the ILSVRC-2012 store whose classes are the seen level IN-1K."""
@@ -85,13 +87,13 @@ class SplitRequest:
         set and of the full train set is dropped (they do not depend on it)."""
         if level not in LEVELS:
             raise InvalidArgument(f"level: got {quoted(level)}, expected one of {', '.join(LEVELS)}")
-        if split not in SPLITS:
-            raise InvalidArgument(f"split: got {quoted(split)}, expected one of {', '.join(SPLITS)}")
+        with field_checks():  # the names and aliases the client and the CLI accept (sampler_common.splits)
+            split = COG_SPLIT_NAMES.canonical(split)
         if isinstance(shots, bool) or not isinstance(shots, (int, np.integer)) or (shots and shots not in SHOTS):
             raise InvalidArgument(f"shots: got {shots!r}, expected 0 (all images) or one of "
                                   f"{', '.join(map(str, SHOTS))}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
-            raise InvalidArgument(f"seed: got {seed!r}, expected an integer in [0, {MAX_SEED}]")
+        with field_checks():
+            check_seed(seed)
         shots, seed = int(shots), int(seed)
         if split == "test":
             if shots:

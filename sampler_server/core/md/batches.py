@@ -22,16 +22,16 @@ import dataclasses
 
 import numpy as np
 
+from sampler_common.checks import check_batch_size
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.md.presets import Benchmark
 from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
 from sampler_server.core.shuffle import epoch_permutation
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
-from sampler_server.errors import FailedPrecondition, InvalidArgument
+from sampler_server.errors import FailedPrecondition, InvalidArgument, field_checks
 from sampler_server.quoting import quoted
 
-MAX_BATCH_SIZE = 65536
 BATCH_CONFIG_KIND = "meta_dataset.batches/v2"
 DEFAULT_PRESET = Benchmark.MD_V1.value
 
@@ -89,9 +89,8 @@ class BatchSampler:
     ) -> None:
         self.spec = spec
         self.split = Split(split)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise InvalidArgument(f"batch_size: got {batch_size!r}, expected 1 to {MAX_BATCH_SIZE}")
-        self.batch_size = batch_size
+        with field_checks():
+            self.batch_size = check_batch_size(batch_size)
         self.preset = parse_preset(preset)
         self.classes = spec.classes_in(self.split)
         if not self.classes:

@@ -36,16 +36,18 @@ import json
 import math
 from typing import Any
 
+from sampler_common.checks import MAX_COUNT, check_count
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.hierarchy import MAX_SPAN_LEAVES, MIN_SPAN_LEAVES
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 
-MAX_COUNT = 2**31 - 1
-"""Upper bound of every count (an int32 on the wire); larger values are absurd for any source."""
 MAX_ABS_LOG_WEIGHT = 64.0
 """Log-weights beyond +-64 would overflow nothing but mean nothing either; they are refused."""
 CONFIG_KIND = "meta_dataset.episode/v1"
 _OMITTED_WHEN_UNSET = frozenset({"max_span_leaves"})
+_COUNT_FIELDS = ("num_ways", "num_support", "num_query", "min_ways", "max_ways_upper_bound", "max_num_query",
+                 "max_support_set_size", "max_support_size_contrib_per_class", "min_examples_in_class",
+                 "max_span_leaves")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,6 +94,9 @@ class EpisodeConfig:
         for name in ("min_log_weight", "max_log_weight", "ignore_hierarchy_probability"):
             # 1 and 1.0 are the same setting: store floats so the canonical JSON agrees.
             object.__setattr__(self, name, float(getattr(self, name)))
+        for name in _COUNT_FIELDS:
+            if getattr(self, name) is not None:  # a NumPy integer is stored as the int it equals
+                object.__setattr__(self, name, int(getattr(self, name)))
 
     @classmethod
     def fixed(cls, ways: int, shots: int, query: int, **overrides: Any) -> EpisodeConfig:
@@ -131,12 +136,9 @@ class EpisodeConfig:
 
 
 def _check_int(name: str, value: object, lower: int, lower_name: str | None = None) -> int:
-    bound = f"{lower_name}={lower}" if lower_name else str(lower)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name}: got {value!r}, expected an integer in [{bound}, {MAX_COUNT}]")
-    if not lower <= value <= MAX_COUNT:
-        raise InvalidArgument(f"{name}: got {value}, expected an integer in [{bound}, {MAX_COUNT}]")
-    return value
+    """A count of the config, checked as the client and the CLI check it (``sampler_common.checks``)."""
+    with field_checks():
+        return check_count(name, value, lower, lower_name=lower_name or "")
 
 
 def _check_float(name: str, value: object, lower: float, upper: float, lower_name: str | None = None) -> float:

@@ -39,7 +39,7 @@ import enum
 from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.spec import ClassSpec, DatasetSpec
 from sampler_server.core.split import Split
-from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from sampler_server.errors import FailedPrecondition, InvalidArgument
 
 
 class ClassStructure(enum.Enum):
@@ -79,11 +79,7 @@ def parse_split(split: Split | str) -> Split:
     """A Split from an enum member or its name ('validation' and 'val' mean 'valid')."""
     if isinstance(split, Split):
         return split
-    try:
-        return Split.parse(split) if isinstance(split, str) else Split(split)
-    except (NotFound, ValueError):
-        allowed = ", ".join(s.value for s in Split)
-        raise InvalidArgument(f"split: got {split!r}, expected one of {allowed}") from None
+    return Split.parse(split)
 
 
 def build_plan(spec: DatasetSpec, split: Split | str, config: EpisodeConfig) -> SamplingPlan:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sampler_server.core.md.batches import MAX_BATCH_SIZE, shuffled_positions
+from sampler_common.checks import check_batch_size
+from sampler_server.core.md.batches import shuffled_positions
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
 from sampler_server.core.split import Split
-from sampler_server.errors import FailedPrecondition, InvalidArgument
+from sampler_server.errors import FailedPrecondition, InvalidArgument, field_checks
 
 TASK_BATCH_KIND = "vtab_1k.batches/v1"
 EPISODE_KIND = "vtab_1k.episode/v1"
@@ -51,8 +52,8 @@ class TaskBatchSampler:
 
     def __init__(self, task: str, split: str, split_fingerprint: str, record_ids: Sequence[int],
                  labels: Sequence[int], batch_size: int, *, shuffle: bool) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise InvalidArgument(f"batch_size: got {batch_size!r}, expected 1 to {MAX_BATCH_SIZE}")
+        with field_checks():
+            batch_size = check_batch_size(batch_size)
         if len(record_ids) != len(labels):
             raise ValueError("record_ids and labels differ in length")
         if not record_ids:

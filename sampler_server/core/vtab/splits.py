@@ -21,13 +21,13 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
+from sampler_common.splits import VTAB as VTAB_SPLIT_NAMES
 from sampler_server.core.vtab.slicing import SliceRange, resolve_spec, split_size, take
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.quoting import quoted
 
-SPLITS = ("train800", "val200", "train800val200", "test", "train", "val", "trainval", "trainval1000",
-          "trainval1000-canonical")
-"""VTAB split names: the 1k splits, the test, the full splits, and the reference script's variant.
+SPLITS = VTAB_SPLIT_NAMES.names
+"""VTAB split names (``sampler_common.splits.VTAB``, which the client and the CLI read too): the 1k splits, the test, the full splits, and the reference script's variant.
 
 ``trainval1000`` is what task_adaptation's ``scripts/run_all_tasks.sh`` trains on
 (``--train_examples 1000``: ``data.take(1000)`` of the default ``trainval`` split): the
@@ -141,3 +141,10 @@ def check_split(split: str) -> str:
     if split not in SPLITS:
         raise InvalidArgument(f"unknown VTAB split {quoted(split)}; allowed: {', '.join(SPLITS)}")
     return split
+
+
+def parse_split(name: str, field: str = "split") -> str:
+    """The canonical VTAB split a user's ``name`` stands for ("valid" and "validation" are
+    "val"; "val200" is its own split), else an ``InvalidArgument`` listing the accepted names."""
+    with field_checks():
+        return VTAB_SPLIT_NAMES.canonical(name, field)
