@@ -56,6 +56,7 @@ import logging
 import math
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -182,6 +183,40 @@ def channel_options(target: Target, liveness: Liveness) -> list[tuple[str, Any]]
     elif target.balanced:
         options.append(("grpc.service_config", ROUND_ROBIN))
     return options
+
+
+# ---- nothing listening: a refusal to say at once, not to retry ----------------------------
+
+
+def _endpoint_refuses(endpoint: str, scheme: str, timeout: float) -> bool:
+    """Whether connecting to ``endpoint`` is refused outright (no process listens there).
+    Any other outcome (it connects, a timeout, a name that does not resolve) is not a refusal."""
+    if scheme == "unix":
+        kind, _, path = endpoint.partition(":")
+        path = "\0" + path if kind == "unix-abstract" else (path[2:] if path.startswith("//") else path)
+        family, where = socket.AF_UNIX, path
+    else:
+        host, _, port = endpoint.rpartition(":")
+        family, where = socket.AF_UNSPEC, (host.strip("[]"), int(port))
+    try:
+        if family == socket.AF_UNIX:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(where)
+        else:
+            socket.create_connection(where, timeout=timeout).close()
+    except (ConnectionRefusedError, FileNotFoundError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def nothing_listens(target: Target, timeout: float = 1.0) -> bool:
+    """Whether every address ``target`` names refuses connections: no server runs there,
+    and retrying will not start one. A target with one live replica is not refused (the
+    channel fails over to it); for ``dns:///`` every address the name resolves to is tried."""
+    return all(_endpoint_refuses(endpoint, target.scheme, timeout) for endpoint in target.endpoints)
 
 
 # ---- ranks of one host, each on its own replica ------------------------------------------

@@ -12,7 +12,11 @@ not retried: a token does not become valid by asking again.
 Retries: a call that fails with a retryable status (``RETRYABLE``) is sent again after
 an exponential backoff (``RetryPolicy``), on a fresh connection; any other status, or
 too many failures in a row, is a ``SamplerClientError`` naming the server and its
-message.
+message. One exception: where no server has answered yet and every address refuses the
+connection (nothing listens there: a wrong port, a server not started), the first
+attempt raises ``NothingListens`` within a second or two instead of retrying for
+minutes. Once a server has answered, a refusal is a restart or a lost replica and is
+retried as above.
 
 Same host: when the client runs on the server's host (and shares its /dev/shm), pixels
 need not cross a socket. By default the client asks the server for a probe segment
@@ -39,6 +43,7 @@ not issue (its replies come in the message).
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -52,8 +57,8 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_common.wire.segments import SegmentLost, read_probe
 
-from clients.balancing import Liveness, channel_options, dialled_target, parse_target
-from clients.errors import SamplerClientError
+from clients.balancing import Liveness, channel_options, dialled_target, nothing_listens, parse_target
+from clients.errors import NothingListens, SamplerClientError
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 STREAM_RETRYABLE = RETRYABLE | {grpc.StatusCode.CANCELLED}
@@ -151,6 +156,8 @@ class Channel:
         except ValueError as error:
             raise ValueError(f"address: {error}") from None
         self.address = address
+        self.target = target
+        self._reached = False  # a server answered here once: a refusal since is a restart, retried
         dialled = dialled_target(target, os.environ)  # under torchrun, a rank's own replica first
         self.dialled = dialled.text
         self.liveness = liveness if liveness is not None else Liveness()
@@ -194,15 +201,43 @@ class Channel:
                 credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=chain)
                 channel = grpc.secure_channel(self.dialled, credentials, options=self._options)
             try:
-                grpc.channel_ready_future(channel).result(timeout=self.connect_timeout)
-            except grpc.FutureTimeoutError:
+                self._wait_ready(channel)
+            except BaseException:
                 channel.close()
-                tls = " over TLS (is the CA the one that signed the server's certificate? does the server use TLS?)"
-                raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:g} s"
-                                   f"{tls if self._tls is not None else ''}") from None
+                raise
+            self._reached = True
             self._channel = channel
             self._stub = pb_grpc.SamplerStub(channel)
         return self._stub
+
+    def _wait_ready(self, channel: grpc.Channel) -> None:
+        """Return once ``channel`` is connected; ``_Unreachable`` after connect_timeout, or
+        ``NothingListens`` at once where no server was reached yet and every address refuses
+        connections (a server that restarts, once reached, is waited for and retried)."""
+        changed = threading.Event()
+        states: list[grpc.ChannelConnectivity] = []
+
+        def note(state: grpc.ChannelConnectivity) -> None:  # on gRPC's thread
+            states.append(state)
+            changed.set()
+
+        channel.subscribe(note, try_to_connect=True)
+        deadline = time.monotonic() + self.connect_timeout
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                changed.wait(remaining)
+                changed.clear()
+                state = states[-1] if states else None
+                if state is grpc.ChannelConnectivity.READY:
+                    return
+                if (state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not self._reached
+                        and nothing_listens(self.target, timeout=min(1.0, max(remaining, 0.05)))):
+                    raise NothingListens(self.address)
+        finally:
+            channel.unsubscribe(note)
+        tls = " over TLS (is the CA the one that signed the server's certificate? does the server use TLS?)"
+        raise _Unreachable(f"no server answered at {self.address} within {self.connect_timeout:g} s"
+                           f"{tls if self._tls is not None else ''}")
 
     def reset(self) -> None:
         """Drop the connection; the next call connects again (perhaps to another server)."""

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.client import SamplerClient
-from clients.errors import SamplerClientError
-from clients.errors import UsageError
+from clients.errors import NothingListens, SamplerClientError, UsageError
 from clients.trainer_args import client_options
 
 EXIT_OK = 0
@@ -45,6 +44,8 @@ def exit_for(error: BaseException, server: str, classify: Classify | None = None
     ``Exception``; ``interrupted``: what an interrupt says (e.g. where progress was saved)."""
     if isinstance(error, UsageError):
         return EXIT_BAD_INPUT, str(error)
+    if isinstance(error, NothingListens):
+        return EXIT_SERVER, str(error)  # names the address already, and what to check
     if isinstance(error, SamplerClientError):
         return EXIT_SERVER, f"server {server}: {error}"
     if isinstance(error, KeyboardInterrupt):
