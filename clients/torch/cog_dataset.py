@@ -6,8 +6,10 @@ the CoG reference does: shorter side to S bicubic, S x S centre crop), ``labels`
 torch.int64 [B] (label i = the level's i-th concept in sorted wnid order),
 ``record_ids`` torch.int64 [B], ``index`` (the batch index), ``fingerprint`` (the
 batch's), ``split_fingerprint`` (equal to ``sampler-server cog split``'s),
-``split_size``, ``num_classes`` and ``last``. The images stay uint8: normalising them
-is the backbone's business.
+``split_size``, ``num_classes`` and ``last``: the keys of
+``clients.tf.cog_dataset.cog_batch_dataset``'s elements. The images stay uint8 by
+default (normalising them is the backbone's business); ``dtype="float32"`` gives
+float32 in [0, 1], the option every adapter takes (``clients.adapter_options``).
 
 Every image of the split comes once per iteration, from batch ``start`` to the last
 (``count`` batches when given); a broken stream resumes at the next batch
@@ -26,14 +28,15 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from clients.adapter_options import check_image_dtype, images_as
 from clients.client import SamplerClient
 from clients.protocols.cog import CogBatchArrays
 
 
-def cog_batch_to_torch(batch: CogBatchArrays) -> dict[str, Any]:
+def cog_batch_to_torch(batch: CogBatchArrays, dtype: str = "uint8") -> dict[str, Any]:
     """A CoG batch as the dict ``CogBatchDataset`` yields (arrays copied out of the message)."""
     return {
-        "images": torch.from_numpy(np.array(batch.images, copy=True)),
+        "images": torch.from_numpy(images_as(batch.images, dtype)),
         "labels": torch.from_numpy(np.array(batch.labels, dtype=np.int64, copy=True)),
         "record_ids": torch.tensor(batch.record_ids, dtype=torch.int64),
         "index": batch.index,
@@ -52,8 +55,9 @@ class CogBatchDataset(IterableDataset):
     def __init__(self, address: str, level: str, split: str, *, shots: int = 0, seed: int = 0,
                  batch_size: int = 256, start: int = 0, count: int = 0, image_size: int = 224,
                  resize: str = "shorter_bicubic_center_crop", level_size: int = 0, min_images: int = 0,
-                 client_options: Mapping[str, Any] | None = None) -> None:
+                 client_options: Mapping[str, Any] | None = None, dtype: str = "uint8") -> None:
         super().__init__()
+        self.dtype = check_image_dtype(dtype)
         if start < 0 or count < 0:
             raise ValueError(f"start, count: got {start}, {count}, expected integers >= 0")
         self.address, self.level, self.split, self.shots, self.seed = address, level, split, shots, seed
@@ -71,4 +75,4 @@ class CogBatchDataset(IterableDataset):
             for batch in client.stream_cog_batches(
                     self.level, self.split, self.shots, self.seed, self.batch_size, self.start, self.count,
                     self.image_size, self.resize, self.level_size, self.min_images):
-                yield cog_batch_to_torch(batch)
+                yield cog_batch_to_torch(batch, self.dtype)

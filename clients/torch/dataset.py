@@ -1,6 +1,9 @@
 """``torch.utils.data.IterableDataset``s over the service, resumable from a small state.
 
-Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or batch):
+Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or batch).
+Every adapter of both frameworks yields, per protocol, the same keys as its TensorFlow
+twin (``clients.tf.dataset``, ``docs/api.md``); images are uint8 NHWC by default and
+float32 in [0, 1] with ``dtype="float32"`` (``clients.adapter_options``):
 
 - ``EpisodeDataset``: a dict with ``support_images`` / ``query_images`` torch.uint8
   [N, S, S, 3] (NHWC, RGB, values 0..255, S = the spec's ``image_size``),
@@ -19,7 +22,10 @@ Items (use ``DataLoader(dataset, batch_size=None)``: one item is one episode or 
   with values 0 .. num_classes - 1, ``index``, ``fingerprint``, ``num_classes``.
 - ``TaskBatchDataset`` (VTAB): ``images`` torch.uint8 [B, S, S, 3] by default (0..255:
   convert on the device), torch.float32 in [0, 1] with ``dtype="float32"``; ``labels``
-  torch.int64 [B], ``index``, ``record_ids``, ``fingerprint``, ``num_classes``.
+  and ``record_ids`` torch.int64 [B], ``index``, ``fingerprint``, ``split_fingerprint``,
+  ``num_classes``, ``last``. Training splits (``train...``) come shuffled and unbounded
+  unless ``count`` is set, evaluation splits once in order, as the VTAB reference reads
+  them; ``shuffle=True|False`` overrides.
 
 Sharding: the window [start, start + count) is one canonical index space; DataLoader
 worker w of rank r (W ranks, n workers each) takes the indices i with
@@ -46,8 +52,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
-from clients.image_dtype import check_image_dtype
-from clients.image_dtype import check_image_dtype
+from clients.adapter_options import check_image_dtype, images_as, vtab_shuffles
 from clients.protocols.md import BatchArrays, EpisodeArrays, EpisodeSpec, batch_request
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.state import StreamCursor, shard_window
@@ -57,12 +62,17 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(array, copy=True))
 
 
-def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
+def _images(array: np.ndarray, dtype: str) -> torch.Tensor:
+    """Images in ``dtype`` (``clients.adapter_options.images_as``), in a tensor that owns them."""
+    return torch.from_numpy(images_as(array, dtype))
+
+
+def episode_to_torch(episode: EpisodeArrays, dtype: str = "uint8") -> dict[str, Any]:
     """An episode as the dict ``EpisodeDataset`` yields (tensors copied out of the message)."""
     return {
-        "support_images": _tensor(episode.support_images),
+        "support_images": _images(episode.support_images, dtype),
         "support_labels": _tensor(episode.support_labels),
-        "query_images": _tensor(episode.query_images),
+        "query_images": _images(episode.query_images, dtype),
         "query_labels": _tensor(episode.query_labels),
         "index": episode.index,
         "fingerprint": episode.fingerprint,
@@ -72,11 +82,12 @@ def episode_to_torch(episode: EpisodeArrays) -> dict[str, Any]:
     }
 
 
-def packed_episode_to_torch(episode: EpisodeArrays, ladder: Ladder | None) -> dict[str, Any]:
+def packed_episode_to_torch(episode: EpisodeArrays, ladder: Ladder | None, dtype: str = "uint8") -> dict[str, Any]:
     """An episode as ``EpisodeDataset(..., shape_buckets=True)`` yields it (padded to
     ``ladder``'s bucket; None: no padding rows)."""
-    packed = pack_episode(episode, ladder)
-    images, labels = torch.from_numpy(packed.images), torch.from_numpy(packed.labels)
+    packed = pack_episode(episode, ladder)  # a new array: uint8 needs no copy
+    pixels = packed.images if check_image_dtype(dtype) == "uint8" else images_as(packed.images, dtype)
+    images, labels = torch.from_numpy(pixels), torch.from_numpy(packed.labels)
     support, rows = packed.support, packed.rows
     return {
         "images": images, "labels": labels, "support": support, "query": packed.query,
@@ -175,9 +186,11 @@ class EpisodeDataset(_Resumable):
         prefetch: int = 2,
         client_options: dict[str, Any] | None = None,
         shape_buckets: bool = False,
+        dtype: str = "uint8",
     ) -> None:
         self.spec = spec
         self.prefetch = prefetch
+        self.dtype = check_image_dtype(dtype)
         self.ladder = Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request())) if shape_buckets else None
         super().__init__(address, spec.to_request(), start, count, rank, world_size, client_options)
 
@@ -186,7 +199,10 @@ class EpisodeDataset(_Resumable):
 
     def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[dict[str, Any]]:
         for episode in client.episodes(self.spec, start, count, step):
-            yield episode_to_torch(episode) if self.ladder is None else packed_episode_to_torch(episode, self.ladder)
+            if self.ladder is None:
+                yield episode_to_torch(episode, self.dtype)
+            else:
+                yield packed_episode_to_torch(episode, self.ladder, self.dtype)
 
 
 class BatchDataset(_Resumable):
@@ -211,7 +227,9 @@ class BatchDataset(_Resumable):
         rank: int | None = None,
         world_size: int | None = None,
         client_options: dict[str, Any] | None = None,
+        dtype: str = "uint8",
     ) -> None:
+        self.dtype = check_image_dtype(dtype)
         self.source, self.split, self.batch_size = source, split, batch_size
         self.seed, self.image_size, self.resize, self.preset = seed, image_size, resize, preset
         request = batch_request(source, split, batch_size, seed=seed, image_size=image_size, resize=resize,
@@ -221,12 +239,12 @@ class BatchDataset(_Resumable):
     def _read(self, client: SamplerClient, start: int, count: int, step: int) -> Iterator[dict[str, Any]]:
         for batch in client.batches(self.source, self.split, self.batch_size, self.seed, start, count, step,
                                     image_size=self.image_size, resize=self.resize, preset=self.preset):
-            yield batch_to_torch(batch)
+            yield batch_to_torch(batch, self.dtype)
 
 
-def batch_to_torch(batch: BatchArrays) -> dict[str, Any]:
+def batch_to_torch(batch: BatchArrays, dtype: str = "uint8") -> dict[str, Any]:
     """A batch as the dict ``BatchDataset`` yields."""
-    return {"images": _tensor(batch.images), "labels": _tensor(batch.labels), "index": batch.index,
+    return {"images": _images(batch.images, dtype), "labels": _tensor(batch.labels), "index": batch.index,
             "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}
 
 
@@ -234,17 +252,21 @@ class TaskBatchDataset(IterableDataset):
     """VTAB task batches as torch tensors: ``images`` [B, S, S, 3] (NHWC, RGB) in ``dtype``,
     ``labels`` int64. ``dtype="uint8"`` (default): the served pixels, 0..255, to be converted
     on the device in the model's first op; ``"float32"``: the reference's ``/ 255`` in [0, 1],
-    done here on the receiving thread (``clients.image_dtype`` says what that costs).
-    ``shuffle=False``: the evaluation form (every example once, in order); True: shuffled,
-    ``count`` batches."""
+    done here on the receiving thread (``clients.adapter_options`` says what that costs).
+    ``shuffle``: None (default) as the VTAB reference reads the split: a training split
+    (``train...``) shuffled by ``seed``, ``count`` batches (0: unbounded); ``val200``,
+    ``val``, ``test`` in the evaluation form (every example once, in order). True or False
+    overrides."""
 
-    def __init__(self, address: str, task: str, split: str, batch_size: int, *, shuffle: bool, seed: int = 0,
-                 start: int = 0, count: int = 0, image_size: int = 224, resize: str = "legacy_bilinear",
-                 dtype: str = "uint8") -> None:
+    def __init__(self, address: str, task: str, split: str, batch_size: int, *, shuffle: bool | None = None,
+                 seed: int = 0, start: int = 0, count: int = 0, image_size: int = 224,
+                 resize: str = "legacy_bilinear", dtype: str = "uint8",
+                 client_options: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.address, self.task, self.split, self.batch_size = address, task, split, batch_size
-        self.shuffle, self.seed, self.start, self.count = shuffle, seed, start, count
+        self.shuffle, self.seed, self.start, self.count = vtab_shuffles(split, shuffle), seed, start, count
         self.image_size, self.resize, self.dtype = image_size, resize, check_image_dtype(dtype)
+        self.client_options = dict(client_options or {})
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -253,7 +275,7 @@ class TaskBatchDataset(IterableDataset):
                 f"TaskBatchDataset: DataLoader num_workers={info.num_workers} would repeat every batch; use "
                 "num_workers 0 or 1 (the server decodes, the client only receives)"
             )
-        with SamplerClient(self.address) as client:
+        with SamplerClient(self.address, **self.client_options) as client:
             if self.shuffle:
                 batches = client.task_batches(self.task, self.split, self.batch_size, self.seed, self.start,
                                               self.count, self.image_size, self.resize)
@@ -264,19 +286,13 @@ class TaskBatchDataset(IterableDataset):
                 yield task_batch_to_torch(batch, self.dtype)
 
 
-def _images(array: np.ndarray, dtype: str) -> torch.Tensor:
-    """uint8: a copy the tensor owns (the wire's array is a read-only view of the reply);
-    float32: ``/ 255`` in float32, the value the reference's ``preprocess_fn`` gives."""
-    if check_image_dtype(dtype) == "uint8":
-        return _tensor(array)
-    return torch.from_numpy(np.divide(array, np.float32(255.0), dtype=np.float32))
-
-
 def task_batch_to_torch(batch: TaskBatchArrays, dtype: str = "uint8") -> dict[str, Any]:
     """A VTAB task batch as ``TaskBatchDataset`` yields it: images uint8 0..255 by default,
     ``dtype="float32"`` for [0, 1] (see the class)."""
-    return {"images": _images(batch.images, dtype), "labels": _tensor(batch.labels), "index": batch.index,
-            "record_ids": list(batch.record_ids), "fingerprint": batch.fingerprint, "num_classes": batch.num_classes}
+    return {"images": _images(batch.images, dtype), "labels": _tensor(batch.labels),
+            "record_ids": torch.tensor(batch.record_ids, dtype=torch.int64), "index": batch.index,
+            "fingerprint": batch.fingerprint, "split_fingerprint": batch.split_fingerprint,
+            "num_classes": batch.num_classes, "last": batch.last}
 
 
 def task_episode_to_torch(episode: TaskEpisodeArrays, dtype: str = "uint8") -> dict[str, Any]:
