@@ -267,12 +267,13 @@ def _std_flag(text: str) -> float:
     return value
 
 
-def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, image_size_default: int,
+def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, image_size_default: int | str,
                        image_size_help: str, preprocessing: dict[str, Any] | None = None,
                        title: str = "backbone") -> argparse._ArgumentGroup:
     """``--backbone``, ``--weights``, ``--image-size``, ``--input-range``, ``--mean``, ``--std``:
     the same flags and meanings in every trainer command; ``preprocessing`` is the command's
-    default for a backbone that declares none (kept on the parsed arguments)."""
+    default for a backbone that declares none (kept on the parsed arguments); ``image_size_default``
+    is the side used when neither the flag nor the backbone says one, as the help shows it."""
     defaults = {**NAMED_PREPROCESSING, **(preprocessing or {})}
     parser.set_defaults(preprocessing_defaults=defaults)
     shown = {name: " ".join(f"{v:g}" for v in value) for name, value in defaults.items()}

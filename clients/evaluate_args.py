@@ -37,8 +37,8 @@ from clients.determinism import add_reproducibility_group
 from clients.flag_types import int_at_least
 from clients.md_fixed_features import LEARNERS
 from clients.trainer_args import (DEVICES, FRAMEWORKS, MAX_RUN_ID, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS,
-                                  TrainerArgumentParser, add_server_group, build_cog_parser, build_transfer_parser,
-                                  check_server_group)
+                                  TrainerArgumentParser, TrainerHelpFormatter, add_server_group, build_cog_parser,
+                                  build_transfer_parser, check_server_group, describe)
 
 PROTOCOLS = ("md", "vtab", "cog")
 DEFAULT_PRESETS = ("md-v1",)
@@ -96,16 +96,17 @@ def build_evaluate_parser(framework: str) -> argparse.ArgumentParser:
         raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
     parser = EvaluateArgumentParser(
         prog=f"python -m clients.{framework} evaluate",
-        description=("Evaluate one checkpoint on every protocol the server serves: Meta-Dataset test episodes with "
-                     "frozen features (prototypes and a logistic-regression head), VTAB-1k with the transfer "
-                     "command's protocol, ImageNet-CoG with the cog command's linear evaluation. Each finished unit "
-                     "is reported at once; running the same command again skips what the server holds."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=describe("Evaluate one checkpoint on every protocol the server serves: Meta-Dataset test "
+                             "episodes with frozen features (prototypes and a logistic-regression head), VTAB-1k "
+                             "with the transfer command's protocol, ImageNet-CoG with the cog command's linear "
+                             "evaluation. Each finished unit is reported at once; running the same command again "
+                             "skips what the server holds."),
+        formatter_class=TrainerHelpFormatter,
     )
     parser.framework = framework
     add_server_group(parser)
-    add_backbone_group(parser, None, MD_IMAGE_SIZE, "image side every protocol is served at (default per "
-                       "protocol when neither flag nor attribute says: MD 84, VTAB and CoG 224)")
+    add_backbone_group(parser, None, "per protocol: MD 84, VTAB and CoG 224", "image side every protocol is "
+                       "served at")
     add_reproducibility_group(parser)
 
     job = parser.add_argument_group("the job")

@@ -22,6 +22,7 @@ so is the torch trainer's ``--compile`` (resolved under ``compile``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -46,6 +47,44 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_RUN_ID = 200  # the metrics store's limit
 MD_IMAGE_SIZE = 84
 TRANSFER_IMAGE_SIZE = 224
+
+
+TRAINER_COMMANDS = (
+    ("train", "the Meta-Dataset trainer, also run when no command is named: Prototypical Networks on episodes "
+              "(or the batch baseline), evaluated on test episodes one source at a time"),
+    ("transfer", "VTAB-1k transfer of a backbone: a linear probe, fine-tuning or ProtoNet episodes under a named "
+                 "protocol; per-task top-1"),
+    ("cog", "ImageNet-CoG linear evaluation of a backbone on the concept levels, per level, N and seed"),
+    ("evaluate", "one checkpoint on Meta-Dataset, VTAB-1k and ImageNet-CoG at once, resumable"),
+)
+"""Each trainer command and its one-line summary, listed by the top-level ``--help``
+(``python -m clients.torch`` / ``clients.tf`` dispatch on the same names)."""
+HELP_WIDTH = 100
+_NAMES_A_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
+
+
+class TrainerHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """One default per help line: argparse's ``(default: X)`` is added only where the help
+    text names no default of its own and there is one to show (not None); descriptions and
+    epilogs keep the lines they were given (wrapped by ``describe``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or _NAMES_A_DEFAULT.search(action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def describe(*paragraphs: str) -> str:
+    """Paragraphs wrapped for ``TrainerHelpFormatter`` (which keeps description lines as given)."""
+    return "\n\n".join(textwrap.fill(paragraph, HELP_WIDTH) for paragraph in paragraphs)
+
+
+def commands_help(framework: str) -> str:
+    """The commands of ``python -m clients.<framework>``, one line each, for its top-level help."""
+    lines = [f"commands (python -m clients.{framework} COMMAND --help shows each one's flags):"]
+    for name, summary in TRAINER_COMMANDS:
+        lines.append(textwrap.fill(summary, HELP_WIDTH, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12))
+    return "\n".join(lines)
 
 
 class TrainerArgumentParser(argparse.ArgumentParser):
@@ -163,11 +202,13 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
         raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
     parser = TrainerArgumentParser(
         prog=f"python -m clients.{framework}",
-        description=(
+        usage=f"python -m clients.{framework} [train] --server TARGET --run RUN_ID (--sources NAME... | --preset "
+              f"NAME) [options]\n       python -m clients.{framework} {{transfer,cog,evaluate}} ... (see below)",
+        description=describe(
             "Train a few-shot learner on episodes (or plain batches) from a sampler server, evaluate it on "
-            "test episodes one source at a time, and report every evaluation episode to the server."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            "test episodes one source at a time, and report every evaluation episode to the server.")
+        + "\n\n" + commands_help(framework),
+        formatter_class=TrainerHelpFormatter,
     )
     add_server_group(parser)
 
@@ -326,15 +367,6 @@ class TransferArgumentParser(TrainerArgumentParser):
         return parsed, extras
 
 
-class _TransferHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Defaults shown where there is one; a None default is the protocol's, said in the help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None:
-            return action.help
-        return super()._get_help_string(action)
-
-
 def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     """The transfer learner's command line of ``framework``; same flags in both frameworks."""
     if framework not in FRAMEWORKS:
@@ -351,7 +383,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
             vtab_transfer_protocols.describe(100),
             textwrap.fill("Warm-up and decay points are fractions of each setting's steps, so --steps-scale (CPU "
                           "runs) scales them with the steps.", 100)]),
-        formatter_class=_TransferHelpFormatter,
+        formatter_class=TrainerHelpFormatter,
     )
     add_server_group(parser)
     protocol_default = "default: the protocol's"
@@ -520,10 +552,11 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
         raise ValueError(f"framework: got {framework!r}, expected one of {', '.join(FRAMEWORKS)}")
     parser = CogArgumentParser(
         prog=f"python -m clients.{framework} cog",
-        description=("ImageNet-CoG linear evaluation of a backbone: features of each level's train and test "
-                     "splits extracted once (cached), a linear classifier per (level, N, seed) with learning rate "
-                     "and weight decay chosen on the 20% validation split, test top-1 reported to the server."),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=describe("ImageNet-CoG linear evaluation of a backbone: features of each level's train and "
+                             "test splits extracted once (cached), a linear classifier per (level, N, seed) with "
+                             "learning rate and weight decay chosen on the 20% validation split, test top-1 "
+                             "reported to the server."),
+        formatter_class=TrainerHelpFormatter,
     )
     add_server_group(parser)
 

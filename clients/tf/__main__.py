@@ -1,8 +1,8 @@
-"""``python -m clients.tf``: the TensorFlow trainer (see ``clients.tf.md_train``);
+"""``python -m clients.tf`` (or ``python -m clients.tf train``): the TensorFlow trainer (see ``clients.tf.md_train``);
 ``python -m clients.tf transfer ...``: the VTAB-1k transfer learner (``clients.tf.vtab_transfer``);
 ``python -m clients.tf cog ...``: the ImageNet-CoG linear evaluation (``clients.tf.cog_eval``).
 ``python -m clients.tf evaluate ...``: one checkpoint on MD, VTAB-1k and CoG, resumable
-(``clients.tf.evaluate``).
+(``clients.tf.evaluate``). ``--help`` lists these commands (``clients.trainer_args.TRAINER_COMMANDS``).
 
 TensorFlow's start-up chatter and its oneDNN notice are silenced unless the caller
 set these variables. They take effect only if TensorFlow is not imported yet, i.e.
@@ -30,4 +30,4 @@ if __name__ == "__main__":
         sys.exit(evaluate_main(sys.argv[2:]))
     from clients.tf.md_train import main
 
-    sys.exit(main())
+    sys.exit(main(sys.argv[2:] if sys.argv[1:2] == ["train"] else sys.argv[1:]))

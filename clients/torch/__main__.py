@@ -1,8 +1,9 @@
-"""``python -m clients.torch``: the PyTorch trainer (see ``clients.torch.md_train``);
+"""``python -m clients.torch`` (or ``python -m clients.torch train``): the PyTorch trainer
+(see ``clients.torch.md_train``);
 ``python -m clients.torch transfer ...``: the VTAB-1k transfer learner (``clients.torch.vtab_transfer``);
 ``python -m clients.torch cog ...``: the ImageNet-CoG linear evaluation (``clients.torch.cog_eval``).
 ``python -m clients.torch evaluate ...``: one checkpoint on MD, VTAB-1k and CoG, resumable
-(``clients.torch.evaluate``).
+(``clients.torch.evaluate``). ``--help`` lists these commands (``clients.trainer_args.TRAINER_COMMANDS``).
 
 Exit status: 0 done, 2 bad input (also: under ``--deterministic``, an op without a deterministic
 kernel, named), 3 a server fault; errors are one line on stderr. ``--deterministic`` is applied
@@ -34,7 +35,7 @@ if __name__ == "__main__":
         sys.exit(evaluate_main(sys.argv[2:]))
     from clients.torch.md_train import main
 
-    status = main()
+    status = main(sys.argv[2:] if sys.argv[1:2] == ["train"] else sys.argv[1:])
     if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -60,7 +60,7 @@ DEFAULT_PNG_MAX_TILES = 20
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "episode",
-        help="print episode compositions and fingerprints (no images read)",
+        help="print episode compositions and fingerprints (images read only to draw one with --png)",
         description="Print the composition (ways, classes, support and query record ids per class) and "
         "fingerprint of Meta-Dataset episode INDEX (or of COUNT consecutive episodes) for a seed.",
     )

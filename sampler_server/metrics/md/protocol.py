@@ -64,7 +64,7 @@ PROTOCOLS = (registry.ReportProtocol(protocols.MD, parse_episode_report),)
 TABLES = (
     registry.ReportTable(
         name="md",
-        help="Meta-Dataset episodes (default)",
+        help="Meta-Dataset episodes",  # `report --table` adds "(default md)" from default=True
         build=_build,
         render=render_report,
         wire_ignores=("vtab_benchmark", "vtab_split"),
