@@ -172,3 +172,37 @@ def start_serve(data: Path, *flags: str, stderr: Any = None) -> tuple[Any, str]:
         _, errors = process.communicate(timeout=30)
         raise AssertionError(f"serve did not start: {line}{errors or ''}")
     return process, line.split()[2]
+
+
+# ---- the stores `make demo` leaves, for the README's and docs' examples ------------------
+
+
+class DemoData:
+    """``demo-data/store`` under ``root`` built by the demo's own data code at the demo's own
+    scale (``demo_cmd.build_demo_stores`` with ``demo``'s defaults), and a server over it: the
+    README's and docs' examples run against what a reader has after ``make demo``."""
+
+    def __init__(self, root: Path) -> None:
+        from sampler_server.cli import demo_cmd
+        from sampler_server.cli.main import build_parser
+        from sampler_server.service.server import RunningServer, ServerConfig
+
+        defaults = build_parser().parse_args(["demo"])
+        self.root = root  # the reader's clone: `demo-data/store` is relative to it
+        built = demo_cmd.build_demo_stores(root / "demo-data", defaults.classes, defaults.images_per_class,
+                                           workers=2, quiet=True)
+        assert built.vtab, "the demo's VTAB stores need tensorflow-datasets (the vtab extra)"
+        self.data = built.store
+        self.server = RunningServer(ServerConfig(data_dir=self.data, port=0, workers=2, threads=16,
+                                                 grace_seconds=1.0)).start()
+        self.address = self.server.address
+
+    def stop(self) -> None:
+        self.server.stop(grace=0.5)
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory) -> DemoData:
+    served = DemoData(tmp_path_factory.mktemp("clone"))
+    yield served
+    served.stop()

@@ -47,6 +47,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from sampler_server import fixtures
@@ -186,6 +187,37 @@ def build_cog_data(workdir: Path, store: Path, workers: int, quiet: bool) -> Non
     print("\n".join(summary_lines(levels)), flush=True)
 
 
+@dataclass(frozen=True)
+class DemoStores:
+    """What ``build_demo_stores`` left: the data directory, whether the VTAB leg's stores are
+    in it (TFDS installed), and how long the VTAB and CoG data took."""
+
+    store: Path
+    vtab: bool
+    vtab_seconds: float
+    cog_seconds: float
+
+
+def build_demo_stores(workdir: Path, classes: int, images_per_class: int, workers: int, quiet: bool, *,
+                      vtab: bool = True, cog: bool = True) -> DemoStores:
+    """Every store the demo serves, under ``workdir / "store"``: the Meta-Dataset sources, then
+    VTAB's and CoG's. The README's quickstart and the docs' examples run against these
+    (``tests/docs``), so what they name is what ``make demo`` leaves behind."""
+    store = build_data(workdir, classes, images_per_class, workers, quiet)
+    vtab_seconds = cog_seconds = 0.0
+    if vtab:
+        started = time.perf_counter()
+        print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
+        vtab = build_vtab_data(workdir, store, workers, quiet)
+        vtab_seconds = time.perf_counter() - started
+    if cog:
+        started = time.perf_counter()
+        print(f"\nImageNet-CoG: a test-built IN-21K layout (tars of JPEGs), packed as {COG_SHARDS} shards", flush=True)
+        build_cog_data(workdir, store, workers, quiet)
+        cog_seconds = time.perf_counter() - started
+    return DemoStores(store, vtab, vtab_seconds, cog_seconds)
+
+
 def run_cog(framework: str, address: str, args: argparse.Namespace) -> None:
     """One framework's CoG linear evaluation, reported as run ``demo-cog-<framework>``."""
     command = [
@@ -316,18 +348,10 @@ def run(args: argparse.Namespace) -> int:
     evaluate = "torch" in args.frameworks
     total = 5 + bool(args.vtab) + bool(args.cog) + evaluate
     _step(f"1/{total} generating the demo data in each source's original layout, and packing it")
-    store = build_data(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet)
-    vtab_seconds = cog_seconds = 0.0
-    if args.vtab:
-        vtab_started = time.perf_counter()
-        print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
-        args.vtab = build_vtab_data(args.workdir, store, args.workers, args.quiet)
-        vtab_seconds += time.perf_counter() - vtab_started
-    if args.cog:
-        cog_started = time.perf_counter()
-        print(f"\nImageNet-CoG: a test-built IN-21K layout (tars of JPEGs), packed as {COG_SHARDS} shards", flush=True)
-        build_cog_data(args.workdir, store, args.workers, args.quiet)
-        cog_seconds += time.perf_counter() - cog_started
+    stores = build_demo_stores(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet,
+                               vtab=args.vtab, cog=args.cog)
+    store, args.vtab = stores.store, stores.vtab
+    vtab_seconds, cog_seconds = stores.vtab_seconds, stores.cog_seconds
     inspect_run(argparse.Namespace(data=store, json=False, classes=False))
     if args.data_only:
         print(f"\ndemo data ready in {time.perf_counter() - started:.1f} s; stores under {store}")

@@ -120,15 +120,3 @@ def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     assert one == [0, 1, 2]  # one worker reads the stream once
     with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
         list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=SPAWN))
-
-
-@pytest.mark.slow
-def test_the_vtab_adapters_doc_example_runs(address):
-    pytest.importorskip("torch")
-    from doc_blocks import python_block, run_python, with_constants
-
-    # The fixture's CLEVR has 70 train examples: too few for VTAB-1k's 1000, so it trains on `train`.
-    code = with_constants(python_block("docs/clients.md", "vtab-adapters"), SERVER=address, TASK="clevr_count",
-                          TRAIN="train", STEPS=2)
-    run_python(code + "assert inputs.dtype == torch.float32 and inputs.shape == (64, 3, 224, 224), inputs.shape\n"
-                      "assert 0 <= float(inputs.min()) and float(inputs.max()) <= 1\n")
