@@ -39,11 +39,13 @@ MAX_STREAM_COUNT = 10_000_000
 class FieldError(ValueError):
     """A request field outside what is allowed; the message names the field, the value and the range."""
 
-    def __init__(self, field: str, value: object, expected: str) -> None:
+    def __init__(self, field: str, value: object, expected: str, context: str = "") -> None:
+        """``context`` follows the value: what else of the request the refusal depends on
+        (e.g. " with regime 10")."""
         self.field = field
         self.value = value
         self.expected = expected
-        super().__init__(f"{field}: got {shown(value)}, expected {expected}")
+        super().__init__(f"{field}: got {shown(value)}{context}, expected {expected}")
 
 
 def shown(value: object) -> str:

@@ -43,14 +43,15 @@ class SplitNames:
         others = ", ".join(self.aliases)
         return f"one of {', '.join(self.names)} (or {others} for {self.validation})"
 
-    def canonical(self, name: object, field: str = "split") -> str:
-        """The canonical name of ``name`` (itself, or what its alias stands for); else ``FieldError``."""
+    def canonical(self, name: object, field: str = "split", context: str = "") -> str:
+        """The canonical name of ``name`` (itself, or what its alias stands for); else ``FieldError``
+        (``context``: what else the vocabulary depends on, e.g. " with regime 10")."""
         if isinstance(name, str):
             if name in self.names:
                 return name
             if name in self.aliases:
                 return self.aliases[name]
-        raise FieldError(field, name, self.accepted)
+        raise FieldError(field, name, self.accepted, context)
 
     def within(self, allowed: tuple[str, ...]) -> "SplitNames":
         """The same aliases over a narrower set of names (e.g. a packed source's held-out splits)."""

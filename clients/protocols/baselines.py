@@ -22,8 +22,8 @@ class BaselineCalls(Rpc):
                    loss: str = "", sampling: str = "") -> pb.Regime:
         """A data regime of a task without images: the record ids and labels of its ``split``
         ("train" or "val"; "valid" and "validation" read as "val"), its fingerprint, the blind guess
-        and the task's default regimes (``n`` = 0: only the default regimes). ``target`` (a numeric attribute of the store)
-        adds its regression blind guess under ``loss`` ("l2", the default, or "l1"). ``sampling``:
+        and the task's default regimes (``n`` = 0: only the default regimes). ``target`` (a numeric
+        attribute of the store) adds its regression blind guess under ``loss`` ("l2", the default, or "l1"). ``sampling``:
         "uniform" (the server's default) or "stratified" draw (RegimeRequest.sampling)."""
         request = pb.RegimeRequest(task=task, n=n, seed=check_seed(seed), split=REGIME.canonical(split), store=store,
                                    target=target, loss=loss, sampling=sampling)

@@ -117,7 +117,8 @@ class CogCalls(Rpc):
         split of a 1-shot subset) is one empty batch with ``last`` set."""
         base = pb.StreamCogBatchesRequest(
             split=cog_split_request(level, split, shots, seed, level_size, min_images, levels_file,
-                                    concepts_split_file), batch_size=check_batch_size(batch_size, upper=MAX_COG_BATCH_SIZE),
+                                    concepts_split_file),
+            batch_size=check_batch_size(batch_size, upper=MAX_COG_BATCH_SIZE),
             images=image_options(image_size, resize, encoded=encoded))
         check_window(start_index, count)
 

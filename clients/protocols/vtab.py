@@ -120,9 +120,12 @@ def task_batch_request(task: str, split: str, batch_size: int, *, shuffle: bool,
     "validation" read as "val"); the task's name by the server. With ``regime`` > 0, ``split`` names a
     part of that data regime ("train", "val", or "trainval": the whole regime) drawn with ``regime_seed``
     and ``regime_sampling`` (see ``get_regime``)."""
-    names = REGIME_STREAM if regime else VTAB_SPLIT_NAMES  # a packed source's splits are among VTAB's names
+    if regime:
+        split = REGIME_STREAM.canonical(split, "split", f" with regime {regime}")
+    else:  # a packed source's held-out splits are among VTAB's names; the server checks which it has
+        split = VTAB_SPLIT_NAMES.canonical(split)
     return pb.StreamTaskBatchesRequest(
-        task=task, split=names.canonical(split), seed=check_seed(seed), batch_size=check_batch_size(batch_size),
+        task=task, split=split, seed=check_seed(seed), batch_size=check_batch_size(batch_size),
         shuffle=shuffle, store=store, images=image_options(image_size, resize), regime=regime,
         regime_seed=check_seed(regime_seed, "regime_seed"), regime_sampling=regime_sampling,
     )

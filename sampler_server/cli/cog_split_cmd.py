@@ -26,8 +26,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, type=Path, help="data directory holding the packed IN-21K "
                         "(all shards) and, for IN-1K, ILSVRC-2012 stores")
     parser.add_argument("--level", required=True, help="level: " + ", ".join(LEVELS))
-    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS) + " (valid, validation: val; val: 20%% of the full "
-                        "train set for --seed; search: train minus val, then --shots per concept)")
+    parser.add_argument("--split", required=True, help="split: " + ", ".join(SPLITS) + " (valid, validation: val; "
+                        "val: 20%% of the full train set for --seed; search: train minus val, then --shots per concept)")
     parser.add_argument("--shots", type=int, default=0,
                         help=f"images per concept of a few-shot train or search set: {', '.join(map(str, SHOTS))}; "
                         "0 = all (default)")

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sampler_common.checks import check_seed
 from sampler_server.catalog.registry import StoreRegistry
 from sampler_server.catalog.tasks import TaskHandle, pick_tfds_store, source_handle, tfds_stores_in
 from sampler_server.core.baselines import (
@@ -41,7 +42,7 @@ from sampler_server.core.baselines import (
 )
 from sampler_server.core.baselines.sources import is_source_task
 from sampler_server.core.vtab import TASKS, get_task
-from sampler_server.errors import InvalidArgument
+from sampler_server.errors import InvalidArgument, field_checks
 from sampler_server.quoting import quoted
 from sampler_server.store.vtab_records import list_split
 
@@ -93,6 +94,8 @@ def load_regime(data: Path, task_name: str, n: int, seed: int, split: str, store
     chosen_loss = check_target(target, loss)
     check_sampling(sampling, "--regime-sampling")
     split = check_regime_split(split)  # the names and aliases the client and the server accept
+    with field_checks():
+        check_seed(seed)
     if n < 0:
         raise InvalidArgument(f"--n: got {n}, expected an integer >= 0 (0: only the default regimes)")
     if is_source_task(task_name):

@@ -53,14 +53,12 @@ def check_split(split: str, field: str, task: str, regime: int = 0) -> str:
     """The canonical name of a requested split, read as the client and the CLI read it
     (``sampler_common.splits``): a regime's part with ``regime`` > 0, a packed source's
     held-out split for a source task, else a VTAB split."""
-    if regime:
-        names = REGIME_STREAM
-    elif is_source_task(task):
-        names = VTAB_SPLIT_NAMES.within(SOURCE_SPLITS)
-    else:
-        names = VTAB_SPLIT_NAMES
     with field_checks():
-        return names.canonical(split, field)
+        if regime:
+            return REGIME_STREAM.canonical(split, field, f" with regime {regime}")
+        if is_source_task(task):
+            return VTAB_SPLIT_NAMES.within(SOURCE_SPLITS).canonical(split, field)
+        return VTAB_SPLIT_NAMES.canonical(split, field)
 
 
 def split_sizes(task: Task, records: TfdsRecords) -> list[pb.TaskSplitSize]:

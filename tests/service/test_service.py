@@ -109,7 +109,7 @@ def test_sources_health_and_reflection(served, stub):
         (pb.GetEpisodeRequest(request=_request(source="nope")), grpc.StatusCode.NOT_FOUND, "source 'nope' is not served"),
         (pb.GetEpisodeRequest(request=_request(num_ways=40)), grpc.StatusCode.INVALID_ARGUMENT, "num_ways: got 40"),
         (pb.GetEpisodeRequest(request=_request(split=pb.SPLIT_UNSPECIFIED)), grpc.StatusCode.INVALID_ARGUMENT, "request.split"),
-        (pb.GetEpisodeRequest(request=_request(size=5000)), grpc.StatusCode.INVALID_ARGUMENT, "images.image_size: got 5000"),
+        (pb.GetEpisodeRequest(request=_request(size=5000)), grpc.StatusCode.INVALID_ARGUMENT, "image_size: got 5000, expected an integer in [1, 1024]"),
         (pb.GetEpisodeRequest(request=_request(num_support=30, num_ways=5)), grpc.StatusCode.INVALID_ARGUMENT, "num_support"),
         (pb.GetEpisodeRequest(request=_request(size=1024)), grpc.StatusCode.RESOURCE_EXHAUSTED, "message limit"),
     ],
