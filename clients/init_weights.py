@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,6 +144,64 @@ def layout(backbone: str, image_size: int) -> list[Tensor]:
     if image_size < least:
         raise ValueError(f"image_size: got {image_size}, the {backbone} backbone needs at least {least}")
     return _LAYOUTS[backbone]()
+
+
+# ---- what a weights file looks like: the named backbone its names or shapes match -----------------
+
+LAYOUT_SIDE = 224
+"""Any side the layouts accept: no named backbone's tensors depend on it."""
+
+
+def _comparable_names(names: Iterable[str]) -> frozenset[str]:
+    """State-dict names as a named backbone's layout lists them: DDP's ``module.`` prefix, a
+    classifier ``fc.*`` and batch norm's ``num_batches_tracked`` (no weight) left out."""
+    names = list(names)
+    if names and all(name.startswith("module.") for name in names):
+        names = [name[len("module."):] for name in names]
+    return frozenset(name for name in names if not name.startswith("fc.") and not name.endswith("num_batches_tracked"))
+
+
+def backbone_of_names(names: Iterable[str]) -> str | None:
+    """The named backbone (``BACKBONES``) whose state-dict names ``names`` are, else None:
+    what a ``--weights`` file that does not fit holds, so its refusal can name the flag to change."""
+    given = _comparable_names(names)
+    for backbone in BACKBONES:
+        if given == _comparable_names(t.name for t in layout(backbone, LAYOUT_SIDE)):
+            return backbone
+    return None
+
+
+def keras_shape(tensor: Tensor) -> tuple[int, ...]:
+    """The shape of ``tensor``'s Keras variable: a convolution's [out, in, kh, kw] as
+    [kh, kw, in, out], a linear [out, in] as [in, out] (``clients.tf.backbones.keras_value``)."""
+    if tensor.kind == "conv" and len(tensor.shape) == 4:
+        out, inp, kh, kw = tensor.shape
+        return (kh, kw, inp, out)
+    if tensor.kind == "linear" and len(tensor.shape) == 2:
+        return (tensor.shape[1], tensor.shape[0])
+    return tensor.shape
+
+
+def backbone_of_keras_shapes(shapes: Iterable[tuple[int, ...]]) -> str | None:
+    """The named backbone whose Keras variables have exactly these shapes (in any order), else
+    None: Keras weights files and tf checkpoints keep shapes, not torch's names."""
+    given = sorted(tuple(int(d) for d in shape) for shape in shapes)
+    for backbone in BACKBONES:
+        if given == sorted(keras_shape(t) for t in layout(backbone, LAYOUT_SIDE) if t.keras_variable is not None):
+            return backbone
+    return None
+
+
+def what_to_change(matched: str | None, backbone: str, what: str = "keys") -> str:
+    """The advice of a refused ``--weights`` file whose ``what`` (its keys, or a Keras file's
+    arrays) match the named backbone ``matched`` (None: none), given ``--backbone backbone``:
+    which flag to change."""
+    if matched is None:
+        return (f"its {what} match no named backbone ({', '.join(BACKBONES)}): pass the model they were saved from "
+                "as --backbone module:callable")
+    if matched == backbone:
+        return f"its {what} match {matched}, but not every value fits it"
+    return f"its {what} match {matched}: use --backbone {matched}"
 
 
 def draw(tensor: Tensor, seed: int, weight_shape: tuple[int, ...] | None = None) -> np.ndarray:

@@ -16,8 +16,9 @@ its ``.index`` file or the directory holding it: its ``backbone``), or for a nam
 a framework-neutral ``.npz`` (``clients.init_weights``: torch's names and layouts, mapped
 onto the Keras layers and transposed here). ``--init-seed S`` starts a named backbone from
 ``neutral_weights(name, side, S)``, the numbers torch starts from with the same flag. A
-file that does not fit is refused with one line naming what it holds and what the
-backbone expected.
+file that does not fit is refused with one line naming what it holds (the named backbone
+its arrays or keys match), the flag to change (``--backbone conv4``) and what the backbone
+expected.
 
 A Keras model whose input shape is fixed and square declares its side by that shape. The
 model is probed once (2 images at the resolved size, ``training=False``) for its feature
@@ -49,7 +50,8 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
-from clients.init_weights import chw_to_hwc_rows, layout, neutral_weights, read_npz
+from clients.init_weights import (backbone_of_keras_shapes, backbone_of_names, chw_to_hwc_rows, layout, neutral_weights,
+                                  read_npz, what_to_change)
 from clients.seeds import derive_seed
 from clients.tf import models
 
@@ -234,7 +236,8 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
         raise UsageError(f"argument --weights: got {path!r}, which cannot be read as Keras weights or a tf "
                          f"checkpoint ({_reason(error, 160)}); {wanted}") from None
     if sorted(held) != sorted(expected):
-        raise UsageError(f"argument --weights: {path} is {what}, {wanted}: {_difference(held, expected)}")
+        advice = what_to_change(backbone_of_keras_shapes(held), spec.target, "arrays")
+        raise UsageError(f"argument --weights: {path} is {what}, {wanted}: {advice} ({_difference(held, expected)})")
     try:
         if prefix is not None:
             tf.train.Checkpoint(backbone=model).restore(prefix).expect_partial().assert_existing_objects_matched()
@@ -276,7 +279,8 @@ def assign_neutral(model: keras.Model, backbone: str, image_size: int, arrays: M
                         "expected")
     if problems:
         raise UsageError(f"argument --weights: {source} (framework-neutral weights of {len(arrays)} tensors) does not "
-                         f"fit --backbone {backbone} ({len(tensors)} tensors): {'; '.join(problems)}")
+                         f"fit --backbone {backbone} ({len(tensors)} tensors): "
+                         f"{what_to_change(backbone_of_names(arrays), backbone)} ({'; '.join(problems)})")
     for name, tensor in expected.items():
         variable = getattr(model.get_layer(tensor.keras_layer), str(tensor.keras_variable))
         variable.assign(keras_value(tensor.kind, np.asarray(given[name], np.float32)))

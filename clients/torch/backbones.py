@@ -16,7 +16,8 @@ torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers), or a fr
 ``.npz`` (``clients.init_weights``: a state dict's names and layouts in NumPy arrays).
 ``--init-seed S`` starts a named backbone from ``neutral_weights(name, side, S)``, the
 numbers tf starts from with the same flag. A file that does not fit is refused with one
-line naming what it holds and what the backbone expected.
+line naming what it holds (the named backbone its keys match, or "not a state dict"),
+the flag to change (``--backbone resnet50``) and what the backbone expected.
 
 The model is probed once (2 images at the resolved size, eval mode) for its feature size;
 a wrong output ([N, D, 1], integers, a tuple) is refused there with ``check_features``'s
@@ -34,6 +35,7 @@ import argparse
 import functools
 import hashlib
 import re
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -45,7 +47,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
-from clients.init_weights import neutral_weights, read_npz
+from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
 from clients.seeds import derive_seed
 from clients.torch.models import ResNet18, build_backbone
 
@@ -184,7 +186,7 @@ def weights_state(raw: Any, path: str) -> tuple[dict[str, torch.Tensor], str]:
         return dict(raw), "a state dict"
     held = (f"a {type(raw).__name__} of keys {', '.join(map(str, list(raw)[:4]))}" if isinstance(raw, Mapping)
             else f"a {type(raw).__name__}")
-    raise UsageError(f"argument --weights: {path} holds {held}, expected {allowed}")
+    raise UsageError(f"argument --weights: {path} is not a state dict (it holds {held}); expected {allowed}")
 
 
 def adapt_state(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
@@ -235,9 +237,9 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
     except UsageError:
         raise
     except Exception as error:  # pickle, zip and format errors alike: not a torch file we can read safely
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise UsageError(f"argument --weights: got {path!r}, expected a torch state dict saved with torch.save "
-                         f"({type(error).__name__}: {reason[:160]}{'...' if len(reason) > 160 else ''})") from None
+        reason = textwrap.shorten(" ".join(str(error).split()), 160, placeholder=" ...")
+        raise UsageError(f"argument --weights: {path} is not a state dict torch can read ({type(error).__name__}: "
+                         f"{reason}); expected one saved with torch.save(model.state_dict(), FILE)") from None
     state, what = weights_state(raw, path)
     state = adapt_state(state, model)
     expected = model.state_dict()
@@ -249,8 +251,10 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
             problem = " ".join(str(error).split()).split(". ")[0]
     if problem is not None:
         looks = architecture(list(expected))
-        raise UsageError(f"argument --weights: {path} ({what} of {describe_state(state)}) does not fit --backbone "
-                         f"{spec.target} ({len(expected)} tensors{', ' + looks if looks else ''}): {problem}")
+        named = "resnet18" if architecture(list(state)) == "torchvision's ResNet-18" else backbone_of_names(state)
+        raise UsageError(f"argument --weights: {path} does not fit --backbone {spec.target} ({len(expected)} tensors"
+                         f"{', ' + looks if looks else ''}): {what_to_change(named, spec.target)} ({what} of "
+                         f"{describe_state(state)}; {problem})")
 
 
 # ---- fingerprint, input, probe ------------------------------------------------------------------

@@ -164,8 +164,9 @@ def test_keras_weights_load_and_a_mismatched_file_is_one_whole_line(tmp_path):
         load_backbone(_md("--image-size", "16", "--backbone", "tiny", "--weights", str(conv4)), 84, "x")
     line = _one_line(error)
     assert line == (f"argument --weights: {conv4} is Keras weights of 20 arrays (113,344 values), --backbone tiny "
-                    "expects 6 arrays (23,584 values): 19 of the file's arrays have no place in it (first [3, 3, 3, "
-                    "64]); 5 of its arrays are not in the file (first [3, 3, 3, 16])")
+                    "expects 6 arrays (23,584 values): its arrays match conv4: use --backbone conv4 (19 of the "
+                    "file's arrays have no place in it (first [3, 3, 3, 64]); 5 of its arrays are not in the file "
+                    "(first [3, 3, 3, 16]))")
 
     checkpoint = tf.train.Checkpoint(backbone=models.build_backbone("conv4", 16)).save(str(tmp_path / "ck" / "c"))
     with pytest.raises(UsageError) as error:

@@ -104,3 +104,83 @@ def test_a_server_that_answered_once_is_retried_after_it_stops(served):
     assert f"server {server.address} unreachable after 3 attempts" in str(caught.value)
     assert time.monotonic() - started >= 0.6  # two backoffs of 0.3 s: it was retried
     client.close()
+
+
+# ---- --init / --weights that do not fit: what the file is, which flag to change ----------------------
+
+
+def _transfer_refusal(capsys, weights: Path) -> str:
+    """The one stderr line of ``python -m clients.torch transfer --init FILE`` (default resnet18);
+    it is refused before any server is asked."""
+    from clients.torch.vtab_transfer import main
+
+    code = main(["--server", "127.0.0.1:1", "--run", "r", "--tasks", "kitti_distance", "--image-size", "32",
+                 "--init", str(weights), "--device", "cpu"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, (code, lines)
+    return lines[0]
+
+
+def _state_with_names(backbone: str) -> dict:
+    """A state dict with ``backbone``'s names (torch's layout, ``clients.init_weights.layout``),
+    each tensor empty: names are what a refusal reads, and the file stays small."""
+    import torch
+
+    from clients.init_weights import layout
+
+    return {tensor.name: torch.zeros(0) for tensor in layout(backbone, 32)}
+
+
+def test_a_resnet50_state_dict_given_to_resnet18_names_resnet50_and_the_flag(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "resnet50_state_dict.pt"
+    torch.save({**_state_with_names("resnet50"), "fc.weight": torch.zeros(0)}, path)
+    line = _transfer_refusal(capsys, path)
+    assert line.startswith(f"python -m clients.torch transfer: error: argument --weights: {path} does not fit "
+                           "--backbone resnet18"), line
+    assert "its keys match resnet50: use --backbone resnet50 (" in line and "--image-size" not in line, line
+
+
+def test_a_file_that_is_no_state_dict_says_so(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    held = tmp_path / "trainer_state.pt"
+    torch.save({"epoch": 3, "optimizer": [0.1]}, held)
+    assert (f"argument --weights: {held} is not a state dict (it holds a dict of keys epoch, optimizer); expected "
+            "a state dict (name -> tensor)") in _transfer_refusal(capsys, held)
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint at all")
+    line = _transfer_refusal(capsys, text)
+    assert f"argument --weights: {text} is not a state dict torch can read (" in line, line
+    assert line.endswith("expected one saved with torch.save(model.state_dict(), FILE)"), line
+
+
+def test_keys_of_no_named_backbone_say_to_pass_the_model(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "vit.pt"
+    torch.save({"patch_embed.proj.weight": torch.zeros(0), "blocks.0.attn.qkv.weight": torch.zeros(0)}, path)
+    line = _transfer_refusal(capsys, path)
+    assert ("its keys match no named backbone (conv4, resnet18, resnet50, tiny): pass the model they were saved "
+            "from as --backbone module:callable (") in line, line
+
+
+def test_tf_names_the_backbone_keras_weights_and_neutral_weights_belong_to(tmp_path):
+    pytest.importorskip("tensorflow")
+    from clients.errors import UsageError
+    from clients.init_weights import neutral_weights, write_npz
+    from clients.tf import backbones, models
+    from clients.trainer_args import parse_args
+
+    def refusal(backbone: str, weights: Path) -> str:
+        args = parse_args("tf", ["--server", "h:1", "--run", "r", "--sources", "a", "--device", "cpu",
+                                 "--image-size", "16", "--backbone", backbone, "--weights", str(weights)])
+        with pytest.raises(UsageError) as caught:
+            backbones.load_backbone(args, 84, "backbone")
+        assert "\n" not in str(caught.value)
+        return str(caught.value)
+
+    keras_file = tmp_path / "conv4.weights.h5"
+    models.build_backbone("conv4", 16).save_weights(str(keras_file))
+    assert "its arrays match conv4: use --backbone conv4 (" in refusal("tiny", keras_file)
+    neutral = tmp_path / "tiny.npz"
+    write_npz(neutral, neutral_weights("tiny", 16, 0))
+    assert "its keys match tiny: use --backbone tiny (" in refusal("conv4", neutral)
