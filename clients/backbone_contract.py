@@ -34,8 +34,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from sampler_common.checks import check_image_size
+
 from clients.errors import UsageError
-from clients.flag_types import int_at_least
+from clients.flag_types import field_flag, int_at_least
 
 # tiny: three stride-2 convolutions, 64 features (fast on CPU: tests and the demo)
 NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
@@ -308,14 +310,8 @@ def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, ima
     return group
 
 
-def _size_flag(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= 8") from None
-    if value < 8:
-        raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= 8")
-    return value
+_size_flag = field_flag(check_image_size, 8)
+"""--image-size: a size every layer serves (``sampler_common.checks``), and at least 8 for a backbone."""
 
 
 def check_backbone_group(parser: argparse.ArgumentParser, args: argparse.Namespace, image_size_default: int) -> None:

@@ -1,9 +1,14 @@
-"""Argument types shared by every trainer command's flags (framework-free, no other imports)."""
+"""Argument types shared by every trainer command's flags (framework-free; ``sampler_common``'s
+field checks only, so a trainer flag refuses a bad seed or image size in the words the client,
+the server and ``sampler-server`` use)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
+
+from sampler_common.checks import FieldError, check_image_size, check_seed
 
 
 def int_at_least(minimum: int) -> Any:
@@ -19,3 +24,30 @@ def int_at_least(minimum: int) -> Any:
 
     parse.__name__ = f"integer>={minimum}"
     return parse
+
+
+def field_flag(check: Callable[[object], int], minimum: int | None = None) -> Any:
+    """An argparse type: an integer that ``check`` (a ``sampler_common.checks`` function) accepts,
+    and, where a trainer needs more, at least ``minimum``; else one line, the shared check's
+    message (``image_size: got 0, expected an integer in [1, 1024]``)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer") from None
+        try:
+            value = check(value)
+        except FieldError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"got {value}, expected an integer >= {minimum}")
+        return value
+
+    parse.__name__ = check.__name__.removeprefix("check_")
+    return parse
+
+
+seed_flag = field_flag(check_seed)
+"""A seed flag: 0 to 2**64 - 1, as every layer checks it."""
+image_size_flag = field_flag(check_image_size)
+"""An image size flag: 1 to 1024 pixels, as every layer checks it."""

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import add_backbone_group, check_backbone_group
 from clients.determinism import add_reproducibility_group
-from clients.flag_types import int_at_least
+from clients.flag_types import int_at_least, seed_flag
 from clients.balancing import parse_target
 from clients.channel import RetryPolicy, check_tls_pair
 from clients.buckets import SHAPE_BUCKETS
@@ -224,7 +224,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
                       help="fixed support images per class of training episodes (default: MD variable shots)")
     data.add_argument("--query", type=int_at_least(1), default=None, metavar="Q",
                       help="fixed query images per class of training episodes (default: MD, at most 10)")
-    data.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the training episodes / batches")
+    data.add_argument("--seed", type=seed_flag, default=0, help="seed of the training episodes / batches")
 
     model = parser.add_argument_group("model and optimisation")
     model.add_argument("--model", choices=MODELS, default="protonet",
@@ -255,7 +255,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
     evaluation.add_argument("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME",
                             help="sources evaluated one at a time (default: --sources)")
     evaluation.add_argument("--eval-split", choices=SPLITS, default="test", help="split of the evaluation episodes")
-    evaluation.add_argument("--eval-seed", type=int_at_least(0), default=0, help="seed of the evaluation episodes")
+    evaluation.add_argument("--eval-seed", type=seed_flag, default=0, help="seed of the evaluation episodes")
     evaluation.add_argument("--eval-only", action="store_true",
                             help="skip training; evaluate the checkpoint found in --checkpoint-dir")
     evaluation.add_argument("--report-batch", type=int_at_least(1), default=50, metavar="N",
@@ -399,7 +399,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                       help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
                            f"({protocol_default}: finetune)")
     what.add_argument("--init", dest="weights", type=_init_source, metavar="FILE|scratch", help=argparse.SUPPRESS)
-    what.add_argument("--seed", type=int_at_least(0), default=0,
+    what.add_argument("--seed", type=seed_flag, default=0,
                       help="seed of the weights and the batch order (the first final run; the others' are hashed "
                            "from it)")
     what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")

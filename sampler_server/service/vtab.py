@@ -57,7 +57,7 @@ def check_split(split: str, field: str, task: str, regime: int = 0) -> str:
         if regime:
             return REGIME_STREAM.canonical(split, field, f" with regime {regime}")
         if is_source_task(task):
-            return VTAB_SPLIT_NAMES.within(SOURCE_SPLITS).canonical(split, field)
+            return VTAB_SPLIT_NAMES.within(SOURCE_SPLITS).canonical(split, field, f" for task {task}")
         return VTAB_SPLIT_NAMES.canonical(split, field)
 
 
