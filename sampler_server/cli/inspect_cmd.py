@@ -83,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"  classes      {info['classes']}: " + ", ".join(
                 f"{name} {value['classes']} ({value['images']} images)" for name, value in splits.items()
             ) + (f", unsplit {info['unsplit_classes']} (split by {info['hierarchy']})" if info["unsplit_classes"] else ""))
-        print(f"  images       {info['images']}  (per class min {info['images_per_class']['min']}, max {info['images_per_class']['max']}; skipped {info['skipped']})")
+        unit = "split" if tfds is not None else "class"  # a VTAB store's "classes" are its TFDS splits
+        sizes = info["images_per_class"]
+        print(f"  images       {info['images']}  (per {unit} min {sizes['min']}, max {sizes['max']}; "
+              f"skipped {info['skipped']})")
         validation = info.get("validation")
         if validation is not None:
             print(f"  validation   {validation['images']} images, a held-out partition Meta-Dataset never reads (per "

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from sampler_server.errors import InvalidArgument
+from sampler_server.pack.splits import DEFAULT_RULE, default_split, half_valid_half_test
 from sampler_server.store.manifest import Split
 
 
@@ -149,6 +150,39 @@ class ConverterOptions:
     validation: Path | None = None  # ILSVRC-2012: the official validation images (wnid folders or flat)
     validation_labels: Path | None = None  # ILSVRC-2012, flat validation: LOC_val_solution.csv or ground truth
     devkit_meta: Path | None = None  # ILSVRC-2012, ground-truth labels: the devkit's meta.mat
+
+
+_RULE_SPLITS: dict[str, tuple[Callable[[str, Sequence[str]], dict[str, Split]], tuple[Split, ...]]] = {
+    DEFAULT_RULE: (default_split, (Split.TRAIN, Split.VALID, Split.TEST)),
+    "default-half-valid-half-test": (half_valid_half_test, (Split.VALID, Split.TEST)),
+}
+"""A default split rule, its assignment and the splits it means to fill (a test-only rule,
+or a user's split file, may leave a split empty on purpose)."""
+MAX_CLASSES_ASKED = 1000
+
+
+def empty_split_warnings(plan: SourcePlan) -> list[str]:
+    """One line per split that a default rule meant to fill but left empty (too few classes
+    for its proportions), saying how many classes it needs or which flag decides instead."""
+    if plan.split_rule not in _RULE_SPLITS:
+        return []
+    assign, expected = _RULE_SPLITS[plan.split_rule]
+    counts = {split: sum(1 for c in plan.classes if c.split is split) for split in Split}
+    empty = [split for split in expected if counts[split] == 0]
+    if not empty:
+        return []
+
+    def fills_all(n: int) -> bool:
+        assigned = list(assign(plan.source, [f"class{i}" for i in range(n)]).values())
+        return all(split in assigned for split in expected)
+
+    needed = next((n for n in range(1, MAX_CLASSES_ASKED) if fills_all(n)), None)
+    shown = ", ".join(f"{split.value} {counts[split]}" for split in (Split.TRAIN, Split.VALID, Split.TEST))
+    at_least = f"pack at least {needed} classes, or " if needed is not None else ""
+    return [f"warning: {plan.source}: split {split.value} is empty: the default rule ({plan.split_rule}) gives it "
+            f"none of the {len(plan.classes)} classes ({shown}), so its episodes will be refused; {at_least}give "
+            "--class-splits FILE to name each class's split (Meta-Dataset's JSON: {\"train\": [...], \"valid\": "
+            "[...], \"test\": [...]})" for split in empty]
 
 
 def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:
