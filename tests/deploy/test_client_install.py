@@ -18,6 +18,7 @@ bytecode (``--no-compile``): what is checked is which distributions land, not th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -119,9 +120,11 @@ def editable_venv(clone, wheelhouse, tmp_path_factory) -> Path:
 
 
 def _stream_in(target: Path, address: str) -> dict:
-    """What ``STREAM`` prints when run by ``target``'s Python."""
+    """What ``STREAM`` prints when run by ``target``'s Python (with only its own packages:
+    no PYTHONPATH of this process's)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     done = subprocess.run([str(target / "bin" / "python"), "-c", STREAM, address],
-                          capture_output=True, text=True, cwd=target, timeout=300)
+                          capture_output=True, text=True, cwd=target, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
