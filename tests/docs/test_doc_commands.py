@@ -23,7 +23,10 @@ from doc_blocks import REPO_ROOT, Block, all_blocks
 
 NOT_OURS = {"tfds", "export"}
 PYTHONS = {"python", "python3", ".venv/bin/python"}
-PIP_TARGET = re.compile(r"^(?:sampler-server|\.)(?:\[(?P<extras>[\w,-]+)\])?$")
+# What a reader can install: the clone (`.`) or the wheel `python -m build` puts in dist/,
+# with extras; the package is on no index, so `sampler-server[torch]` cannot work.
+PIP_TARGET = re.compile(r"^(?:\.|dist/sampler_server-(?P<version>[\w.]+)-py3-none-any\.whl)(?:\[(?P<extras>[\w,-]+)\])?$")
+FROM_AN_INDEX = {"build"}  # what the docs install from PyPI: python -m build's package
 TRAINERS = {"clients.torch", "clients.tf"}
 BARE_WORD = re.compile(r"^[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*$")
 SHELL_STOPS = {">", ">>", "|", "&&", ";", "2>"}
@@ -188,7 +191,8 @@ def test_bench_and_deploy_script_commands_name_existing_flags():
 
 def test_make_targets_pip_extras_and_pytest_paths_exist():
     targets = set(re.findall(r"^([\w-]+):", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE))
-    extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    extras, version = set(project["optional-dependencies"]), project["version"]
     seen = set()
     for block, line, tokens in _commands():
         program, arguments = _program(tokens)
@@ -198,11 +202,12 @@ def test_make_targets_pip_extras_and_pytest_paths_exist():
         elif program == "pip":
             assert arguments[0] == "install", f"{block.where}: {line}"
             for argument in arguments[1:]:
-                if argument.startswith("-"):
+                if argument.startswith("-") or argument in FROM_AN_INDEX:
                     continue
                 target = PIP_TARGET.match(argument)
-                assert target, f"{block.where}: {line}: install `.` or `sampler-server`, got {argument!r}"
+                assert target, f"{block.where}: {line}: install `.` or the built wheel in dist/, got {argument!r}"
                 assert set((target["extras"] or "").split(",")) - {""} <= extras, f"{block.where}: {line}"
+                assert target["version"] in (None, version), f"{block.where}: {line}: the wheel is {version}"
         elif program == "pytest":
             values = {i + 1 for i, argument in enumerate(arguments) if argument in ("-m", "-k", "-p")}
             for i, argument in enumerate(arguments):

@@ -101,8 +101,8 @@ def test_every_python_block_is_run_by_a_test_or_says_why_not():
     assert run <= {(b.page, b.title) for b in python}, "a test runs a block that no page has"
 
 
-def test_the_readme_layout_map_names_folders_that_exist():
-    (layout,) = [b for b in all_blocks() if b.page == "README.md" and b.language == "text"]
+def test_the_layout_map_names_folders_that_exist():
+    (layout,) = [b for b in all_blocks() if b.page == "docs/README.md" and b.language == "text"]
     named, parent = [], ""
     for line in layout.code.splitlines():
         match = re.match(r"^(?P<indent> *)(?P<folders>[\w.-]+/(?:, [\w.-]+/)*)\s", line)
@@ -116,4 +116,4 @@ def test_the_readme_layout_map_names_folders_that_exist():
             named.extend(f"{parent}/{folder}" for folder in folders)
     assert len(named) >= 20, named
     missing = [folder for folder in named if not (REPO_ROOT / folder).is_dir()]
-    assert not missing, f"README.md's layout names folders that do not exist: {missing}"
+    assert not missing, f"docs/README.md's layout names folders that do not exist: {missing}"
