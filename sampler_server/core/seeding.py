@@ -24,7 +24,7 @@ import enum
 
 import numpy as np
 
-from sampler_common.checks import MAX_INDEX, MAX_SEED, check_index, check_seed
+from sampler_common.checks import check_index, check_seed
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, field_checks

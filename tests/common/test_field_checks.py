@@ -272,7 +272,7 @@ def test_regime_split_names_alike_in_client_server_and_cli(served, stub, client,
     assert check_regime_split("validation") == "val"
     assert cli_says(capsys, "regime", "--data", served.data, "--task", "clevr_count", "--n", 5, "--seed", 1,
                     "--split", "dev") == message
-    stream = f"split: got 'test' with regime 10, expected one of train, val, trainval (or valid, validation for val)"
+    stream = "split: got 'test' with regime 10, expected one of train, val, trainval (or valid, validation for val)"
     assert client_says(lambda: client.task_batches("clevr_count", "test", 4, regime=10)) == stream
     raw = pb.StreamTaskBatchesRequest(task="clevr_count", split="test", batch_size=4, regime=10, count=1)
     assert server_says(lambda: stub.StreamTaskBatches(raw)) == stream

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from sampler_server.core.md.config import MAX_COUNT, EpisodeConfig
+from sampler_common.checks import MAX_COUNT
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.errors import InvalidArgument
 
 DEFAULT_JSON = (

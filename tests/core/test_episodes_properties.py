@@ -30,7 +30,7 @@ from sampler_server.core.md import (
     sample_episode,
     sample_multisource,
 )
-from sampler_server.core.seeding import MAX_INDEX, MAX_SEED
+from sampler_common.checks import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 

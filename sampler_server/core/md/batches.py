@@ -22,10 +22,10 @@ import dataclasses
 
 import numpy as np
 
-from sampler_common.checks import check_batch_size
+from sampler_common.checks import MAX_INDEX, check_batch_size
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.md.presets import Benchmark
-from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
+from sampler_server.core.seeding import Protocol, check_seed_and_index
 from sampler_server.core.shuffle import epoch_permutation
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split

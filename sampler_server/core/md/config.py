@@ -36,7 +36,7 @@ import json
 import math
 from typing import Any
 
-from sampler_common.checks import MAX_COUNT, check_count
+from sampler_common.checks import check_count
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.hierarchy import MAX_SPAN_LEAVES, MIN_SPAN_LEAVES
 from sampler_server.errors import InvalidArgument, field_checks

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sampler_common.checks import check_batch_size
+from sampler_common.checks import MAX_INDEX, check_batch_size
 from sampler_server.core.md.batches import shuffled_positions
 from sampler_server.core.hashing import FieldHasher
-from sampler_server.core.seeding import MAX_INDEX, Protocol, check_seed_and_index
+from sampler_server.core.seeding import Protocol, check_seed_and_index
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument, field_checks
 
