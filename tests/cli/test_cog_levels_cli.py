@@ -102,7 +102,9 @@ def test_bad_input_is_one_line_naming_it(tmp_path: Path, counts_file: Path, caps
     )
     assert _error(capsys, "--counts", counts_file) == (
         f"sampler-server cog: error: --counts {counts_file}: 0 of 189 concepts are eligible, the levels need 5000 "
-        "(5 x level_size 1000); removed: in1k 40, in1k_ancestor 6, too_few_images 143, person 0, not_leaf 0, listed 0"
+        "(5 x level_size 1000); removed: in1k 40, in1k_ancestor 6, too_few_images 143, person 0, not_leaf 0, listed 0; "
+        "a smaller store needs smaller levels: lower level_size and min_images (the demo's store takes level_size 4, "
+        "min_images 60)"
     )
     assert _error(capsys, "--counts", counts_file, "--level-size", "0").endswith(
         "--level-size: got 0, expected an integer >= 1"

@@ -197,7 +197,8 @@ def compute_levels(
         removed = ", ".join(f"{rule} {count}" for rule, count in selection.excluded.items())
         raise FailedPrecondition(
             f"{source}: {len(selection.eligible)} of {len(counts)} concepts are eligible, the levels need "
-            f"{needed} ({NUM_LEVELS} x level_size {level_size}); removed: {removed}"
+            f"{needed} ({NUM_LEVELS} x level_size {level_size}); removed: {removed}; a smaller store needs smaller "
+            f"levels: lower level_size and min_images (the demo's store takes level_size 4, min_images 60)"
         )
     fragment = Fragment(graph, counts)
     raw = fragment.similarity_to(selection.eligible, in1k_wnids())
