@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sampler_common.checks import MAX_INDEX, MAX_SEED
 from sampler_server.core.seeding import (
-    MAX_INDEX,
-    MAX_SEED,
     Protocol,
     derivation_digest,
     derive_rng,
