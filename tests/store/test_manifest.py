@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sampler_server.errors import DataLoss, NotFound
+from sampler_server.errors import DataLoss, InvalidArgument, NotFound
 from sampler_server.store.manifest import ClassInfo, Manifest, Split, load_manifest, write_manifest
 
 
@@ -52,6 +52,7 @@ def test_missing_manifest_is_not_found_and_wrong_version_is_refused(tmp_path):
 
 
 def test_split_parse_names_allowed_values():
-    assert Split.parse("validation") is Split.VALID
-    with pytest.raises(NotFound, match="allowed: train, valid, test"):
+    assert Split.parse("validation") is Split.VALID and Split.parse("val") is Split.VALID
+    with pytest.raises(InvalidArgument) as refused:
         Split.parse("dev")
+    assert str(refused.value) == "split: got 'dev', expected one of train, valid, test (or val, validation for valid)"

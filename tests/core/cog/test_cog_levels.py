@@ -105,7 +105,9 @@ def test_too_few_eligible_is_one_line_with_what_each_rule_removed() -> None:
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("--counts c.json: 30 of 189 concepts are eligible, the levels need 35 (5 x level_size 7)")
-    assert message.endswith("removed: in1k 40, in1k_ancestor 6, too_few_images 103, person 4, not_leaf 3, listed 3")
+    assert message.endswith("removed: in1k 40, in1k_ancestor 6, too_few_images 103, person 4, not_leaf 3, listed 3; "
+                            "a smaller store needs smaller levels: lower level_size and min_images (the demo's store "
+                            "takes level_size 4, min_images 60)")
     with pytest.raises(FailedPrecondition, match="0 of 0 concepts"):
         compute_levels({}, level_size=1, min_images=60)
 
