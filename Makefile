@@ -58,9 +58,15 @@ chromium:
 # The suite in TEST_WORKERS processes (pytest-xdist), each taking a whole test file at a
 # time, so a file's module fixtures (servers, packed stores) are built once; two workers
 # bring the suite from about 30 to about 20 minutes on a 2-core machine (README, Tests).
+# Tests marked `timing` compare wall-clock times with a bound: they run after, alone, from
+# the files TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
 TEST_WORKERS ?= 2
+TIMING_TESTS := tests/bench/test_scale_growth.py tests/clients/test_failures_say_what_to_do.py \
+	tests/clients/test_tf_trainer.py tests/clients/test_torch_trainer.py tests/core/cog/test_cog_levels.py \
+	tests/service/test_admission.py
 test: install bytecode wordnet postgresql chromium
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" --durations=30
+	$(BIN)/python -m pytest -q -m timing --durations=5 $(TIMING_TESTS)
 
 # Regenerate sampler_common/wire/gen from protos/ after a .proto change (commit the result;
 # tests/wire/test_codegen.py fails while it is stale).

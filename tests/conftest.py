@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,17 +184,17 @@ class DemoData:
     scale (``demo_cmd.build_demo_stores`` with ``demo``'s defaults), and a server over it: the
     README's and docs' examples run against what a reader has after ``make demo``."""
 
-    def __init__(self, root: Path) -> None:
-        from sampler_server.cli import demo_cmd
-        from sampler_server.cli.main import build_parser
+    def __init__(self, root: Path, built: Path | None = None) -> None:
+        """``built``: a ``demo-data`` folder built already, copied to ``root`` (each copy's server
+        keeps its own metrics beside the stores); else the stores are built under ``root``."""
         from sampler_server.service.server import RunningServer, ServerConfig
 
-        defaults = build_parser().parse_args(["demo"])
         self.root = root  # the reader's clone: `demo-data/store` is relative to it
-        built = demo_cmd.build_demo_stores(root / "demo-data", defaults.classes, defaults.images_per_class,
-                                           workers=2, quiet=True)
-        assert built.vtab, "the demo's VTAB stores need tensorflow-datasets (the vtab extra)"
-        self.data = built.store
+        if built is None:
+            _build_demo_stores(root / "demo-data")
+        else:
+            shutil.copytree(built, root / "demo-data")
+        self.data = root / "demo-data" / "store"
         self.server = RunningServer(ServerConfig(data_dir=self.data, port=0, workers=2, threads=16,
                                                  grace_seconds=1.0)).start()
         self.address = self.server.address
@@ -201,8 +203,32 @@ class DemoData:
         self.server.stop(grace=0.5)
 
 
+def _build_demo_stores(workdir: Path) -> None:
+    from sampler_server.cli import demo_cmd
+    from sampler_server.cli.main import build_parser
+
+    defaults = build_parser().parse_args(["demo"])
+    built = demo_cmd.build_demo_stores(workdir, defaults.classes, defaults.images_per_class, workers=2, quiet=True)
+    assert built.vtab, "the demo's VTAB stores need tensorflow-datasets (the vtab extra)"
+    assert built.store == workdir / "store", built.store
+
+
+def _demo_stores_built_once(tmp_path_factory) -> Path:
+    """The demo's stores built by the first pytest-xdist worker that asks (45 s each), under a
+    lock in the run's shared temporary folder; the others wait and copy them."""
+    shared = tmp_path_factory.getbasetemp().parent / "demo-data-built"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "done").exists():
+            _build_demo_stores(shared / "demo-data")
+            (shared / "done").touch()
+    return shared / "demo-data"
+
+
 @pytest.fixture(scope="session")
-def demo_data(tmp_path_factory) -> DemoData:
-    served = DemoData(tmp_path_factory.mktemp("clone"))
+def demo_data(request, tmp_path_factory) -> DemoData:
+    parallel = hasattr(request.config, "workerinput")  # a pytest-xdist worker
+    served = DemoData(tmp_path_factory.mktemp("clone"), _demo_stores_built_once(tmp_path_factory) if parallel else None)
     yield served
     served.stop()

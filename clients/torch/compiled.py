@@ -73,6 +73,9 @@ class CompiledEmbedding:
         if not dynamic:  # a graph per bucket: room for every size of the ladder
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
             torch._dynamo.config.automatic_dynamic_shapes = False
+        # inductor's switch as the run's (clients.torch.determinism leaves inductor unloaded at start-up)
+        torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                           warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
         self._compiled = torch.compile(self._embed, backend=counting, dynamic=None if dynamic else False)
 
     def _embed(self, images: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """``--deterministic`` in PyTorch: the settings ``clients.determinism`` resolves, applied to torch,
 and what a torch run records of the machine it ran on.
 
-On: ``torch.use_deterministic_algorithms(True)`` (an op without a deterministic kernel
-raises instead of varying; ``determinism_error`` turns that into one line, exit 2), cuDNN
+On: ``torch.use_deterministic_algorithms(True)`` (``set_deterministic_kernels``: an op
+without a deterministic kernel raises instead of varying; ``determinism_error`` turns that
+into one line, exit 2), cuDNN
 deterministic and not benchmarking (benchmarking picks kernels by timing them), and on
 CUDA ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS's deterministic workspace), which cuBLAS
 reads when CUDA starts: set here when CUDA has not started yet, refused in one line when
@@ -24,6 +25,7 @@ import dataclasses
 import os
 import platform
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ def apply_determinism(args: argparse.Namespace, device: torch.device) -> Determi
     wanted = resolve_determinism(args, accelerated=device.type == "cuda")
     if wanted.enabled and device.type == "cuda":
         _cublas_workspace()
-    torch.use_deterministic_algorithms(wanted.enabled)
+    set_deterministic_kernels(wanted.enabled)
     torch.backends.cudnn.deterministic = wanted.enabled
     if wanted.enabled:
         torch.backends.cudnn.benchmark = False
@@ -56,6 +58,20 @@ def apply_determinism(args: argparse.Namespace, device: torch.device) -> Determi
             pass
     return dataclasses.replace(wanted, intra_op_threads=torch.get_num_threads(),
                                inter_op_threads=torch.get_num_interop_threads())
+
+
+def set_deterministic_kernels(enabled: bool) -> None:
+    """``torch.use_deterministic_algorithms(enabled)`` without importing inductor.
+
+    The public call imports ``torch._inductor`` to set inductor's own switch as well: 2.3 s
+    of every torch trainer's start-up on an idle 2-core machine, spent before the trainer
+    reaches ``--server`` (so before it can say that nothing listens there). That switch
+    matters only to a compiled step, and ``clients.torch.compiled`` sets it from this one
+    before compiling; where inductor is loaded already, the public call sets both."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(enabled)
+    else:
+        torch._C._set_deterministic_algorithms(enabled)
 
 
 def _cublas_workspace() -> None:

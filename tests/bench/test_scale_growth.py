@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timing  # ratios of wall-clock costs: measured alone, not beside another test
 SIZES = (2_000, 10_000)
 LIMIT = 0.3
 FLAT_COSTS = ("listen_s", "first_md-v1_s", "first_md-v2_s", "fixed_p50_ms", "fixed_p99_ms", "server_anon_mb",

@@ -11,6 +11,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,3 +225,29 @@ def test_cog_op_without_a_deterministic_kernel_fails_at_start_in_one_line(tmp_pa
     assert cog_main(argv) == 2
     line = _one_error_line(capfd.readouterr().err)
     assert "argument --deterministic: on," in line and NO_KERNEL in line
+
+
+START_UP_SCRIPT = """
+import argparse, sys, torch
+from torch import nn
+from clients.torch.backbones import named_preprocessing
+from clients.torch.compiled import CompiledEmbedding
+from clients.torch.determinism import apply_determinism
+apply_determinism(argparse.Namespace(deterministic="on", threads=1), torch.device("cpu"))
+print(torch.are_deterministic_algorithms_enabled(), "torch._inductor" in sys.modules)
+CompiledEmbedding(nn.Conv2d(3, 4, 3), named_preprocessing(16), torch.device("cpu"), backend="aot_eager")
+import torch._inductor.config as inductor_config
+print(inductor_config.deterministic)
+"""
+
+
+def test_deterministic_kernels_start_without_inductor_and_a_compiled_step_gets_its_switch():
+    """``torch.use_deterministic_algorithms`` imports inductor: 2.3 s of each torch trainer's
+    start-up on an idle 2-core machine, before it could say that nothing listens at
+    --server. Kernels are deterministic without it; a compiled step sets inductor's switch
+    from the run's before compiling. A fresh process, so that no other test loaded inductor."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", START_UP_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True"], done.stdout

@@ -37,6 +37,7 @@ def _told(address: str) -> str:
             "It prints its address when ready")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("form", ["host", "localhost", "list"])
 def test_the_client_refuses_an_address_where_nothing_listens_within_2_s(form):
     port, other = _free_port(), _free_port()
@@ -53,6 +54,7 @@ def test_the_client_refuses_an_address_where_nothing_listens_within_2_s(form):
     client.close()
 
 
+@pytest.mark.timing
 def test_the_trainer_exits_3_within_2_s_with_one_line_and_no_traceback(capfd):
     pytest.importorskip("torch")
     from clients.torch.md_train import main

@@ -147,6 +147,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.timing
 def test_dead_address_exits_3_with_one_line_within_seconds(tmp_path, capsys):
     address = f"127.0.0.1:{_free_port()}"
     started = time.monotonic()

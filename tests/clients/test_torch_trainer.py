@@ -114,6 +114,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.timing
 def test_dead_address_exits_3_in_one_line_within_seconds(capfd):
     address = f"127.0.0.1:{_free_port()}"
     started = time.monotonic()

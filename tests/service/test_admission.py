@@ -89,6 +89,7 @@ def _timed(call) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_two_hundred_unread_streams_leave_health_and_unary_calls_fast(server_process):
     process, address = server_process
     stalled_channel = grpc.insecure_channel(address)

@@ -182,6 +182,7 @@ def test_counts_from_manifests_sums_imagenet21k_shards_only() -> None:
         counts_from_manifests([nameless])
 
 
+@pytest.mark.timing
 def test_21841_concepts_take_well_under_a_minute(graph: nx.DiGraph) -> None:
     counts = cog_counts.synthetic_in21k_counts(graph)
     assert len(counts) == cog_counts.IN21K_SIZE
