@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from python_source import parse_file
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_ONLY = {"lmdb", "opencv-python-headless", "scipy", "networkx", "pillow", "simplejpeg", "matplotlib", "tqdm"}
@@ -21,7 +22,7 @@ SERVER_ONLY = {"lmdb", "opencv-python-headless", "scipy", "networkx", "pillow", 
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, top-level dotted name) of every import statement in ``path``, nested ones included."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

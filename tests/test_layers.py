@@ -15,6 +15,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from python_source import parse_file
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("sampler_server", "clients", "sampler_common")
@@ -53,7 +54,7 @@ def _edges(modules: dict[str, Path]) -> list[Edge]:
     edges = []
     for module, path in modules.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if (target := _known(alias.name, modules)) and target != module:
@@ -79,7 +80,7 @@ def _private_uses(modules: dict[str, Path], root: Path = REPO) -> list[str]:
     """``from m import _x`` and ``m._x`` (m an imported project module) in another module."""
     found = []
     for module, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parse_file(path)
         bound: dict[str, str] = {}  # local name -> project module it names
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -137,7 +138,7 @@ def test_no_module_takes_another_modules_private_names(modules):
 def test_a_layer_imports_nothing_above_it(layer, forbidden):
     found = []
     for path in sorted((REPO / "sampler_server" / layer).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_file(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                      else [])

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from python_source import parse_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL_PAGES = {"md": "**Meta-Dataset**", "vtab": "**VTAB-1k**", "cog": "**ImageNet-CoG**",
@@ -23,7 +24,7 @@ def _fidelity_section(protocol: str) -> str:
 
 
 def _test_names(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = parse_file(path)
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
 
 

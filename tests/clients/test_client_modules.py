@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import REPO_ROOT
+from python_source import parse_file
 
 from sampler_common import protocols
 
@@ -32,7 +33,7 @@ def _imports(name: str) -> Iterator[tuple[int, str, list[str]]]:
     """(line, module imported from, names) of every import in module ``name``, nested ones included."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse_file(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name, []
@@ -87,7 +88,7 @@ def test_no_client_module_silences_an_attribute_it_does_not_have():
 
 
 def test_clients_core_only_gathers_public_names():
-    tree = ast.parse((CLIENTS / "core.py").read_text())
+    tree = parse_file(CLIENTS / "core.py")
     body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
     assert all(isinstance(node, ast.ImportFrom) or (isinstance(node, ast.Assign) and
                                                     [t.id for t in node.targets] == ["__all__"]) for node in body)
@@ -105,7 +106,7 @@ def test_every_report_names_its_protocol_by_the_shared_id():
     for name, path in MODULES.items():
         shared = {alias for _, module, names in _imports(name) if module == "sampler_common.protocols"
                   for alias in names}
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "MetricReport":
                 for keyword in node.keywords:
                     if keyword.arg == "protocol":

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from python_source import parse_file
 
 from sampler_common.checks import MAX_INDEX, MAX_SEED
 from sampler_server.core.seeding import (
@@ -168,7 +169,7 @@ def test_no_global_or_unfrozen_randomness_in_core() -> None:
     """Only ``np.random.RandomState`` (constructed by the seeding helper); no ``random``, no clock."""
     offenders = []
     for path in sorted(CORE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse_file(path)
         for node in ast.walk(tree):
             where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Attribute):

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from doc_blocks import REPO_ROOT, all_blocks, doc_pages
+from python_source import parse_file
 
 README_MAX_LINES = 200
 LANGUAGES = {"python", "sh", "text"}
@@ -47,7 +48,7 @@ def _python_blocks_run_by_tests() -> set[tuple[str, str]]:
     """(page, title) of every ``python_block("page", "title")`` call in the tests."""
     called = set()
     for path in (REPO_ROOT / "tests").rglob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse_file(path)):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "python_block"
                     and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args)):
                 called.add((node.args[0].value, node.args[1].value))
