@@ -12,7 +12,7 @@ from sampler_server.cli import demo_cmd
 
 
 def test_cog_leg_packs_shards_prints_levels_and_its_evaluation_reaches_the_cog_table(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     from clients.torch.cog_eval import main as cog_main
     from sampler_server.core.cog.levels import compute_levels
     from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts

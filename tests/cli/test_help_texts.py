@@ -82,7 +82,6 @@ def _help_of(module: str, *argv: str) -> str:
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_each_listed_command_runs_under_its_name(framework):
-    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     module = f"clients.{framework}"
     top = _help_of(module)
     assert all(re.search(rf"^ +{name} ", top, re.MULTILINE) for name in TRAINER_COMMANDS), top

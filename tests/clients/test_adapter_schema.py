@@ -18,8 +18,8 @@ from conftest import generate_fixture, pack_fixture
 
 from clients.core import EpisodeSpec, SamplerClient
 
-torch = pytest.importorskip("torch")
-tf = pytest.importorskip("tensorflow")
+import torch
+import tensorflow as tf
 
 import clients.tf as tf_adapter  # noqa: E402
 import clients.torch as torch_adapter  # noqa: E402

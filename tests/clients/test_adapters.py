@@ -8,8 +8,8 @@ import pytest
 
 from clients.core import EpisodeSpec
 
-torch = pytest.importorskip("torch")
-tf = pytest.importorskip("tensorflow")
+import torch
+import tensorflow as tf
 
 from clients.tf import episode_dataset  # noqa: E402
 from clients.torch import EpisodeDataset  # noqa: E402

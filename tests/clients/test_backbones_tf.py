@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 import tf_user_backbones as user  # noqa: E402
 from cog_eval_fake import SMALL as COG_SMALL  # noqa: E402

@@ -26,8 +26,8 @@ def address(tmp_path_factory):
 
 
 def test_torch_and_tf_datasets_equal_the_client_stream(address):
-    torch_dataset = pytest.importorskip("clients.torch.cog_dataset")
-    tf_dataset = pytest.importorskip("clients.tf.cog_dataset")
+    from clients.torch import cog_dataset as torch_dataset
+    from clients.tf import cog_dataset as tf_dataset
     with SamplerClient(address) as client:
         split = client.cog_split("IN-1K", "test")
         wire = list(client.stream_cog_batches("IN-1K", "test", batch_size=40, image_size=24))
@@ -49,8 +49,8 @@ def test_torch_and_tf_datasets_equal_the_client_stream(address):
 
 
 def test_datasets_start_at_a_batch_and_take_count_few_shot_subsets_included(address):
-    torch_dataset = pytest.importorskip("clients.torch.cog_dataset")
-    tf_dataset = pytest.importorskip("clients.tf.cog_dataset")
+    from clients.torch import cog_dataset as torch_dataset
+    from clients.tf import cog_dataset as tf_dataset
     with SamplerClient(address) as client:
         wire = list(client.stream_cog_batches("IN-1K", "train", 2, 4, batch_size=2, image_size=8))
         subset = client.cog_split("IN-1K", "train", 2, 4)
@@ -64,7 +64,7 @@ def test_datasets_start_at_a_batch_and_take_count_few_shot_subsets_included(addr
 
 
 def test_cog_batch_dataset_refuses_workers_that_would_repeat_batches(address):
-    torch_dataset = pytest.importorskip("clients.torch.cog_dataset")
+    from clients.torch import cog_dataset as torch_dataset
     from torch.utils.data import DataLoader
 
     # The server runs in this process: forking beside its gRPC threads can crash the worker.

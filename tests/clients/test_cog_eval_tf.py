@@ -42,7 +42,7 @@ def test_tf_linear_classifier_learns_a_separable_problem_deterministically(tmp_p
 
 
 def test_tf_steps_equal_torch_sgd_on_the_same_draws(tmp_path):
-    torch_cog = pytest.importorskip("clients.torch.cog_eval")
+    from clients.torch import cog_eval as torch_cog
     x, y = separable(classes=3, per_class=10, dim=6)
     hp = HParams(3.0, 1e-3)
     results = []

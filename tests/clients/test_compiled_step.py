@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prerequisites import needs_cuda
 
-torch = pytest.importorskip("torch")
+import torch
 
 from torch.nn import functional as F  # noqa: E402
 
@@ -29,7 +30,7 @@ from clients.torch.models import ProtoNet, build_backbone, counted_batch_norm, r
 
 _DEVICES = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+    pytest.param("cuda", id="cuda", marks=needs_cuda(torch.cuda.is_available())),
 ]
 
 

@@ -22,7 +22,7 @@ from cog_eval_fake import SMALL as COG_SMALL
 from cog_eval_fake import FakeCogClient
 from conftest import REPO_ROOT
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from clients.core import SamplerClient  # noqa: E402
 from sampler_server.metrics.store import MetricsStore  # noqa: E402

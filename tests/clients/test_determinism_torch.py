@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 from cog_eval_fake import SMALL as COG_SMALL  # noqa: E402
 from cog_eval_fake import FakeCogClient  # noqa: E402

@@ -56,7 +56,6 @@ def test_the_client_refuses_an_address_where_nothing_listens_within_2_s(form):
 
 @pytest.mark.timing
 def test_the_trainer_exits_3_within_2_s_with_one_line_and_no_traceback(capfd):
-    pytest.importorskip("torch")
     from clients.torch.md_train import main
 
     address = f"127.0.0.1:{_free_port()}"
@@ -69,7 +68,6 @@ def test_the_trainer_exits_3_within_2_s_with_one_line_and_no_traceback(capfd):
 
 
 def test_the_trainer_command_line_says_it_in_one_line_without_a_traceback():
-    pytest.importorskip("torch")
     address = f"127.0.0.1:{_free_port()}"
     done = subprocess.run(
         [sys.executable, "-m", "clients.torch", "train", "--server", address, "--run", "nothing-listens",
@@ -134,7 +132,7 @@ def _state_with_names(backbone: str) -> dict:
 
 
 def test_a_resnet50_state_dict_given_to_resnet18_names_resnet50_and_the_flag(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     path = tmp_path / "resnet50_state_dict.pt"
     torch.save({**_state_with_names("resnet50"), "fc.weight": torch.zeros(0)}, path)
     line = _transfer_refusal(capsys, path)
@@ -144,7 +142,7 @@ def test_a_resnet50_state_dict_given_to_resnet18_names_resnet50_and_the_flag(tmp
 
 
 def test_a_file_that_is_no_state_dict_says_so(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     held = tmp_path / "trainer_state.pt"
     torch.save({"epoch": 3, "optimizer": [0.1]}, held)
     assert (f"argument --weights: {held} is not a state dict (it holds a dict of keys epoch, optimizer); expected "
@@ -157,7 +155,7 @@ def test_a_file_that_is_no_state_dict_says_so(tmp_path, capsys):
 
 
 def test_keys_of_no_named_backbone_say_to_pass_the_model(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     path = tmp_path / "vit.pt"
     torch.save({"patch_embed.proj.weight": torch.zeros(0), "blocks.0.attn.qkv.weight": torch.zeros(0)}, path)
     line = _transfer_refusal(capsys, path)
@@ -166,7 +164,6 @@ def test_keys_of_no_named_backbone_say_to_pass_the_model(tmp_path, capsys):
 
 
 def test_tf_names_the_backbone_keras_weights_and_neutral_weights_belong_to(tmp_path):
-    pytest.importorskip("tensorflow")
     from clients.errors import UsageError
     from clients.init_weights import neutral_weights, write_npz
     from clients.tf import backbones, models

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import served_kitti
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("tensorflow")
+import torch
 
 from clients.tf.md_train import main as tf_md_main  # noqa: E402
 from clients.tf.vtab_transfer import main as tf_transfer_main  # noqa: E402

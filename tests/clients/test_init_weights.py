@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-tf = pytest.importorskip("tensorflow")
+import torch
+import tensorflow as tf
 
 from clients import init_weights  # noqa: E402
 from clients.determinism import weights_sha256  # noqa: E402

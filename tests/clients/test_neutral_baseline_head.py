@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("tensorflow")
+import torch
 
 from clients.tf.backbones import to_model_input as tf_input  # noqa: E402
 from clients.tf.md_train import TFFramework  # noqa: E402

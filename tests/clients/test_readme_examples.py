@@ -18,7 +18,6 @@ def _block(framework: str) -> str:
 
 @pytest.mark.parametrize("framework", sorted(RUNS))
 def test_use_your_own_model_example_runs_and_reruns_against_the_demo_stores(demo_data, framework):
-    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     code = with_constants(_block(framework), SERVER=demo_data.address)
     run = RUNS[framework]
     metrics = demo_data.server.metrics

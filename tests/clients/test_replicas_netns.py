@@ -5,7 +5,8 @@ client notices by keepalive (UNAVAILABLE) within keepalive + timeout; another's,
 keepalive slower than the message wait, by the wait (DEADLINE_EXCEEDED). Both streams
 end on the replicas left with every episode as one server sends it, none missing or
 repeated. Namespaces and links are removed however the test ends. Needs root and
-iproute2 (``ip``, ``ss``); skipped, saying which is missing, otherwise."""
+iproute2 (``ip``, ``ss``); fails, saying which is missing, otherwise (unless
+$SAMPLER_TESTS_WITHOUT_NETNS=1 opts out)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 
 import pytest
+from prerequisites import missing
 from replica_processes import (ACT_AT, COUNT, paced_stream, require_ss, serve_command, single_server_run,
                                start_replicas, wait_connected)
 
@@ -55,16 +57,16 @@ def _free_prefix() -> int:
 @pytest.fixture
 def hosts(tmp_path):
     """(namespace, link on this side, replica address) for each replica host; removed at the end."""
-    missing = _missing()
-    if missing:
-        pytest.skip(missing)
+    absent = _missing()
+    if absent:
+        missing("SAMPLER_TESTS_WITHOUT_NETNS", absent)
     tag = f"smp{os.getpid() % 100000}"
     made: list[tuple[str, str]] = []
     try:
         try:
             _ip("netns", "add", f"{tag}n0")
         except RuntimeError as error:
-            pytest.skip(f"cannot make a network namespace here: {error}")
+            missing("SAMPLER_TESTS_WITHOUT_NETNS", f"cannot make a network namespace here: {error}")
         made.append((f"{tag}n0", f"{tag}h0"))
         octet = _free_prefix()
         for n in range(REPLICAS):

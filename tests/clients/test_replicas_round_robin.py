@@ -14,6 +14,7 @@ import time
 
 import grpc
 import pytest
+from prerequisites import missing, require_shared_memory
 from replica_processes import (ACT_AT, COUNT, SPEC, paced_stream, received_bytes, require_ss, serve_command,
                                single_server_run, start_replicas, wait_connected)
 
@@ -68,7 +69,7 @@ def replicas(served, tmp_path):
 def test_three_replicas_one_killed_mid_stream_the_stream_ends_on_the_others_identical(served, replicas, caplog,
                                                                                         capsys):
     if require_ss():
-        pytest.skip(require_ss())
+        missing("SAMPLER_TESTS_WITHOUT_SS", require_ss())
     caplog.set_level(logging.INFO, logger="clients.balancing")
     expected = single_server_run(served.address)
     target = "ipv4:" + ",".join(r.address for r in replicas)
@@ -143,11 +144,11 @@ def two_in_process(served):
         server.stop(grace=0.5)
 
 
-@pytest.mark.skipif(bool(segments.available()), reason=f"no shared memory: {segments.available()}")
 def test_a_same_host_token_is_used_only_by_the_replica_that_issued_it(two_in_process):
     """Segments are per server process: a replica given another's token replies in the
     message (it does not know the token), bit-identical; over a balanced target only the
     replica that made the client's offer writes segments."""
+    require_shared_memory()
     a, b = two_in_process
     request = pb.GetEpisodeRequest(request=SMALL.to_request(), index=3)
     with grpc.insecure_channel(a.address) as to_a, grpc.insecure_channel(b.address) as to_b:

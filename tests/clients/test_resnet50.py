@@ -18,7 +18,7 @@ SIDE, ROWS = 64, 2
 
 
 def test_torch_resnet50_maps_images_to_2048_features_with_the_standard_parameters():
-    torch = pytest.importorskip("torch")
+    import torch
     from clients.torch.backbones import named_preprocessing, to_model_input
     from clients.torch.models import BACKBONES, RowBatchNorm2d, build_backbone, parameter_count
 
@@ -37,7 +37,6 @@ def test_torch_resnet50_maps_images_to_2048_features_with_the_standard_parameter
 def test_torch_resnet50_lays_out_its_state_dict_as_torchvision_does():
     """torchvision's ``resnet50`` state dict has 320 entries; less ``fc.weight`` and
     ``fc.bias`` that is 318 (53 convolutions, 53 batch norms of 5 entries each)."""
-    pytest.importorskip("torch")
     from clients.torch.models import build_backbone
 
     shapes = {key: tuple(value.shape) for key, value in build_backbone("resnet50", SIDE).state_dict().items()}
@@ -53,7 +52,7 @@ def test_torch_resnet50_lays_out_its_state_dict_as_torchvision_does():
 
 @pytest.mark.slow
 def test_keras_resnet50_maps_images_to_2048_features_with_the_standard_parameters():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
     from clients.tf.backbones import named_preprocessing, to_model_input
     from clients.tf.models import BACKBONES, RowBatchNormalization, build_backbone, parameter_count
 

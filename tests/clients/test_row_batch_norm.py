@@ -12,7 +12,7 @@ import copy
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402

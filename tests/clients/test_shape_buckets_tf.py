@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.tf import models  # noqa: E402

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prerequisites import needs_cuda
 
-torch = pytest.importorskip("torch")
+import torch
 
 from torch.nn import functional as F  # noqa: E402
 
@@ -82,7 +83,7 @@ def _relative_gradient_error(a: ProtoNet, b: ProtoNet) -> float:
 
 _DEVICES = [
     pytest.param("cpu", id="cpu"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+    pytest.param("cuda", id="cuda", marks=needs_cuda(torch.cuda.is_available())),
 ]
 
 

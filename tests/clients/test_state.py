@@ -12,8 +12,8 @@ import pytest
 
 from clients.core import EpisodeSpec
 
-torch = pytest.importorskip("torch")
-tf = pytest.importorskip("tensorflow")
+import torch
+import tensorflow as tf
 
 from clients.tf import BatchSource, EpisodeSource  # noqa: E402
 from clients.torch import BatchDataset, EpisodeDataset  # noqa: E402

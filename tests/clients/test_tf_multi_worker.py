@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from clients.tf.md_train import TFFramework, tf_config_ranks  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-torch = pytest.importorskip("torch")
+import tensorflow as tf
+import torch
 
 from clients.tf.optimizers import TorchAdam, TorchSGD  # noqa: E402
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 from clients.core import EpisodeSpec, SamplerClient  # noqa: E402
 from clients.md_train import steps_before  # noqa: E402

@@ -23,7 +23,7 @@ import process_tree
 import pytest
 from conftest import REPO_ROOT
 
-torch = pytest.importorskip("torch")
+import torch
 
 from clients.errors import UsageError  # noqa: E402
 from clients.torch.md_train import CHECKPOINT, TorchFramework, main, select_device, torchrun_ranks  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 from clients.core import SamplerClient  # noqa: E402
 from clients.torch.md_train import CHECKPOINT, main  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 from clients.feed import Feed  # noqa: E402
 from clients.md_train import run_main  # noqa: E402

@@ -94,7 +94,7 @@ def test_transfer_modules_import_nothing_of_the_server_package():
 
 @pytest.fixture
 def torch_main():
-    torch = pytest.importorskip("torch")
+    import torch
     from clients.torch.vtab_transfer import main
 
     threads = torch.get_num_threads()
@@ -133,7 +133,6 @@ def test_torch_finetune_per_task_and_protonet_from_an_md_checkpoint(torch_main, 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_bad_inputs_end_in_one_line_and_exit_2(served, tmp_path, framework, capfd):
-    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"not a checkpoint")
     base = ["--server", served.address, "--run", "bad", "--backbone", "conv4", "--image-size", "16"]
@@ -210,7 +209,6 @@ def test_torch_overrides_win_and_are_recorded(torch_main, served, tmp_path):
 
 @pytest.fixture
 def tf_main():
-    pytest.importorskip("tensorflow")
     from clients.tf.vtab_transfer import main
 
     return main

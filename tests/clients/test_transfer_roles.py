@@ -110,7 +110,7 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
 
 
 def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
     from clients.torch.models import build_backbone
     from clients.torch.vtab_transfer import main
 
@@ -121,7 +121,6 @@ def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
 
 
 def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
-    pytest.importorskip("tensorflow")
     from clients.tf import models
     from clients.tf.vtab_transfer import main
 
@@ -131,7 +130,6 @@ def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
 
 
 def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_path, capfd):
-    pytest.importorskip("torch")
     weights = tmp_path / "w.pt"
     weights.write_bytes(b"x")
     base = ["--server", served.address, "--run", "bad", *SMALL]

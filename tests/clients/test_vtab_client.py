@@ -43,8 +43,8 @@ def test_client_batches_episode_and_report(address):
 
 
 def test_torch_and_tf_adapters_give_the_served_uint8_by_default(address):
-    torch_dataset = pytest.importorskip("clients.torch.dataset")
-    tf_dataset = pytest.importorskip("clients.tf.dataset")
+    from clients.torch import dataset as torch_dataset
+    from clients.tf import dataset as tf_dataset
     import tensorflow as tf
     import torch
 
@@ -70,8 +70,8 @@ def test_torch_and_tf_adapters_give_the_served_uint8_by_default(address):
 
 
 def test_float32_option_is_the_uint8_over_255_in_both_adapters(address):
-    torch_dataset = pytest.importorskip("clients.torch.dataset")
-    tf_dataset = pytest.importorskip("clients.tf.dataset")
+    from clients.torch import dataset as torch_dataset
+    from clients.tf import dataset as tf_dataset
     import tensorflow as tf
     import torch
 
@@ -100,8 +100,8 @@ def test_float32_option_is_the_uint8_over_255_in_both_adapters(address):
 
 
 def test_adapters_refuse_an_unknown_dtype_before_connecting(address):
-    torch_dataset = pytest.importorskip("clients.torch.dataset")
-    tf_dataset = pytest.importorskip("clients.tf.dataset")
+    from clients.torch import dataset as torch_dataset
+    from clients.tf import dataset as tf_dataset
     with pytest.raises(ValueError, match="dtype: got 'float16', expected one of uint8, float32"):
         torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False, dtype="float16")
     with pytest.raises(ValueError, match="dtype: got 'float16', expected one of uint8, float32"):
@@ -109,7 +109,7 @@ def test_adapters_refuse_an_unknown_dtype_before_connecting(address):
 
 
 def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
-    torch_dataset = pytest.importorskip("clients.torch.dataset")
+    from clients.torch import dataset as torch_dataset
     from torch.utils.data import DataLoader
 
     # The server runs in this process: forking beside its gRPC threads can crash the worker.

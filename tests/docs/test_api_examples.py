@@ -9,8 +9,6 @@ from doc_blocks import python_block, run_python, with_constants
 
 @pytest.mark.slow  # a fresh interpreter importing torch and tensorflow
 def test_the_episode_example_shows_one_schema(demo_data):
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
     code = with_constants(python_block("docs/api.md", "api-episodes"), SERVER=demo_data.address)
     done = run_python(code)
     assert done.stdout.split("\n")[:3] == ["True", "torch.uint8 (28, 28, 3)", "float32 True"], done.stdout
@@ -18,8 +16,6 @@ def test_the_episode_example_shows_one_schema(demo_data):
 
 @pytest.mark.slow
 def test_the_vtab_example_needs_no_shuffle_argument(demo_data):
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
     code = with_constants(python_block("docs/api.md", "api-vtab"), SERVER=demo_data.address)
     done = run_python(code + "assert sum(len(labels) for labels in test) == 100, test\n")  # the demo's KITTI test
     assert done.stdout.split("\n")[:2] == ["0 torch.Size([32, 64, 64, 3]) torch.uint8",

@@ -172,10 +172,6 @@ def test_trainer_commands_name_existing_subcommands_and_flags():
     commands = _checked("trainers")
     assert {program for _, program, _ in commands} == TRAINERS
     for where, program, arguments in commands:
-        if program == "clients.tf":
-            pytest.importorskip("tensorflow")
-        else:
-            pytest.importorskip("torch")
         _check_against_help(program, arguments, where)
 
 
@@ -184,8 +180,6 @@ def test_bench_and_deploy_script_commands_name_existing_flags():
     assert len(commands) >= 8
     for where, script, arguments in commands:
         assert (REPO_ROOT / script).is_file(), where
-        if "torch" in (REPO_ROOT / script).read_text():
-            pytest.importorskip("torch")
         _check_against_help(script, arguments, where)
 
 

@@ -29,7 +29,6 @@ def test_the_vtab_client_example_runs(demo_data):
 
 @pytest.mark.slow
 def test_the_vtab_adapters_example_runs(demo_data):
-    pytest.importorskip("torch")
     code = with_constants(python_block("docs/clients.md", "vtab-adapters"), SERVER=demo_data.address)
     run_python(code + "assert inputs.dtype == torch.float32 and inputs.shape == (64, 3, 224, 224), inputs.shape\n"
                       "assert 0 <= float(inputs.min()) and float(inputs.max()) <= 1 and labels.shape == (64,)\n")
@@ -44,7 +43,7 @@ def test_the_cog_client_example_runs(demo_data):
 
 
 def test_the_backbone_factory_example_declares_what_the_trainers_apply(tmp_path, monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
     import numpy as np
 
     from clients.evaluate_args import parse_evaluate_args

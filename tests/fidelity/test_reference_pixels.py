@@ -31,7 +31,7 @@ from sampler_server.store.record import Encoding
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 SIZES = (84, 126)
 # (height, width, mode, format): ~300 px like DTD, grey, non-square, a small Omniglot-like

@@ -28,7 +28,7 @@ from sampler_server.store.reader import StoreReader
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 
 # (height, width, mode, format): a CIFAR-like 32 px upscale, ~300x400 photos, KITTI's
 # 375x1242 frame, a portrait downscaled to 32, a non-square upscale, a grey JPEG

@@ -25,7 +25,7 @@ from sampler_server.cli.main import main
 from sampler_server.core.vtab import DATASETS, TASKS
 from sampler_server.store.reader import StoreReader
 
-tf = pytest.importorskip("tensorflow")
+import tensorflow as tf
 tfds = tb.tfds
 
 pytestmark = pytest.mark.slow

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prerequisites import missing
 
 OPT_OUT_VARIABLE = "SAMPLER_TESTS_WITHOUT_POSTGRES"
 
@@ -116,10 +117,7 @@ def cluster() -> Cluster:
     if not _CLUSTER:
         binaries = _binaries()
         if binaries is None:
-            message = "PostgreSQL's initdb is not installed (make test installs it: apt-get install postgresql)"
-            if os.environ.get(OPT_OUT_VARIABLE) == "1":
-                pytest.skip(f"{message}; {OPT_OUT_VARIABLE}=1")
-            pytest.fail(f"{message}; set {OPT_OUT_VARIABLE}=1 to skip the PostgreSQL tests")
+            missing(OPT_OUT_VARIABLE, "PostgreSQL's initdb is not installed (make test installs it: apt-get install postgresql)")
         _CLUSTER.append(Cluster(binaries))
         atexit.register(_CLUSTER[0].remove)
     return _CLUSTER[0]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 from PIL import Image
+from prerequisites import missing
 
 from sampler_server.cli.main import main
 from sampler_server.cli.report_cmd import StoresContext
@@ -205,10 +206,7 @@ def test_the_html_is_self_contained_and_embeds_the_plots_written(written):
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        message = "Chromium is not installed (make chromium installs it: apt-get install chromium)"
-        if os.environ.get(CHROMIUM_OPT_OUT) == "1":
-            pytest.skip(f"{message}; {CHROMIUM_OPT_OUT}=1")
-        pytest.fail(f"{message}; set {CHROMIUM_OPT_OUT}=1 to skip the browser test")
+        missing(CHROMIUM_OPT_OUT, "Chromium is not installed (make chromium installs it: apt-get install chromium)")
     return found
 
 

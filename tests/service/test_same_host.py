@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture, start_serve
+from prerequisites import require_shared_memory
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from clients.core import EpisodeSpec, SamplerClient
@@ -27,7 +28,12 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_common.wire.segments import SegmentMaps, SegmentRef
 
-pytestmark = pytest.mark.skipif(bool(segments.available()), reason=f"no shared memory: {segments.available()}")
+
+
+@pytest.fixture(autouse=True)
+def _shared_memory() -> None:
+    require_shared_memory()
+
 
 ENCODED = EpisodeSpec(sources=("folder",), split="train", seed=4, image_size=32)  # decoded by the worker pool
 RAW = EpisodeSpec(sources=("folder_raw32",), split="train", seed=4, image_size=32)

@@ -19,13 +19,13 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prerequisites import missing
 
 from clients.core import EpisodeSpec, RetryPolicy, SamplerClient, SamplerClientError
 from sampler_server.errors import InvalidArgument
 from sampler_server.service.auth import load_tokens
 from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
 SPEC = EpisodeSpec(sources=("folder",), split="test", seed=3, image_size=32, ways=5, shots=1, query=2)
 TOKENS = {"lab-read": ("read", "tok-read-1"), "team-a": ("report", "tok-a-1"), "team-b": ("report", "tok-b-1"),
@@ -33,6 +33,8 @@ TOKENS = {"lab-read": ("read", "tok-read-1"), "team-a": ("report", "tok-a-1"), "
 
 
 def _openssl(*args: str, cwd: Path) -> None:
+    if shutil.which("openssl") is None:
+        missing("SAMPLER_TESTS_WITHOUT_OPENSSL", "the openssl command is missing (apt-get install openssl)")
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 

@@ -128,7 +128,6 @@ def test_the_calibrated_blind_risk_is_the_sources(running, stub, capsys):
 
 
 def test_a_torch_transfer_run_at_regimes_and_a_max_run(running, tmp_path):
-    pytest.importorskip("torch")
     from clients.torch.vtab_transfer import main as transfer
 
     _, server = running

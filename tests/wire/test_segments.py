@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from prerequisites import require_shared_memory
 
 from sampler_common.wire import segments
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -66,8 +67,7 @@ def test_a_segment_holds_what_was_written_and_mapping_releases_it(tmp_path):
 
 
 def test_real_shared_memory_round_trip():
-    if segments.available():
-        pytest.skip(f"no shared memory here: {segments.available()}")
+    require_shared_memory()
     name = f"sampler-{os.getpid():08x}feed-t{os.urandom(3).hex()}"
     payload = np.arange(3 * 5 * 5 * 3, dtype=np.uint8).reshape(3, 5, 5, 3)
     segments.write_segment(name, [payload[:1].tobytes(), memoryview(payload[1:].reshape(-1))])

@@ -17,7 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import pytest
+from prerequisites import missing
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 LEXNAMES_MAN = Path("/usr/share/man/man5/lexnames.5WN.gz")
@@ -32,10 +32,11 @@ def lexnames_from_man_page(text: str) -> str:
 
 
 def open_nltk_wordnet(root: Path) -> Any:
-    """NLTK's reader over a copy of the Debian database in ``root`` (skips when absent)."""
+    """NLTK's reader over a copy of the Debian database in ``root`` (fails when absent, unless opted out)."""
     if not (WORDNET_DIR / "data.noun").is_file() or not LEXNAMES_MAN.is_file():
-        pytest.skip(f"{WORDNET_DIR} or {LEXNAMES_MAN} missing (apt-get install wordnet-base)")
-    nltk = pytest.importorskip("nltk")
+        missing("SAMPLER_TESTS_WITHOUT_WORDNET",
+                f"{WORDNET_DIR} or {LEXNAMES_MAN} is missing (make test installs it: apt-get install wordnet-base)")
+    import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
     class DebianWordNet(WordNetCorpusReader):

@@ -22,7 +22,7 @@ from sampler_server.core.vtab import READ_ORDER_SPLITS, SPLITS, TASKS, get_task,
 from sampler_server.core.vtab.slicing import SliceRange, expand, parse_spec, take
 from sampler_server.errors import InvalidArgument
 
-tfds = pytest.importorskip("tensorflow_datasets")
+import tensorflow_datasets as tfds
 
 SLICE_SPLITS = tuple(split for split in SPLITS if split not in READ_ORDER_SPLITS)
 """The splits that are slices (trainval1000, a read order, is checked in test_vtab_read_order_tfds)."""
