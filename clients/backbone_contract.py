@@ -27,7 +27,7 @@ import argparse
 import importlib
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ from sampler_common.checks import check_image_size
 
 from clients.errors import UsageError
 from clients.flag_types import field_flag, int_at_least
+from clients.trainer_options import OptionGroup, Record, Resume, option
 
 # tiny: three stride-2 convolutions, 64 features (fast on CPU: tests and the demo)
 NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
@@ -171,8 +172,9 @@ def _range(value: Any, source: str) -> tuple[float, float]:
 
 def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: int) -> Preprocessing:
     """Flags, then the model's declared attributes, then the command's defaults (set by
-    ``add_backbone_group``). Sets ``args.image_size`` to the resolved side."""
-    defaults = {**NAMED_PREPROCESSING, **getattr(args, "preprocessing_defaults", {})}
+    ``backbone_group``). Sets ``args.image_size`` to the resolved side."""
+    options = BackboneOptions.from_args(args)
+    defaults = {**NAMED_PREPROCESSING, **options.preprocessing_defaults}
     declared = {name: getattr(model, name) for name in ATTRIBUTES if getattr(model, name, None) is not None}
     where = "the command's default"
 
@@ -183,7 +185,7 @@ def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: in
             return declared[name], f"the backbone's {name} attribute"
         return defaults.get(name), where
 
-    size_value, size_source = pick("input_size", getattr(args, "image_size", None))
+    size_value, size_source = pick("input_size", options.image_size)
     size_source = "argument --image-size" if size_source.startswith("argument") else size_source
     if size_value is None:
         size_value = default_size
@@ -193,11 +195,11 @@ def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: in
         size = -1
     if size < 8 or size != size_value:
         raise UsageError(f"{size_source}: input_size got {size_value!r}, expected an integer >= 8")
-    value, source = pick("input_range", getattr(args, "input_range", None))
+    value, source = pick("input_range", options.input_range)
     low, high = _range(value, source)
-    value, source = pick("mean", getattr(args, "mean", None))
+    value, source = pick("mean", options.mean)
     mean = _triple("mean", value, False, source)
-    value, source = pick("std", getattr(args, "std", None))
+    value, source = pick("std", options.std)
     std = _triple("std", value, True, source)
     args.image_size = size
     return Preprocessing(size, low, high, mean, std)
@@ -269,45 +271,77 @@ def _std_flag(text: str) -> float:
     return value
 
 
-def add_backbone_group(parser: argparse.ArgumentParser, default: str | None, image_size_default: int | str,
-                       image_size_help: str, preprocessing: dict[str, Any] | None = None,
-                       title: str = "backbone") -> argparse._ArgumentGroup:
-    """``--backbone``, ``--weights``, ``--image-size``, ``--input-range``, ``--mean``, ``--std``:
-    the same flags and meanings in every trainer command; ``preprocessing`` is the command's
-    default for a backbone that declares none (kept on the parsed arguments); ``image_size_default``
-    is the side used when neither the flag nor the backbone says one, as the help shows it."""
+def backbone_group(default: str | None, image_size_default: int | str, image_size_help: str,
+                   preprocessing: dict[str, Any] | None = None,
+                   backbone_record: Record = Record.RESULT) -> OptionGroup:
+    """``--backbone``, ``--weights``, ``--init-seed``, ``--image-size``, ``--input-range``,
+    ``--mean``, ``--std``: the same flags and meanings in every trainer command. A command
+    gives its ``default`` backbone (None: required), the side used when neither the flag nor
+    the backbone says one (``image_size_default``, as the help shows it), ``preprocessing``:
+    its default for a backbone that declares none (kept on the parsed arguments as
+    ``preprocessing_defaults``), and how its run records ``--backbone`` (the cog command
+    records the name it resolves instead)."""
     defaults = {**NAMED_PREPROCESSING, **(preprocessing or {})}
-    parser.set_defaults(preprocessing_defaults=defaults)
     shown = {name: " ".join(f"{v:g}" for v in value) for name, value in defaults.items()}
-    group = parser.add_argument_group(title, "the model maps float images to features [N, D]; what it expects is "
-                                             "declared by these flags or by its attributes input_size, input_range, "
-                                             "mean, std (a flag wins)")
-    group.add_argument("--backbone", type=backbone_text, default=default,
-                       required=default is None, metavar="SPEC",
-                       help=f"{', '.join(NAMED_BACKBONES)}; module:callable (a factory returning the model); or a "
-                            "model file (torch: TorchScript, .pt2; tf: SavedModel directory, .keras, .h5)"
-                            + (" (default: %(default)s)" if default else ""))
-    group.add_argument("--weights", default=None, metavar="FILE",
-                       help="weights loaded into the backbone: a state dict (torch) or weights file (tf), or one of "
-                            "our trainer checkpoints (default: none, a named backbone starts from random weights)"
-                            + HIDE_DEFAULT)
-    group.add_argument("--init-seed", type=int_at_least(0), default=None, metavar="S",
-                       help="a named backbone starts from the framework-neutral weights generated from S "
-                            "(clients.init_weights): the same numbers in torch and tf (default: the framework's own "
-                            "initialiser, seeded from the command's seed)" + HIDE_DEFAULT)
-    group.add_argument("--image-size", type=_size_flag, default=None, metavar="PIXELS",
-                       help=f"{image_size_help} (default: the backbone's input_size, else {image_size_default})"
-                            + HIDE_DEFAULT)
-    group.add_argument("--input-range", nargs=2, type=_range_flag, default=None, metavar=("LOW", "HIGH"),
-                       help="pixel values 0..255 are mapped linearly onto [LOW, HIGH] (default: the backbone's "
-                            f"input_range, else {shown['input_range']})" + HIDE_DEFAULT)
-    group.add_argument("--mean", nargs=3, type=_range_flag, default=None, metavar="M",
-                       help="per-channel mean subtracted after the range mapping, RGB (default: the backbone's "
-                            f"mean, else {shown['mean']})" + HIDE_DEFAULT)
-    group.add_argument("--std", nargs=3, type=_std_flag, default=None, metavar="S",
-                       help="per-channel standard deviation divided by, RGB (default: the backbone's std, else "
-                            f"{shown['std']})" + HIDE_DEFAULT)
-    return group
+    both = ("transfer", "cog")  # evaluate hands every one on to the commands it runs
+    return OptionGroup(
+        "backbone",
+        (option("--backbone", type=backbone_text, default=default, required=default is None, metavar="SPEC",
+                record=backbone_record, resume=Resume.MODEL, forward=both,
+                help=f"{', '.join(NAMED_BACKBONES)}; module:callable (a factory returning the model); or a model "
+                     "file (torch: TorchScript, .pt2; tf: SavedModel directory, .keras, .h5)"
+                     + (" (default: %(default)s)" if default else "")),
+         # where the weights live: the trainers record their sha256 (backbone_sha256) instead
+         option("--weights", default=None, metavar="FILE", record=Record.OPERATIONAL, resume=Resume.FREE,
+                forward=both,
+                help="weights loaded into the backbone: a state dict (torch) or weights file (tf), or one of our "
+                     "trainer checkpoints (default: none, a named backbone starts from random weights)"
+                     + HIDE_DEFAULT),
+         option("--init-seed", type=int_at_least(0), default=None, metavar="S", record=Record.RESULT,
+                resume=Resume.FREE, forward=both,
+                help="a named backbone starts from the framework-neutral weights generated from S "
+                     "(clients.init_weights): the same numbers in torch and tf (default: the framework's own "
+                     "initialiser, seeded from the command's seed)" + HIDE_DEFAULT),
+         option("--image-size", type=_size_flag, default=None, metavar="PIXELS", record=Record.RESULT,
+                resume=Resume.MODEL, forward=both,
+                help=f"{image_size_help} (default: the backbone's input_size, else {image_size_default})"
+                     + HIDE_DEFAULT),
+         option("--input-range", nargs=2, type=_range_flag, default=None, metavar=("LOW", "HIGH"),
+                record=Record.RESULT, resume=Resume.FREE, forward=both,
+                help="pixel values 0..255 are mapped linearly onto [LOW, HIGH] (default: the backbone's "
+                     f"input_range, else {shown['input_range']})" + HIDE_DEFAULT),
+         option("--mean", nargs=3, type=_range_flag, default=None, metavar="M", record=Record.RESULT,
+                resume=Resume.FREE, forward=both,
+                help="per-channel mean subtracted after the range mapping, RGB (default: the backbone's mean, "
+                     f"else {shown['mean']})" + HIDE_DEFAULT),
+         option("--std", nargs=3, type=_std_flag, default=None, metavar="S", record=Record.RESULT,
+                resume=Resume.FREE, forward=both,
+                help="per-channel standard deviation divided by, RGB (default: the backbone's std, else "
+                     f"{shown['std']})" + HIDE_DEFAULT)),
+        "the model maps float images to features [N, D]; what it expects is declared by these flags or by its "
+        "attributes input_size, input_range, mean, std (a flag wins)",
+        {"preprocessing_defaults": defaults})
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackboneOptions:
+    """The backbone group of a parsed command line (``backbone_group``), typed: ``from_args``
+    reads every field by name, so a namespace that lacks one raises instead of defaulting."""
+
+    backbone: str
+    weights: str | None
+    init_seed: int | None
+    image_size: int | None
+    input_range: Sequence[float] | None  # as given: checked when resolved (resolve_preprocessing)
+    mean: Sequence[float] | None
+    std: Sequence[float] | None
+    preprocessing_defaults: Mapping[str, Any]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BackboneOptions:
+        return cls(backbone=args.backbone, weights=args.weights, init_seed=args.init_seed,
+                   image_size=args.image_size, input_range=args.input_range, mean=args.mean, std=args.std,
+                   preprocessing_defaults=args.preprocessing_defaults)
 
 
 _size_flag = field_flag(check_image_size, 8)
@@ -325,7 +359,7 @@ def check_backbone_group(parser: argparse.ArgumentParser, args: argparse.Namespa
         if kind == "file":
             parser.error(f"argument --weights: got {args.weights!r}, but --backbone {args.backbone!r} is a model "
                          "file holding its own weights (--weights is for named and module:callable backbones)")
-    if getattr(args, "init_seed", None) is not None:
+    if args.init_seed is not None:
         if kind != "named":
             parser.error(f"argument --init-seed: --backbone {args.backbone!r} is not a named backbone (the "
                          f"framework-neutral weights exist for {', '.join(NAMED_BACKBONES)})")

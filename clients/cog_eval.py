@@ -73,17 +73,12 @@ from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, S
 from clients.cog_protocol import LR_RANGE, MOMENTUM, RESIZE, WD_RANGE
 from clients.errors import SamplerClientError
 from clients.reporting import run_config_json
-from clients.trainer_args import OPERATIONAL, parse_cog_args
+from clients.trainer_args import COG_OPERATIONAL, parse_cog_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
 from clients.seeds import derive_seed
 from sampler_common.protocols import COG
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
-
-# What selects work or names a place, not what defines a result: left out of the run configuration.
-COG_OPERATIONAL = (*OPERATIONAL, "levels", "shots", "seeds", "feature_cache", "backbone", "extract_batch_size")
-# a named backbone's random weights: derive_seed(0, SEED_NAME, name), the MD trainer's at --seed 0
-SEED_NAME = "backbone"
 
 
 # ---- the pure parts ---------------------------------------------------------------------------

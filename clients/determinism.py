@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from clients.flag_types import int_at_least
+from clients.trainer_options import OptionGroup, Record, Resume, option
 
 DETERMINISTIC_CHOICES = ("auto", "on", "off")
 
@@ -41,19 +42,44 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def add_reproducibility_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """``--deterministic`` and ``--threads``: the same flags in every trainer command of both frameworks."""
-    group = parser.add_argument_group(
-        "reproducibility", "the same command on the same machine gives the same weights and reports when "
-                           "deterministic; the run configuration records these settings, the library versions "
-                           "and the sha256 of the final weights")
-    group.add_argument("--deterministic", choices=DETERMINISTIC_CHOICES, default="auto",
-                       help="on: deterministic kernels only (an op without one fails the run at start), fixed "
-                            "thread counts, seeded draws; auto: on on CPU, off on a GPU (where it costs speed)")
-    group.add_argument("--threads", type=int_at_least(1), default=None, metavar="N",
-                       help=f"intra- and inter-op threads of the framework (default: this process's cores, "
-                            f"{cores()} here)" + "%(default).0s")
-    return group
+def reproducibility_group(seed: int | None = None) -> OptionGroup:
+    """``--deterministic`` and ``--threads``: the same flags in every trainer command of both
+    frameworks. ``seed``: for a command without ``--seed`` (cog, evaluate), the seed its
+    random draws derive from (a named backbone's random weights, TensorFlow's global
+    generators), held by its namespace as ``seed``."""
+    return OptionGroup(
+        "reproducibility",
+        (option("--deterministic", choices=DETERMINISTIC_CHOICES, default="auto",
+                record=Record.ENVIRONMENT, resume=Resume.FREE, forward=("transfer", "cog"),
+                help="on: deterministic kernels only (an op without one fails the run at start), fixed thread "
+                     "counts, seeded draws; auto: on on CPU, off on a GPU (where it costs speed)"),
+         option("--threads", type=int_at_least(1), default=None, metavar="N",
+                record=Record.ENVIRONMENT, resume=Resume.FREE, forward=("transfer", "cog"),
+                help=f"intra- and inter-op threads of the framework (default: this process's cores, {cores()} "
+                     "here)" + "%(default).0s")),
+        "the same command on the same machine gives the same weights and reports when deterministic; the run "
+        "configuration records these settings, the library versions and the sha256 of the final weights",
+        {} if seed is None else {"seed": seed})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproducibilityOptions:
+    """The reproducibility group of a parsed command line, typed and checked."""
+
+    deterministic: str
+    threads: int | None
+
+    def __post_init__(self) -> None:
+        if self.deterministic not in DETERMINISTIC_CHOICES:
+            raise ValueError(f"deterministic: got {self.deterministic!r}, expected one of "
+                             f"{', '.join(DETERMINISTIC_CHOICES)}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads: got {self.threads!r}, expected None or an integer >= 1")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ReproducibilityOptions:
+        """The group's values of ``args``, read by name (a namespace without them raises)."""
+        return cls(deterministic=args.deterministic, threads=args.threads)
 
 
 @dataclass(frozen=True)
@@ -72,12 +98,10 @@ class Determinism:
 
 def resolve_determinism(args: argparse.Namespace, accelerated: bool) -> Determinism:
     """``--deterministic``/``--threads`` for a run on a GPU (``accelerated``) or not."""
-    requested = getattr(args, "deterministic", "auto") or "auto"
-    if requested not in DETERMINISTIC_CHOICES:
-        raise ValueError(f"deterministic: got {requested!r}, expected one of {', '.join(DETERMINISTIC_CHOICES)}")
-    enabled = requested == "on" or (requested == "auto" and not accelerated)
-    threads = getattr(args, "threads", None) or cores()
-    return Determinism(requested, enabled, threads, threads)
+    options = ReproducibilityOptions.from_args(args)
+    enabled = options.deterministic == "on" or (options.deterministic == "auto" and not accelerated)
+    threads = options.threads or cores()
+    return Determinism(options.deterministic, enabled, threads, threads)
 
 
 def package_version(name: str) -> str | None:

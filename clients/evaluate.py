@@ -229,9 +229,10 @@ class EvaluateJob:
         self.args = args = framework.args
         self.backbone = framework.load(copy.copy(args))  # a copy: the contract sets image_size to MD's side
         self.fingerprint = self.backbone.fingerprint
-        if self.backbone.spec.kind != "file" and args.weights is None:
+        if self.backbone.spec.kind != "file" and args.weights is None and args.init_seed is None:
             # random initial weights (a named backbone, a factory's): the VTAB and CoG commands load
             # these same ones, not weights of their own seeds, so one checkpoint is evaluated
+            # (--init-seed's weights are the same in every command: they are handed on as given)
             saved = framework.save_weights(self.backbone, Path(args.feature_cache) / "initial-weights")
             if saved is not None:
                 args.weights = saved

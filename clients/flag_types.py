@@ -26,6 +26,17 @@ def int_at_least(minimum: int) -> Any:
     return parse
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a positive finite number, else one line saying what was given."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive finite number")
+    return value
+
+
 def field_flag(check: Callable[[object], int], minimum: int | None = None) -> Any:
     """An argparse type: an integer that ``check`` (a ``sampler_common.checks`` function) accepts,
     and, where a trainer needs more, at least ``minimum``; else one line, the shared check's

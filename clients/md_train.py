@@ -85,16 +85,18 @@ from clients.errors import SamplerClientError
 from clients.feed import Feed
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
-from clients.trainer_args import client_options, eval_sources, parse_args, run_config
+from clients.server_options import client_options
+from clients.trainer_args import eval_sources, parse_args, run_config, train_groups
+from clients.trainer_options import Resume, resume_keys
 from clients.trainer_shell import Console, exit_for, parse_status, write_summary
 from clients.errors import UsageError
 from sampler_common.intervals import mean_ci95
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
-# The arguments that fix the model and the training sequence: a checkpoint resumes only under the same values.
-RESUME_KEYS = ("framework", "model", "backbone", "image_size", "sources", "preset", "seed", "ways", "shots", "query",
-               "batch_size")
-EVAL_KEYS = ("framework", "model", "backbone", "image_size")  # what --eval-only must match
+# The arguments that fix the model and the training sequence: a checkpoint resumes only under the same
+# values; --eval-only needs the same model. Each option declares which it is (its ``resume``).
+RESUME_KEYS = ("framework", *resume_keys(train_groups("torch"), Resume.MODEL, Resume.SEQUENCE))
+EVAL_KEYS = ("framework", *resume_keys(train_groups("torch"), Resume.MODEL))
 RANKS_KEY = "ranks"  # in a checkpoint's resume config: the processes that trained it (absent: 1)
 _PLURAL = {"episode": "episodes", "batch": "batches"}
 

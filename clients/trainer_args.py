@@ -11,12 +11,15 @@ source kinds and ``--preset`` a benchmark variant, passed to the server unchange
 on the preset's sources; combined with ``--sources`` it selects whose class splits
 apply. What needs one stream per source (evaluation, the baseline's batches) needs
 the sources named. ``run_config`` builds the configuration stored with the reports.
-``--tls-ca`` / ``--tls-cert`` / ``--tls-key`` and ``--token-file`` (or the
-``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` / ``SAMPLER_TOKEN``
-environment, read by the client) reach a server with TLS and tokens; they are
-operational, so not part of the run configuration. ``--shape-buckets`` is recorded
-in it (as given, and as resolved under ``shape_buckets``) though padding is exact;
-so is the torch trainer's ``--compile`` (resolved under ``compile``).
+
+Every option is declared once (``clients.trainer_options``): each command's parser is
+built from its groups (``train_groups``, ``transfer_groups``, ``cog_groups``), with the
+server group (``clients.server_options``), the backbone contract's and reproducibility's
+shared by all of them, and each option says how the run configuration treats it: what a
+command leaves out is its ``*_OPERATIONAL`` tuple, derived from the declarations. The
+connection flags (TLS, tokens, retries) are operational; ``--shape-buckets`` is recorded
+(as given, and as resolved under ``shape_buckets``) though padding is exact; so is the
+torch trainer's ``--compile`` (resolved under ``compile``).
 """
 
 from __future__ import annotations
@@ -30,12 +33,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from clients import cog_protocol, vtab_transfer_protocols
-from clients.backbone_contract import add_backbone_group, check_backbone_group
-from clients.determinism import add_reproducibility_group
-from clients.flag_types import int_at_least, seed_flag
-from clients.balancing import parse_target
-from clients.channel import RetryPolicy, check_tls_pair
+from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.buckets import SHAPE_BUCKETS
+from clients.determinism import reproducibility_group
+from clients.flag_types import int_at_least, positive_float, seed_flag
+from clients.server_options import SERVER_GROUP, check_server_group
+from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
 
 COMPILE_SETTINGS = ("on", "off")
 """The torch trainer's ``--compile`` (``clients.torch.compiled.resolve_compile``)."""
@@ -44,7 +47,6 @@ FRAMEWORKS = ("torch", "tf")
 MODELS = ("protonet", "baseline")
 SPLITS = ("train", "valid", "test")
 DEVICES = ("auto", "cpu", "cuda")
-MAX_RUN_ID = 200  # the metrics store's limit
 MD_IMAGE_SIZE = 84
 TRANSFER_IMAGE_SIZE = 224
 
@@ -99,101 +101,98 @@ class TrainerArgumentParser(argparse.ArgumentParser):
         return parsed, extras
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a positive finite number")
-    return value
-
-
-def _address(text: str) -> str:
-    """One server (HOST:PORT) or many replicas (dns:///NAME:PORT, ipv4:A:P,B:P,...)."""
-    try:
-        parse_target(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text
-
-
-def _run_id(text: str) -> str:
-    if not text or len(text) > MAX_RUN_ID or not text.isprintable() or text != text.strip():
-        raise argparse.ArgumentTypeError(
-            f"got {text!r}, expected 1 to {MAX_RUN_ID} printable characters without surrounding spaces"
-        )
-    return text
-
-
-def _readable_file(text: str) -> str:
-    try:
-        with open(text, "rb"):
-            pass
-    except OSError as error:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a readable file ({error.strerror or error})") from None
-    return text
-
-
-def _token_file(text: str) -> str:
-    _readable_file(text)
-    try:
-        token = Path(text).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a readable text file ({error})") from None
-    if not token or len(token.split()) != 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}, expected a file holding one token (it holds "
-                                         f"{len(token.split())} words)")
-    return text
-
-
-def client_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``SamplerClient`` keyword arguments of the server group: retries, connect timeout,
-    TLS and the token (TLS and token None: the client's environment defaults apply)."""
-    token = Path(args.token_file).read_text(encoding="utf-8").strip() if args.token_file else None
-    return {"retry": RetryPolicy(max_attempts=args.retries), "connect_timeout": args.connect_timeout,
-            "tls_ca": args.tls_ca, "tls_cert": args.tls_cert, "tls_key": args.tls_key, "token": token}
-
-
 def _source_name(text: str) -> str:
     if not text or not text.isprintable() or text != text.strip():
         raise argparse.ArgumentTypeError(f"got {text!r}, expected a source name")
     return text
 
 
-def add_server_group(parser: argparse.ArgumentParser) -> None:
-    """The server, run id and connection flags: the same in every trainer's command line."""
-    where = parser.add_argument_group("server and run")
-    where.add_argument("--server", required=True, type=_address, metavar="TARGET",
-                       help="sampler server: HOST:PORT, or many replicas balanced round-robin: dns:///NAME:PORT "
-                       "(every address NAME resolves to) or ipv4:A.B.C.D:PORT,...")
-    # --run-id: the same, for torchrun command lines (torchrun's parser takes --run for its own --run-path)
-    where.add_argument("--run", "--run-id", dest="run", required=True, type=_run_id, metavar="RUN_ID",
-                       help="run id the reports are stored under")
-    where.add_argument("--connect-timeout", type=positive_float, default=10.0, metavar="SECONDS",
-                       help="give up connecting to the server after this long (per attempt)")
-    where.add_argument("--retries", type=int_at_least(1), default=5, metavar="N",
-                       help="attempts per call or stream before a fault is reported (exit 3)")
-    where.add_argument("--tls-ca", type=_readable_file, default=None, metavar="FILE",
-                       help="PEM file of the CA that signed the server's certificate: connect over TLS "
-                       "(default: $SAMPLER_TLS_CA; neither: plaintext)")
-    where.add_argument("--tls-cert", type=_readable_file, default=None, metavar="FILE",
-                       help="this client's certificate (PEM), where the server requires client certificates "
-                       "(default: $SAMPLER_TLS_CERT)")
-    where.add_argument("--tls-key", type=_readable_file, default=None, metavar="FILE",
-                       help="the key of --tls-cert (PEM; default: $SAMPLER_TLS_KEY)")
-    where.add_argument("--token-file", type=_token_file, default=None, metavar="FILE",
-                       help="file holding the bearer token sent with every call (default: the token in "
-                       "$SAMPLER_TOKEN; neither: no token)")
+def device_option(help_text: str, forward: Sequence[str] = ()) -> Option:
+    """``--device``: every trainer command's, recorded as what the run was computed with."""
+    return option("--device", choices=DEVICES, default="auto", record=Record.ENVIRONMENT, resume=Resume.FREE,
+                  forward=forward, help=help_text)
 
 
-def check_server_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The server group's cross-argument check, in every trainer's command line: a
-    client certificate comes with its key (``clients.channel.check_tls_pair``)."""
-    try:
-        check_tls_pair(args.tls_cert, args.tls_key, "arguments --tls-cert/--tls-key")
-    except ValueError as error:
-        parser.error(str(error))
+JSON_SUMMARY = option("--json-summary", default=None, metavar="PATH", record=Record.OPERATIONAL,
+                      resume=Resume.FREE, help="write the run summary as JSON here")
+
+
+def log_every_option(default: int, help_text: str) -> Option:
+    return option("--log-every", type=int_at_least(1), default=default, metavar="N", record=Record.OPERATIONAL,
+                  resume=Resume.FREE, help=help_text)
+
+
+# ---- the Meta-Dataset trainer (``python -m clients.torch [train]`` / ``clients.tf``) -----------
+
+_RESULT = {"record": Record.RESULT, "resume": Resume.FREE}  # defines the results; a resume may change it
+_SEQUENCE = {"record": Record.RESULT, "resume": Resume.SEQUENCE}  # and fixes the training sequence
+_MODEL = {"record": Record.RESULT, "resume": Resume.MODEL}  # and fixes the model
+_OPERATIONAL = {"record": Record.OPERATIONAL, "resume": Resume.FREE}
+
+
+def train_groups(framework: str) -> tuple[OptionGroup, ...]:
+    """The train command's options of ``framework`` (``--compile``: torch only)."""
+    compile_option = () if framework != "torch" else (
+        option("--compile", choices=COMPILE_SETTINGS, default="off", **_RESULT,
+               help="torch.compile the embedding step, one graph for every bucket (the first step compiles: "
+                    "seconds to a minute); off by default: on an H100 the compiled step measured slower than the "
+                    "eager one (bench/README.md, Compiled steps)"),)
+    return (
+        SERVER_GROUP,
+        OptionGroup("training data", (
+            option("--sources", nargs="+", type=_source_name, metavar="NAME", **_SEQUENCE,
+                   help="training sources: store names or source kinds (default with --preset: its sources)"),
+            option("--preset", type=_source_name, metavar="NAME", **_SEQUENCE,
+                   help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
+                        "without --sources, protonet trains on its sources"),
+            option("--ways", type=int_at_least(2), default=None, metavar="N", **_SEQUENCE,
+                   help="fixed ways of training episodes (default: MD variable ways)"),
+            option("--shots", type=int_at_least(1), default=None, metavar="K", **_SEQUENCE,
+                   help="fixed support images per class of training episodes (default: MD variable shots)"),
+            option("--query", type=int_at_least(1), default=None, metavar="Q", **_SEQUENCE,
+                   help="fixed query images per class of training episodes (default: MD, at most 10)"),
+            option("--seed", type=seed_flag, default=0, **_SEQUENCE, help="seed of the training episodes / batches"),
+        )),
+        OptionGroup("model and optimisation", (
+            option("--model", choices=MODELS, default="protonet", **_MODEL,
+                   help="protonet: episodic Prototypical Networks; baseline: a classifier trained on plain "
+                        "batches, evaluated with prototypes (MD's inference-only baseline)"),
+            option("--train-episodes", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
+                   help="protonet: training episodes (indices 0..T-1)"),
+            option("--train-steps", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
+                   help="baseline: number of plain training batches"),
+            option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE, help="baseline: images per batch"),
+            option("--lr", type=positive_float, default=1e-3, **_RESULT, help="Adam learning rate"),
+            device_option("auto: CUDA when present, else CPU"),
+            option("--shape-buckets", choices=SHAPE_BUCKETS, default="auto", **_RESULT,
+                   help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
+                        "meets few shapes; auto: on with a GPU, off on CPU"),
+            *compile_option,
+        )),
+        backbone_group("conv4", MD_IMAGE_SIZE, "image side the episodes are served at"),
+        reproducibility_group(),
+        OptionGroup("evaluation", (
+            option("--eval-episodes", type=int_at_least(0), default=600, metavar="N", **_RESULT,
+                   help="evaluation episodes per source (0: no evaluation)"),
+            option("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME", **_RESULT,
+                   help="sources evaluated one at a time (default: --sources)"),
+            option("--eval-split", choices=SPLITS, default="test", **_RESULT, help="split of the evaluation episodes"),
+            option("--eval-seed", type=seed_flag, default=0, **_RESULT, help="seed of the evaluation episodes"),
+            # evaluating a checkpoint again sends the same configuration
+            option("--eval-only", action="store_true", **_OPERATIONAL,
+                   help="skip training; evaluate the checkpoint found in --checkpoint-dir"),
+            option("--report-batch", type=int_at_least(1), default=50, metavar="N", **_OPERATIONAL,
+                   help="evaluation episodes per ReportMetrics call"),
+        )),
+        OptionGroup("checkpoints and output", (
+            option("--checkpoint-dir", default=None, metavar="DIR", **_OPERATIONAL,
+                   help="save checkpoints here; resume from the one found here"),
+            option("--checkpoint-every", type=int_at_least(1), default=100, metavar="N", **_OPERATIONAL,
+                   help="save a checkpoint every N training episodes / steps (and at the end)"),
+            log_every_option(20, "progress line on stderr every N training episodes / steps"),
+            JSON_SUMMARY,
+        )),
+    )
 
 
 def build_parser(framework: str) -> argparse.ArgumentParser:
@@ -210,65 +209,7 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
         + "\n\n" + commands_help(framework),
         formatter_class=TrainerHelpFormatter,
     )
-    add_server_group(parser)
-
-    data = parser.add_argument_group("training data")
-    data.add_argument("--sources", nargs="+", type=_source_name, metavar="NAME",
-                      help="training sources: store names or source kinds (default with --preset: its sources)")
-    data.add_argument("--preset", type=_source_name, metavar="NAME",
-                      help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
-                           "without --sources, protonet trains on its sources")
-    data.add_argument("--ways", type=int_at_least(2), default=None, metavar="N",
-                      help="fixed ways of training episodes (default: MD variable ways)")
-    data.add_argument("--shots", type=int_at_least(1), default=None, metavar="K",
-                      help="fixed support images per class of training episodes (default: MD variable shots)")
-    data.add_argument("--query", type=int_at_least(1), default=None, metavar="Q",
-                      help="fixed query images per class of training episodes (default: MD, at most 10)")
-    data.add_argument("--seed", type=seed_flag, default=0, help="seed of the training episodes / batches")
-
-    model = parser.add_argument_group("model and optimisation")
-    model.add_argument("--model", choices=MODELS, default="protonet",
-                       help="protonet: episodic Prototypical Networks; baseline: a classifier trained on plain "
-                            "batches, evaluated with prototypes (MD's inference-only baseline)")
-    model.add_argument("--train-episodes", type=int_at_least(0), default=1000, metavar="T",
-                       help="protonet: training episodes (indices 0..T-1)")
-    model.add_argument("--train-steps", type=int_at_least(0), default=1000, metavar="T",
-                       help="baseline: number of plain training batches")
-    model.add_argument("--batch-size", type=int_at_least(1), default=64, help="baseline: images per batch")
-    model.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
-    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when present, else CPU")
-    model.add_argument("--shape-buckets", choices=SHAPE_BUCKETS, default="auto",
-                       help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
-                            "meets few shapes; auto: on with a GPU, off on CPU")
-    if framework == "torch":
-        model.add_argument("--compile", choices=COMPILE_SETTINGS, default="off",
-                           help="torch.compile the embedding step, one graph for every bucket (the first step "
-                                "compiles: seconds to a minute); off by default: on an H100 the compiled step "
-                                "measured slower than the eager one (bench/README.md, Compiled steps)")
-
-    add_backbone_group(parser, "conv4", MD_IMAGE_SIZE, "image side the episodes are served at")
-    add_reproducibility_group(parser)
-
-    evaluation = parser.add_argument_group("evaluation")
-    evaluation.add_argument("--eval-episodes", type=int_at_least(0), default=600, metavar="N",
-                            help="evaluation episodes per source (0: no evaluation)")
-    evaluation.add_argument("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME",
-                            help="sources evaluated one at a time (default: --sources)")
-    evaluation.add_argument("--eval-split", choices=SPLITS, default="test", help="split of the evaluation episodes")
-    evaluation.add_argument("--eval-seed", type=seed_flag, default=0, help="seed of the evaluation episodes")
-    evaluation.add_argument("--eval-only", action="store_true",
-                            help="skip training; evaluate the checkpoint found in --checkpoint-dir")
-    evaluation.add_argument("--report-batch", type=int_at_least(1), default=50, metavar="N",
-                            help="evaluation episodes per ReportMetrics call")
-
-    state = parser.add_argument_group("checkpoints and output")
-    state.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                       help="save checkpoints here; resume from the one found here")
-    state.add_argument("--checkpoint-every", type=int_at_least(1), default=100, metavar="N",
-                       help="save a checkpoint every N training episodes / steps (and at the end)")
-    state.add_argument("--log-every", type=int_at_least(1), default=20, metavar="N",
-                       help="progress line on stderr every N training episodes / steps")
-    state.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    add_groups(parser, train_groups(framework), "train")
     return parser
 
 
@@ -304,12 +245,10 @@ def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 # How a run was operated, not what defines its results: left out of the run configuration,
-# so evaluating a checkpoint again (--eval-only, another address) sends the same one.
-OPERATIONAL = ("server", "connect_timeout", "retries", "eval_only", "report_batch", "checkpoint_dir",
-               "checkpoint_every", "log_every", "json_summary", "tls_ca", "tls_cert", "tls_key", "token_file",
-               # where the weights live and the command's fallbacks: the trainers record the weights'
-               # sha256 (backbone_sha256) and the preprocessing as resolved instead
-               "weights", "preprocessing_defaults")
+# so evaluating a checkpoint again (--eval-only, another address) sends the same one; where the
+# weights live and the command's fallbacks too: the trainers record the weights' sha256
+# (backbone_sha256) and the preprocessing as resolved instead. Declared with each option.
+OPERATIONAL = operational(train_groups("torch"))
 
 
 def run_config(args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
@@ -367,6 +306,92 @@ class TransferArgumentParser(TrainerArgumentParser):
         return parsed, extras
 
 
+def transfer_groups() -> tuple[OptionGroup, ...]:
+    """The transfer command's options: the same in both frameworks."""
+    protocol_default = "default: the protocol's"
+    return (
+        SERVER_GROUP,
+        OptionGroup("tasks and model", (
+            option("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK", **_RESULT,
+                   help="VTAB tasks as the server names them (ListTasks), e.g. cifar100 kitti_distance"),
+            option("--protocol", choices=tuple(vtab_transfer_protocols.PROTOCOLS),
+                   default=vtab_transfer_protocols.DEFAULT_PROTOCOL, **_RESULT,
+                   help="the whole protocol: vtab (the VTAB paper's lightweight sweep), vtab-md (VTAB+MD's), "
+                        "reference-script (task_adaptation's run_all_tasks.sh); see below"),
+            option("--mode", choices=TRANSFER_MODES, default=None, **_RESULT,
+                   help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
+                        f"({protocol_default}: finetune)"),
+            option("--init", dest="weights", type=_init_source, metavar="FILE|scratch", **_OPERATIONAL,
+                   help=argparse.SUPPRESS),
+            option("--seed", type=seed_flag, default=0, **_RESULT,
+                   help="seed of the weights and the batch order (the first final run; the others' are hashed "
+                        "from it)"),
+            device_option("auto: a GPU when present, else CPU"),
+        )),
+        backbone_group("resnet18", TRANSFER_IMAGE_SIZE, "image side the tasks are served at (resized as "
+                       "task_adaptation resizes)"),
+        reproducibility_group(),
+        OptionGroup("the sweep and the final runs (linear, finetune)", (
+            option("--lrs", nargs="+", type=positive_float, default=None, metavar="LR", **_RESULT,
+                   help=f"SGD (momentum 0.9, no weight decay) learning rates swept ({protocol_default})"),
+            option("--steps", nargs="+", type=int_at_least(1), default=None, metavar="T", **_RESULT,
+                   help=f"training steps swept ({protocol_default})"),
+            option("--steps-scale", type=positive_float, default=1.0, metavar="F", **_RESULT,
+                   help="multiply every step count by F (at least 1 step; warm-up and decay points follow), "
+                        "for small machines"),
+            option("--batch-size", type=int_at_least(1), default=None, **_RESULT,
+                   help=f"images per step ({protocol_default})"),
+            option("--decay", choices=tuple(vtab_transfer_protocols.DECAYS), default=None, **_RESULT,
+                   help="where the rate drops /10: readme = after 30/60/90%% of the steps (task_adaptation's "
+                        "README and run_all_tasks.sh); paper = after 1/3, 2/3 and 9/10 (VTAB Appendix I; "
+                        f"9/10 for its 'shortly before the end') ({protocol_default})"),
+            option("--warmup", type=_fraction, default=None, metavar="F", **_RESULT,
+                   help="linear warm-up from 0 over this fraction of the steps (run_all_tasks.sh: 80 of 1000 = "
+                        f"0.08) ({protocol_default})"),
+            option("--select", choices=SELECTIONS, default=None, **_RESULT,
+                   help="per-task: each task's best setting (VTAB); all-tasks: one setting, the best mean "
+                        f"accuracy over the tasks (VTAB+MD) ({protocol_default})"),
+            option("--select-split", choices=vtab_transfer_protocols.SELECT_SPLITS, default=None, **_RESULT,
+                   help="the split each setting (trained on train800) is scored on: val, the task's regular "
+                        "validation split (VTAB's 1000-example runs); val200 (the 800/200 variant); none: no "
+                        f"sweep, one setting goes straight to the final runs ({protocol_default})"),
+            option("--final-split", choices=vtab_transfer_protocols.FINAL_SPLITS, default=None, **_RESULT,
+                   help="what the chosen setting is trained on before the test: train800val200 (VTAB-1k's "
+                        f"1000) or trainval1000 (run_all_tasks.sh's) ({protocol_default})"),
+            option("--runs", type=int_at_least(1), default=None, metavar="N", **_RESULT,
+                   help="final runs (seeds) per task; the test accuracy reported is their median, as the VTAB "
+                        f"paper reports ({protocol_default})"),
+            option("--eval-batch-size", type=int_at_least(1), default=256, metavar="N", **_RESULT,
+                   help="images per evaluation forward pass"),
+        )),
+        OptionGroup("control baselines (linear, finetune)", (
+            option("--role", choices=ROLES, default="model", **_RESULT,
+                   help="model: the method under study; scratch: the same architecture from random init "
+                        "(--init scratch) on the same regimes; max: random init on all of the task's training "
+                        "data (sweep on train, pick on val, retrain on trainval; no --regime)"),
+            option("--regime", dest="regimes", action="append", type=int_at_least(1), default=None,
+                   metavar="N", **_RESULT,
+                   help="a data regime of N training examples (repeatable): the sweep trains on its train part, "
+                        "picks on its val part, retrains on the whole regime and tests on test (default: "
+                        "VTAB-1k's splits)"),
+            option("--regime-seed", type=int_at_least(0), default=None, metavar="S", **_RESULT,
+                   help="seed drawing the regimes (nested across N for one seed; default 0)"),
+            option("--regime-sampling", choices=REGIME_SAMPLINGS, default=None, **_RESULT,
+                   help="how a regime's N examples are drawn from the task's train split: uniform (the "
+                        "control-baselines paper's random subsample) or stratified (one per class first; "
+                        "default: uniform)"),
+        )),
+        OptionGroup("output", (
+            log_every_option(100, "progress every N steps"),
+            JSON_SUMMARY,
+        )),
+    )
+
+
+TRANSFER_OPERATIONAL = operational(transfer_groups())
+"""What the transfer command's run configuration leaves out (``clients.vtab_transfer``)."""
+
+
 def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
     """The transfer learner's command line of ``framework``; same flags in both frameworks."""
     if framework not in FRAMEWORKS:
@@ -385,81 +410,7 @@ def build_transfer_parser(framework: str) -> argparse.ArgumentParser:
                           "runs) scales them with the steps.", 100)]),
         formatter_class=TrainerHelpFormatter,
     )
-    add_server_group(parser)
-    protocol_default = "default: the protocol's"
-
-    what = parser.add_argument_group("tasks and model")
-    what.add_argument("--tasks", required=True, nargs="+", type=_source_name, metavar="TASK",
-                      help="VTAB tasks as the server names them (ListTasks), e.g. cifar100 kitti_distance")
-    what.add_argument("--protocol", choices=tuple(vtab_transfer_protocols.PROTOCOLS),
-                      default=vtab_transfer_protocols.DEFAULT_PROTOCOL,
-                      help="the whole protocol: vtab (the VTAB paper's lightweight sweep), vtab-md (VTAB+MD's), "
-                           "reference-script (task_adaptation's run_all_tasks.sh); see below")
-    what.add_argument("--mode", choices=TRANSFER_MODES, default=None,
-                      help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
-                           f"({protocol_default}: finetune)")
-    what.add_argument("--init", dest="weights", type=_init_source, metavar="FILE|scratch", help=argparse.SUPPRESS)
-    what.add_argument("--seed", type=seed_flag, default=0,
-                      help="seed of the weights and the batch order (the first final run; the others' are hashed "
-                           "from it)")
-    what.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
-
-    add_backbone_group(parser, "resnet18", TRANSFER_IMAGE_SIZE, "image side the tasks are served at (resized as "
-                       "task_adaptation resizes)")
-    add_reproducibility_group(parser)
-
-    sweep = parser.add_argument_group("the sweep and the final runs (linear, finetune)")
-    sweep.add_argument("--lrs", nargs="+", type=positive_float, default=None, metavar="LR",
-                       help=f"SGD (momentum 0.9, no weight decay) learning rates swept ({protocol_default})")
-    sweep.add_argument("--steps", nargs="+", type=int_at_least(1), default=None, metavar="T",
-                       help=f"training steps swept ({protocol_default})")
-    sweep.add_argument("--steps-scale", type=positive_float, default=1.0, metavar="F",
-                       help="multiply every step count by F (at least 1 step; warm-up and decay points follow), "
-                            "for small machines")
-    sweep.add_argument("--batch-size", type=int_at_least(1), default=None,
-                       help=f"images per step ({protocol_default})")
-    sweep.add_argument("--decay", choices=tuple(vtab_transfer_protocols.DECAYS), default=None,
-                       help="where the rate drops /10: readme = after 30/60/90%% of the steps (task_adaptation's "
-                            "README and run_all_tasks.sh); paper = after 1/3, 2/3 and 9/10 (VTAB Appendix I; "
-                            f"9/10 for its 'shortly before the end') ({protocol_default})")
-    sweep.add_argument("--warmup", type=_fraction, default=None, metavar="F",
-                       help="linear warm-up from 0 over this fraction of the steps (run_all_tasks.sh: 80 of 1000 = "
-                            f"0.08) ({protocol_default})")
-    sweep.add_argument("--select", choices=SELECTIONS, default=None,
-                       help="per-task: each task's best setting (VTAB); all-tasks: one setting, the best mean "
-                            f"accuracy over the tasks (VTAB+MD) ({protocol_default})")
-    sweep.add_argument("--select-split", choices=vtab_transfer_protocols.SELECT_SPLITS, default=None,
-                       help="the split each setting (trained on train800) is scored on: val, the task's regular "
-                            "validation split (VTAB's 1000-example runs); val200 (the 800/200 variant); none: no "
-                            f"sweep, one setting goes straight to the final runs ({protocol_default})")
-    sweep.add_argument("--final-split", choices=vtab_transfer_protocols.FINAL_SPLITS, default=None,
-                       help="what the chosen setting is trained on before the test: train800val200 (VTAB-1k's "
-                            f"1000) or trainval1000 (run_all_tasks.sh's) ({protocol_default})")
-    sweep.add_argument("--runs", type=int_at_least(1), default=None, metavar="N",
-                       help="final runs (seeds) per task; the test accuracy reported is their median, as the VTAB "
-                            f"paper reports ({protocol_default})")
-    sweep.add_argument("--eval-batch-size", type=int_at_least(1), default=256, metavar="N",
-                       help="images per evaluation forward pass")
-
-    control = parser.add_argument_group("control baselines (linear, finetune)")
-    control.add_argument("--role", choices=ROLES, default="model",
-                         help="model: the method under study; scratch: the same architecture from random init "
-                              "(--init scratch) on the same regimes; max: random init on all of the task's training "
-                              "data (sweep on train, pick on val, retrain on trainval; no --regime)")
-    control.add_argument("--regime", dest="regimes", action="append", type=int_at_least(1), default=None,
-                         metavar="N", help="a data regime of N training examples (repeatable): the sweep trains on "
-                                           "its train part, picks on its val part, retrains on the whole regime and "
-                                           "tests on test (default: VTAB-1k's splits)")
-    control.add_argument("--regime-seed", type=int_at_least(0), default=None, metavar="S",
-                         help="seed drawing the regimes (nested across N for one seed; default 0)")
-    control.add_argument("--regime-sampling", choices=REGIME_SAMPLINGS, default=None,
-                         help="how a regime's N examples are drawn from the task's train split: uniform (the "
-                              "control-baselines paper's random subsample) or stratified (one per class first; "
-                              "default: uniform)")
-
-    out = parser.add_argument_group("output")
-    out.add_argument("--log-every", type=int_at_least(1), default=100, metavar="N", help="progress every N steps")
-    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    add_groups(parser, transfer_groups(), "transfer")
     return parser
 
 
@@ -546,6 +497,67 @@ class CogArgumentParser(TrainerArgumentParser):
         return parsed, extras
 
 
+def cog_groups() -> tuple[OptionGroup, ...]:
+    """The cog command's options: the same in both frameworks. What selects work (levels,
+    N, seeds) or names a place is left out of its run configuration, and ``--backbone`` as
+    given too: the configuration records the backbone by name and weights' sha256."""
+    return (
+        SERVER_GROUP,
+        OptionGroup("levels and subsets", (
+            option("--levels", nargs="+", type=_level, default=None, metavar="LEVEL", record=Record.OPERATIONAL,
+                   help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)"),
+            option("--shots", nargs="+", type=_cog_shots, default=list(cog_protocol.DEFAULT_SHOTS), metavar="N",
+                   record=Record.OPERATIONAL,
+                   help="training images per concept: 'all' (0 below) or an integer; the paper's all 1 2 4 ... "
+                        "128"),
+            option("--seeds", nargs="+", type=int_at_least(1), default=list(cog_protocol.DEFAULT_SEEDS),
+                   metavar="S", record=Record.OPERATIONAL,
+                   help="seeds of the few-shot subsets, validation splits and fits"),
+            option("--level-size", type=int_at_least(0), default=0, metavar="K", record=Record.RESULT,
+                   help="concepts per level L1..L5, passed to the server (0: the paper's 1000)"),
+            option("--min-images", type=int_at_least(0), default=0, metavar="M", record=Record.RESULT,
+                   help="images a concept needs to be eligible, passed to the server (0: the paper's 782)"),
+            option("--levels-file", default=None, metavar="FILE", record=Record.RESULT,
+                   help="naver/cog's cog_levels_mapping_file.pkl as a path on the server (absolute or relative "
+                        "to its data directory): L1..L5 are its concepts (--level-size, --min-images unused)"),
+            option("--concepts-split-file", default=None, metavar="FILE", record=Record.RESULT,
+                   help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each "
+                        "concept's train and test images are the file's"),
+        )),
+        backbone_group(None, cog_protocol.IMAGE_SIZE, "S: the server resizes the shorter side to S (bicubic) and "
+                       "crops the centre S x S",
+                       {"input_range": (0.0, 1.0), "mean": cog_protocol.MEAN, "std": cog_protocol.STD},
+                       backbone_record=Record.OPERATIONAL),
+        reproducibility_group(seed=0),  # the MD trainer's random weights at --seed 0
+        OptionGroup("features", (
+            option("--feature-cache", required=True, metavar="DIR", record=Record.OPERATIONAL,
+                   help="features are cached here, keyed by the weights' sha256, split fingerprint and "
+                        "preprocessing"),
+            option("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
+                   metavar="N", record=Record.OPERATIONAL,
+                   help="images per StreamCogBatches batch and backbone forward pass"),
+            device_option("auto: a GPU when present, else CPU"),
+        )),
+        OptionGroup("the linear classifier", (
+            option("--epochs", type=int_at_least(1), default=cog_protocol.EPOCHS, record=Record.RESULT,
+                   help="epochs of every fit (cosine decay)"),
+            option("--batch-size", type=int_at_least(1), default=cog_protocol.BATCH_SIZE, record=Record.RESULT,
+                   help="features per SGD step"),
+            option("--grid", type=_grid, default=cog_protocol.DEFAULT_GRID, metavar="LRxWD", record=Record.RESULT,
+                   help="search points: learning rates log-spaced over [0.1, 100] x weight decays log-spaced "
+                        "over [1e-12, 1e-4] (6x5 = 30 trials, the paper's budget)"),
+        )),
+        OptionGroup("output", (
+            log_every_option(50, "progress line every N extraction batches"),
+            JSON_SUMMARY,
+        )),
+    )
+
+
+COG_OPERATIONAL = operational(cog_groups())
+"""What the cog command's run configuration leaves out (``clients.cog_eval``)."""
+
+
 def build_cog_parser(framework: str) -> argparse.ArgumentParser:
     """The CoG evaluation's command line of ``framework``; the same flags in both frameworks."""
     if framework not in FRAMEWORKS:
@@ -558,54 +570,7 @@ def build_cog_parser(framework: str) -> argparse.ArgumentParser:
                              "reported to the server."),
         formatter_class=TrainerHelpFormatter,
     )
-    add_server_group(parser)
-
-    what = parser.add_argument_group("levels and subsets")
-    what.add_argument("--levels", nargs="+", type=_level, default=None, metavar="LEVEL",
-                      help="levels to evaluate (default: every level the server lists: IN-1K when served, L1..L5)")
-    what.add_argument("--shots", nargs="+", type=_cog_shots, default=list(cog_protocol.DEFAULT_SHOTS),
-                      metavar="N",
-                      help="training images per concept: 'all' (0 below) or an integer; the paper's all 1 2 4 ... 128")
-    what.add_argument("--seeds", nargs="+", type=int_at_least(1), default=list(cog_protocol.DEFAULT_SEEDS),
-                      metavar="S",
-                      help="seeds of the few-shot subsets, validation splits and fits")
-    what.add_argument("--level-size", type=int_at_least(0), default=0, metavar="K",
-                      help="concepts per level L1..L5, passed to the server (0: the paper's 1000)")
-    what.add_argument("--min-images", type=int_at_least(0), default=0, metavar="M",
-                      help="images a concept needs to be eligible, passed to the server (0: the paper's 782)")
-    what.add_argument("--levels-file", default=None, metavar="FILE",
-                      help="naver/cog's cog_levels_mapping_file.pkl as a path on the server (absolute or relative to "
-                           "its data directory): L1..L5 are its concepts (--level-size, --min-images unused)")
-    what.add_argument("--concepts-split-file", default=None, metavar="FILE",
-                      help="with --levels-file: naver/cog's cog_concepts_split_file.pkl on the server: each concept's "
-                           "train and test images are the file's")
-
-    add_backbone_group(parser, None, cog_protocol.IMAGE_SIZE, "S: the server resizes the shorter side to S "
-                       "(bicubic) and crops the centre S x S",
-                       {"input_range": (0.0, 1.0), "mean": cog_protocol.MEAN, "std": cog_protocol.STD})
-    add_reproducibility_group(parser)
-    model = parser.add_argument_group("features")
-    model.add_argument("--feature-cache", required=True, metavar="DIR",
-                       help="features are cached here, keyed by the weights' sha256, split fingerprint and "
-                            "preprocessing")
-    model.add_argument("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
-                       metavar="N",
-                       help="images per StreamCogBatches batch and backbone forward pass")
-    model.add_argument("--device", choices=DEVICES, default="auto", help="auto: a GPU when present, else CPU")
-
-    train = parser.add_argument_group("the linear classifier")
-    train.add_argument("--epochs", type=int_at_least(1), default=cog_protocol.EPOCHS,
-                       help="epochs of every fit (cosine decay)")
-    train.add_argument("--batch-size", type=int_at_least(1), default=cog_protocol.BATCH_SIZE,
-                       help="features per SGD step")
-    train.add_argument("--grid", type=_grid, default=cog_protocol.DEFAULT_GRID, metavar="LRxWD",
-                       help="search points: learning rates log-spaced over [0.1, 100] x weight decays log-spaced "
-                            "over [1e-12, 1e-4] (6x5 = 30 trials, the paper's budget)")
-
-    out = parser.add_argument_group("output")
-    out.add_argument("--log-every", type=int_at_least(1), default=50, metavar="N",
-                     help="progress line every N extraction batches")
-    out.add_argument("--json-summary", default=None, metavar="PATH", help="write the run summary as JSON here")
+    add_groups(parser, cog_groups(), "cog")
     return parser
 
 

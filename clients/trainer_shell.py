@@ -22,7 +22,7 @@ from typing import Any
 
 from clients.client import SamplerClient
 from clients.errors import NothingListens, SamplerClientError, UsageError
-from clients.trainer_args import client_options
+from clients.server_options import client_options
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2

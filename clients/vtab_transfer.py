@@ -52,7 +52,7 @@ from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
 from clients.seeds import derive_seed
-from clients.trainer_args import OPERATIONAL, parse_transfer_args
+from clients.trainer_args import TRANSFER_OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
 from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
@@ -236,7 +236,7 @@ class TransferRun:
                     raise UsageError(f"argument --regime: got {n} for task {task!r}: {error}") from None
 
     def config(self, extra: Mapping[str, Any]) -> dict[str, Any]:
-        config = {k: v for k, v in sorted(vars(self.args).items()) if k not in OPERATIONAL}
+        config = {k: v for k, v in sorted(vars(self.args).items()) if k not in TRANSFER_OPERATIONAL}
         config.update(self.learner.describe())
         config.update(extra)
         return json.loads(json.dumps(config))

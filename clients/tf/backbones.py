@@ -4,7 +4,7 @@ tf command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
 ``load_backbone`` turns ``--backbone`` / ``--weights`` / the preprocessing flags into a
 ``LoadedBackbone``:
   - a named backbone (``clients.tf.models``), its random initial weights drawn from the
-    command's seed and a name (``clients.seeds.derive_seed``), declaring Meta-Dataset's
+    command's seed and a name (``clients.seeds.backbone_seed``), declaring Meta-Dataset's
     scaling ([-1, 1], mean 0, std 1);
   - ``module:callable``: the factory is called with no arguments (under the same seed) and
     returns a Keras model or any callable mapping NHWC float32 images to features;
@@ -52,7 +52,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
 from clients.errors import UsageError
 from clients.init_weights import (backbone_of_keras_shapes, backbone_of_names, chw_to_hwc_rows, layout, neutral_weights,
                                   read_npz, what_to_change)
-from clients.seeds import derive_seed
+from clients.seeds import backbone_seed
 from clients.tf import models
 
 keras = tf.keras
@@ -114,13 +114,9 @@ class SavedModelFunction:
         return self.function(images)
 
 
-def _seeded(args: argparse.Namespace, seed_name: str, spec: BackboneSpec) -> int:
-    return derive_seed(int(getattr(args, "seed", 0) or 0), seed_name, spec.target)
-
-
 def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int, seed_name: str) -> keras.Model:
     size = resolve_preprocessing(args, _Declared(NAMED_PREPROCESSING), default_size).size
-    keras.utils.set_random_seed(_seeded(args, seed_name, spec))
+    keras.utils.set_random_seed(backbone_seed(args.seed, seed_name, spec.target))
     try:
         return models.build_backbone(spec.target, size)
     except ValueError as error:  # e.g. conv4 below 16 px
@@ -129,7 +125,7 @@ def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int
 
 def _build_callable(spec: BackboneSpec, args: argparse.Namespace, seed_name: str) -> Any:
     factory = load_callable(spec.target)
-    keras.utils.set_random_seed(_seeded(args, seed_name, spec))
+    keras.utils.set_random_seed(backbone_seed(args.seed, seed_name, spec.target))
     try:
         model = factory()
     except TypeError as error:
@@ -408,7 +404,7 @@ def probe(model: Any, spec: BackboneSpec, preprocessing: Preprocessing) -> int:
 def load_backbone(args: argparse.Namespace, default_size: int, seed_name: str) -> LoadedBackbone:
     """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags),
     probed; ``args.image_size`` is set to the resolved side. A named or module:callable
-    backbone's random weights come from ``derive_seed(args.seed, seed_name, target)``, a named
+    backbone's random weights come from ``backbone_seed(args.seed, seed_name, target)``, a named
     one's from ``neutral_weights`` with ``--init-seed``. Call
     it under the device (or distribution strategy scope) its variables belong to."""
     spec = backbone_spec(args)
@@ -419,7 +415,7 @@ def load_backbone(args: argparse.Namespace, default_size: int, seed_name: str) -
         model = _build_callable(spec, args, seed_name) if spec.kind == "callable" else _load_file(spec)
         declared = _declarations(model)
     preprocessing = resolve_preprocessing(args, declared, default_size)
-    init_seed = getattr(args, "init_seed", None)
+    init_seed = args.init_seed
     if spec.kind == "named" and init_seed is not None:
         assign_neutral(model, spec.target, preprocessing.size,
                        neutral_weights(spec.target, preprocessing.size, init_seed), f"--init-seed {init_seed}")

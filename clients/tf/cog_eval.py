@@ -29,7 +29,8 @@ import tensorflow as tf
 
 from clients import cog_protocol
 from clients.determinism import weights_sha256
-from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
+from clients.cog_eval import CogBackend, run_cog_main
+from clients.seeds import COG_BACKBONE_SEED_NAME
 from clients.cog_protocol import MOMENTUM
 from clients.tf.backbones import TFFeatures, load_backbone
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
@@ -47,7 +48,7 @@ class TFCogBackend(CogBackend):
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before any model is built
         with tf.device(self.device):
-            loaded = load_backbone(args, cog_protocol.IMAGE_SIZE, SEED_NAME)
+            loaded = load_backbone(args, cog_protocol.IMAGE_SIZE, COG_BACKBONE_SEED_NAME)
         super().__init__(args, loaded)
         self.model = loaded.model
         self.extractor = TFFeatures(loaded, args.extract_batch_size, self.device)

@@ -62,7 +62,7 @@ def apply_determinism(args: argparse.Namespace, device: str) -> Determinism:
     if wanted.enabled:
         tf.config.experimental.enable_op_determinism()
     intra, inter = _set_threads(wanted.intra_op_threads, wanted.inter_op_threads)
-    keras.utils.set_random_seed(derive_seed(int(getattr(args, "seed", 0) or 0), GLOBAL_SEED_NAME))
+    keras.utils.set_random_seed(derive_seed(args.seed, GLOBAL_SEED_NAME))
     return dataclasses.replace(wanted, intra_op_threads=intra, inter_op_threads=inter)
 
 

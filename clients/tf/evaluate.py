@@ -23,6 +23,7 @@ import tensorflow as tf
 from clients.backbone_contract import FeatureExtractor, LoadedBackbone
 from clients.cog_eval import CogBackend
 from clients.evaluate import EvaluateFramework, run_evaluate_main
+from clients.seeds import EVALUATE_BACKBONE_SEED_NAME
 from clients.trainer_args import MD_IMAGE_SIZE
 from clients.tf.backbones import TFFeatures, load_backbone
 from clients.tf.cog_eval import TFCogBackend
@@ -30,8 +31,6 @@ from clients.tf.determinism import apply_determinism, determinism_failure, tf_re
 from clients.tf.md_train import select_device
 from clients.tf.vtab_transfer import TFTransferLearner
 from clients.vtab_transfer import TransferLearner
-
-SEED_NAME = "evaluate"
 
 
 class TFEvaluate(EvaluateFramework):
@@ -44,7 +43,7 @@ class TFEvaluate(EvaluateFramework):
 
     def load(self, args: argparse.Namespace) -> LoadedBackbone:
         with tf.device(self.device):
-            return load_backbone(args, MD_IMAGE_SIZE, SEED_NAME)
+            return load_backbone(args, MD_IMAGE_SIZE, EVALUATE_BACKBONE_SEED_NAME)
 
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
         return TFFeatures(backbone, batch_size, self.device)

@@ -7,8 +7,8 @@ resume, training loop, evaluation, reports, summary, exit codes) is
 Determinism (``clients.tf.determinism``, before any model is built): with
 ``--deterministic`` on (the default on CPU) op determinism is on; thread counts are
 fixed and the weights seeded from --seed by name (the baseline's head from
-``HEAD_SEED_NAME``), so the same command gives the same weights and evaluating the same
-checkpoint again gives the same metrics. The optimizer is ``TorchAdam``: torch's Adam
+``clients.seeds.HEAD_SEED_NAME``, as torch's), so the same command gives the same weights
+and evaluating the same checkpoint again gives the same metrics. The optimizer is ``TorchAdam``: torch's Adam
 step (``clients.tf.optimizers``), as the torch trainer takes it. Training and evaluation take
 episodes from ``clients.core.SamplerClient`` (through ``clients.md_train``) rather than
 ``clients.tf.EpisodeSource``: episodes vary in shape (handled here by
@@ -54,7 +54,7 @@ from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
 from clients.protocols.md import EpisodeArrays
-from clients.seeds import derive_seed
+from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.tf import models
 from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
@@ -66,8 +66,6 @@ keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)
 _CONFIG_KEY = "config/.ATTRIBUTES/VARIABLE_VALUE"
 _NEXT_INDEX_KEY = "next_index/.ATTRIBUTES/VARIABLE_VALUE"
-SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
-HEAD_SEED_NAME = "head"  # the baseline's linear head: derive_seed(--seed, HEAD_SEED_NAME)
 
 
 def select_device(requested: str) -> str:
@@ -151,7 +149,7 @@ class TFFramework(Framework):
     def _load_backbone(self) -> LoadedBackbone:
         """The backbone, its variables where the steps run (the strategy's, or the device's)."""
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
-            loaded = load_backbone(self.args, MD_IMAGE_SIZE, SEED_NAME)
+            loaded = load_backbone(self.args, MD_IMAGE_SIZE, MD_BACKBONE_SEED_NAME)
         if not isinstance(loaded.model, keras.Model):
             raise UsageError(f"argument --backbone: {loaded.spec.target} made a {type(loaded.model).__name__}, "
                              "expected a Keras model (the trainer trains its variables and checkpoints them)")

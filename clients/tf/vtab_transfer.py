@@ -32,6 +32,7 @@ from clients.tf.determinism import apply_determinism, determinism_failure, tf_re
 from clients.tf.md_train import select_device
 from clients.tf.optimizers import TorchSGD
 from clients.errors import UsageError
+from clients.seeds import TRANSFER_BACKBONE_SEED_NAME
 from clients.trainer_args import TRANSFER_IMAGE_SIZE
 from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM
@@ -39,7 +40,6 @@ from clients.vtab_transfer_protocols import MOMENTUM
 keras = tf.keras
 
 
-SEED_NAME = "scratch"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
 
 class TFTransferLearner(TransferLearner):
@@ -50,7 +50,7 @@ class TFTransferLearner(TransferLearner):
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before any model is built
         with tf.device(self.device):
-            self.loaded = load_backbone(args, TRANSFER_IMAGE_SIZE, SEED_NAME)
+            self.loaded = load_backbone(args, TRANSFER_IMAGE_SIZE, TRANSFER_BACKBONE_SEED_NAME)
         self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
         self.trainable_backbone = isinstance(self.backbone, keras.Model)
         if args.mode == "finetune" and not self.trainable_backbone:

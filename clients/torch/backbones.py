@@ -4,7 +4,7 @@ torch command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
 ``load_backbone`` turns ``--backbone`` / ``--weights`` / the preprocessing flags into a
 ``LoadedBackbone``:
   - a named backbone (``clients.torch.models``), its random initial weights drawn from
-    the command's seed and a name (``clients.seeds.derive_seed``), declaring Meta-Dataset's
+    the command's seed and a name (``clients.seeds.backbone_seed``), declaring Meta-Dataset's
     scaling ([-1, 1], mean 0, std 1) as attributes;
   - ``module:callable``: the factory is called with no arguments (under the same seeded
     generator) and returns an ``nn.Module`` or any callable on NCHW float tensors;
@@ -48,7 +48,7 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
                                        resolve_preprocessing)
 from clients.errors import UsageError
 from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
-from clients.seeds import derive_seed
+from clients.seeds import backbone_seed
 from clients.torch.models import ResNet18, build_backbone
 
 PROBE_ROWS = 2
@@ -69,19 +69,15 @@ class _Declared:
         self.__dict__.update(values)
 
 
-def _seeded(args: argparse.Namespace, seed_name: str, spec: BackboneSpec) -> int:
-    return derive_seed(int(getattr(args, "seed", 0) or 0), seed_name, spec.target)
-
-
 def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int, seed_name: str) -> nn.Module:
     size = resolve_preprocessing(args, _Declared(NAMED_PREPROCESSING), default_size).size
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_seeded(args, seed_name, spec))
+        torch.manual_seed(backbone_seed(args.seed, seed_name, spec.target))
         try:
             model = build_backbone(spec.target, size)
         except ValueError as error:  # e.g. conv4 below 16 px
             raise UsageError(f"argument --image-size: {error}") from None
-    init_seed = getattr(args, "init_seed", None)
+    init_seed = args.init_seed
     if init_seed is not None:  # the framework-neutral weights, the same numbers as tf's
         model.load_state_dict({name: torch.from_numpy(value)
                                for name, value in neutral_weights(spec.target, size, init_seed).items()})
@@ -93,7 +89,7 @@ def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int
 def _build_callable(spec: BackboneSpec, args: argparse.Namespace, seed_name: str) -> Any:
     factory = load_callable(spec.target)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_seeded(args, seed_name, spec))
+        torch.manual_seed(backbone_seed(args.seed, seed_name, spec.target))
         try:
             model = factory()
         except TypeError as error:
@@ -354,7 +350,7 @@ def load_backbone(args: argparse.Namespace, device: torch.device, default_size: 
                   seed_name: str) -> LoadedBackbone:
     """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags) on
     ``device`` in eval mode, probed; ``args.image_size`` is set to the resolved side. A named
-    or module:callable backbone's random weights come from ``derive_seed(args.seed, seed_name,
+    or module:callable backbone's random weights come from ``backbone_seed(args.seed, seed_name,
     target)``."""
     spec = backbone_spec(args)
     if spec.kind == "named":

@@ -27,7 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from clients.determinism import weights_sha256
-from clients.cog_eval import SEED_NAME, CogBackend, run_cog_main
+from clients.cog_eval import CogBackend, run_cog_main
+from clients.seeds import COG_BACKBONE_SEED_NAME
 from clients.cog_protocol import IMAGE_SIZE, MOMENTUM
 from clients.torch.backbones import TorchFeatures, load_backbone
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
@@ -42,8 +43,9 @@ class TorchCogBackend(CogBackend):
     def __init__(self, args: argparse.Namespace) -> None:
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
-        super().__init__(args, load_checked(lambda: load_backbone(args, self.device, IMAGE_SIZE, SEED_NAME),
-                                            self.determinism, self.device))
+        super().__init__(args, load_checked(
+            lambda: load_backbone(args, self.device, IMAGE_SIZE, COG_BACKBONE_SEED_NAME), self.determinism,
+            self.device))
         self.extractor = TorchFeatures(self.backbone, self.device, args.extract_batch_size)
         self.linear: nn.Linear | None = None
 

@@ -25,6 +25,7 @@ from torch import nn
 from clients.backbone_contract import FeatureExtractor, LoadedBackbone
 from clients.cog_eval import CogBackend
 from clients.evaluate import EvaluateFramework, run_evaluate_main
+from clients.seeds import EVALUATE_BACKBONE_SEED_NAME
 from clients.trainer_args import MD_IMAGE_SIZE
 from clients.torch.backbones import TorchFeatures, load_backbone
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
@@ -32,8 +33,6 @@ from clients.torch.cog_eval import TorchCogBackend
 from clients.torch.md_train import select_device
 from clients.torch.vtab_transfer import TorchTransferLearner
 from clients.vtab_transfer import TransferLearner
-
-SEED_NAME = "evaluate"
 
 
 class TorchEvaluate(EvaluateFramework):
@@ -45,8 +44,8 @@ class TorchEvaluate(EvaluateFramework):
         self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
 
     def load(self, args: argparse.Namespace) -> LoadedBackbone:
-        return load_checked(lambda: load_backbone(args, self.device, MD_IMAGE_SIZE, SEED_NAME), self.determinism,
-                            self.device)
+        return load_checked(lambda: load_backbone(args, self.device, MD_IMAGE_SIZE, EVALUATE_BACKBONE_SEED_NAME),
+                            self.determinism, self.device)
 
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
         return TorchFeatures(backbone, self.device, batch_size)

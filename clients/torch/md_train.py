@@ -5,11 +5,11 @@ training loop, evaluation, reports, summary, exit codes) is ``clients.md_train``
 
 Determinism: ``--deterministic`` is applied (``clients.torch.determinism``) before the
 model is built and before CUDA starts; a named backbone's weights start from
-``derive_seed(--seed, "backbone", name)``, the baseline's head from
-``derive_seed(--seed, "head")``, and every training step's own draws (a user backbone's
-dropout) from ``derive_seed(--seed, "step", index)``, so a resumed run draws what an
-unbroken one does; evaluation runs in ``model.eval()`` under ``torch.inference_mode()``,
-so for a given checkpoint every evaluation episode's accuracy, loss and predictions are
+``backbone_seed(--seed, MD_BACKBONE_SEED_NAME, name)``, the baseline's head from
+``derive_seed(--seed, HEAD_SEED_NAME)`` (names of ``clients.seeds``, as tf's), and every
+training step's own draws (a user backbone's dropout) from ``derive_seed(--seed, "step",
+index)``, so a resumed run draws what an unbroken one does; evaluation runs in
+``model.eval()`` under ``torch.inference_mode()``, so for a given checkpoint every evaluation episode's accuracy, loss and predictions are
 fixed. The run configuration records the settings, versions, device and threads. On CUDA the backbone
 runs under bf16 autocast with channels_last; CPU runs stay float32.
 
@@ -64,7 +64,7 @@ from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
-from clients.seeds import derive_seed
+from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
@@ -77,7 +77,6 @@ from clients.trainer_args import MD_IMAGE_SIZE
 
 CHECKPOINT = "checkpoint.pt"
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
-SEED_NAME = "backbone"  # a named backbone's initial weights: derive_seed(--seed, SEED_NAME, name)
 
 
 def select_device(choice: str, local_rank: int | None = None) -> torch.device:
@@ -182,8 +181,9 @@ class TorchFramework(Framework):
     # ---- model ----------------------------------------------------------------------------
 
     def _load_backbone(self) -> LoadedBackbone:
-        loaded = load_checked(lambda: load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, SEED_NAME),
-                              self.determinism, self.torch_device)
+        loaded = load_checked(
+            lambda: load_backbone(self.args, self.torch_device, MD_IMAGE_SIZE, MD_BACKBONE_SEED_NAME),
+            self.determinism, self.torch_device)
         if not isinstance(loaded.model, nn.Module):
             raise UsageError(f"argument --backbone: {loaded.spec.target} made a {type(loaded.model).__name__}, "
                              "expected an nn.Module (the trainer trains its parameters)")
@@ -199,7 +199,7 @@ class TorchFramework(Framework):
         self.head = None
         if num_classes:
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(derive_seed(args.seed, "head"))
+                torch.manual_seed(derive_seed(args.seed, HEAD_SEED_NAME))
                 self.head = LinearHead(self.loaded.out_dim, num_classes).to(device)
             if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)

@@ -34,11 +34,11 @@ from clients.torch.determinism import apply_determinism, classify_determinism, l
 from clients.torch.models import parameter_count, prototype_logits
 from clients.torch.md_train import select_device
 from clients.errors import UsageError
+from clients.seeds import TRANSFER_BACKBONE_SEED_NAME
 from clients.trainer_args import TRANSFER_IMAGE_SIZE
 from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM
 
-SEED_NAME = "scratch"  # a named backbone's random weights: derive_seed(--seed, SEED_NAME, name)
 
 
 class TorchTransferLearner(TransferLearner):
@@ -48,8 +48,9 @@ class TorchTransferLearner(TransferLearner):
         super().__init__(args)
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before CUDA starts and any model exists
-        self.loaded = load_checked(lambda: load_backbone(args, self.device, TRANSFER_IMAGE_SIZE, SEED_NAME),
-                                   self.determinism, self.device)
+        self.loaded = load_checked(
+            lambda: load_backbone(args, self.device, TRANSFER_IMAGE_SIZE, TRANSFER_BACKBONE_SEED_NAME),
+            self.determinism, self.device)
         self.backbone = self.loaded.model
         self.module = isinstance(self.backbone, nn.Module)
         if args.mode == "finetune" and not self.module:

@@ -75,7 +75,8 @@ def declared() -> nn.Module:
 
 
 def _namespace(backbone: str, weights: str | None = None, **flags) -> argparse.Namespace:
-    values = {"image_size": None, "input_range": None, "mean": None, "std": None, "seed": 0}
+    values = {"image_size": None, "input_range": None, "mean": None, "std": None, "seed": 0, "init_seed": None,
+              "preprocessing_defaults": {}}
     values.update(flags)
     return argparse.Namespace(backbone=backbone, weights=weights, **values)
 

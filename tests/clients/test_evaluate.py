@@ -329,7 +329,7 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
 
     def args(backbone: str) -> argparse.Namespace:
         return argparse.Namespace(backbone=backbone, weights=None, image_size=None, input_range=None, mean=None,
-                                  std=None, seed=0)
+                                  std=None, seed=0, init_seed=None, preprocessing_defaults={})
 
     in_torch = load_torch(args(BACKBONES["torch"]), torch.device("cpu"), 84, "evaluate")
     in_tf = load_tf(args(BACKBONES["tf"]), 84, "evaluate")
