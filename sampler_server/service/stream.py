@@ -4,7 +4,9 @@ Each stream keeps a few replies in flight: sampled, and their pixels being decod
 the worker pool while the current one is packed and sent, so decoding overlaps
 serialisation and transport and the workers never wait for the network. Stream count
 and message size are bounded by the server's limits (``service.limits``); a request
-beyond them gets RESOURCE_EXHAUSTED while every other stream carries on.
+beyond them gets RESOURCE_EXHAUSTED while every other stream carries on. What a stream
+prepares ahead is charged to the server's lookahead budget through its own ledger
+(``service.lookahead``), which gives every byte back however the stream ends.
 
 A handler of any protocol (``service.md``, ``service.vtab``, ``service.cog``) checks its
 request, turns an index into a ``Prepared`` reply (``StreamEngine.prepared_images``: the
@@ -39,6 +41,7 @@ from sampler_server.errors import InvalidArgument, ResourceExhausted, SamplerErr
 from sampler_server.service import auth, handlers, messages, status
 from sampler_server.service.admission import LookaheadBudget, StreamAdmission, StreamSlot, client_of
 from sampler_server.service.limits import ServiceLimits
+from sampler_server.service.lookahead import Lookahead
 from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
 from sampler_common.checks import check_stream_count
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -254,140 +257,150 @@ class StreamEngine:
         end.label += f" {label} start={start} step={step} count={count or 'unbounded'}"
         if end.segments is not None:
             end.label += " same-host"
-        budget = self.lookahead_budget
-        segments = end.segments
-
-        def finish(prepared: Prepared) -> bytes:
-            with messages.pixels_to(segments):
-                return prepared.finish()
-
-        # started episodes, in order: [index, prepared, bytes charged to the lookahead budget]
-        in_flight: collections.deque[list[Any]] = collections.deque()
-        # due before any index not yet taken: (index, sampled episode, or None to sample again)
-        waiting: collections.deque[tuple[int, Prepared | None]] = collections.deque()
         final_index = start + (count - 1) * step if count else None
+        yield from _Stream(self, end, prepare, _indices(start, count, step, last_index), final_index).replies()
+
+
+class _Stream:
+    """One stream's state: the indices still to send, the episodes it started ahead and
+    their share of the lookahead budget (``lookahead.Lookahead``), the reply packed beside
+    the one being sent, and whether a send is under way (the watchdog sheds only then)."""
+
+    def __init__(self, engine: StreamEngine, end: StreamEnd, prepare: Callable[[int], Prepared],
+                 indices: Iterator[int], final_index: int | None) -> None:
+        self.engine = engine
+        self.end = end
+        self.prepare = prepare
+        self.indices = indices
+        self.final_index = final_index
+        self.segments = end.segments
+        self.lookahead: Lookahead[Prepared] = Lookahead(engine.lookahead_budget, engine.limits.lookahead)
+        # due before any index not yet taken: (index, sampled episode, or None to sample again)
+        self.waiting: collections.deque[tuple[int, Prepared | None]] = collections.deque()
         # One thread per stream packs the next reply (waits for its pixels, copies them
         # into the message) while gRPC sends the current one. The packed copy is memory
         # beside the episode's pixels, so it is charged to the lookahead budget too: with
         # no room, the next reply is packed when its turn comes.
-        packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
-        packing: futures.Future | None = None
-        packing_charge = 0
+        self.packer = futures.ThreadPoolExecutor(1, thread_name_prefix="pack")
+        self.packing: futures.Future | None = None
         # While the thread is blocked sending to a client that reads nothing, the watchdog
         # may shed what this stream prepared ahead (decoded pixels, a packed reply); the
         # same indices are prepared again, identically, once the client reads.
-        state = threading.Lock()
-        sending = shed_done = False
+        self.state = threading.Lock()
+        self.sending = False
+        end.slot.shed = self.shed
 
-        def drop_packing() -> None:
-            nonlocal packing, packing_charge
-            if packing is not None:
-                futures.wait([packing])  # it owns its buffers until done; its reply is dropped
-                if segments is not None and not packing.cancelled() and packing.exception() is None:
-                    segments.discard(packing.result())  # ... and so is its segment
-                packing = None
-            budget.give(packing_charge)
-            packing_charge = 0
+    def finish(self, prepared: Prepared) -> bytes:
+        with messages.pixels_to(self.segments):
+            return prepared.finish()
 
-        def shed() -> int:
-            nonlocal shed_done
-            with state:
-                if not sending or shed_done:
-                    return 0
-                drop_packing()
-                for entry in in_flight:
-                    entry[1].discard()
-                    budget.give(entry[2])
-                    entry[2] = 0
-                shed_done = True
-                return len(in_flight)
+    def drop_packing(self) -> None:
+        """Drop the reply packed ahead, once its builder is done (it owns its buffers until
+        then), with its same-host segment and its charge."""
+        packing = self.packing
+        if packing is not None:
+            futures.wait([packing])
+            if self.segments is not None and not packing.cancelled() and packing.exception() is None:
+                self.segments.discard(packing.result())
+            self.packing = None
+        self.lookahead.drop_packed()
 
-        end.slot.shed = shed
+    def shed(self) -> int:
+        """The watchdog's call while the client reads nothing: drop what was prepared ahead
+        (only while a send is under way, once per send); how many episodes were dropped."""
+        with self.state:
+            if not self.sending:
+                return 0
+            self.drop_packing()
+            dropped = self.lookahead.shed()
+            self.waiting.extendleft(reversed([(index, None) for index in dropped]))
+            return len(dropped)
 
-        def gone() -> bool:
-            return end.slot.released or self.draining.is_set()
+    def gone(self) -> bool:
+        return self.end.slot.released or self.engine.draining.is_set()
 
-        def next_planned() -> tuple[int, Prepared] | None:
-            """The next episode, sampled (cheap) but not started: its size is known before
-            any memory is spent on its images."""
-            if waiting:
-                index, prepared = waiting.popleft()
-            else:
-                index, prepared = next(indices, None), None
-                if index is None:
-                    return None
-            if prepared is None:
-                prepared = prepare(index)
-                if index == final_index:
-                    prepared.header.last = True
-            return index, prepared
+    def next_planned(self) -> tuple[int, Prepared] | None:
+        """The next episode, sampled (cheap) but not started: its size is known before
+        any memory is spent on its images."""
+        if self.waiting:
+            index, prepared = self.waiting.popleft()
+        else:
+            taken = next(self.indices, None)
+            if taken is None:
+                return None
+            index, prepared = taken, None
+        if prepared is None:
+            prepared = self.prepare(index)
+            if index == self.final_index:
+                prepared.header.last = True
+        return index, prepared
 
-        def begin(index: int, prepared: Prepared, charged: int) -> None:
-            try:
-                prepared.start()
-            except BaseException:
-                budget.give(charged)
-                raise
-            if charged:  # an encoded episode's estimate becomes its size
-                budget.give(charged - prepared.nbytes)
-                charged = prepared.nbytes
-            in_flight.append([index, prepared, charged])
+    def fill(self) -> None:
+        """Start episodes ahead, up to the lookahead, while the server's budget has room."""
+        while not self.lookahead.full:
+            planned = self.next_planned()
+            if planned is None:
+                return
+            if not self.lookahead.start_ahead(*planned):
+                self.waiting.appendleft(planned)
+                return
 
-        def fill() -> None:
-            """Start episodes ahead, up to the lookahead, while the server's budget has room."""
-            while len(in_flight) < self.limits.lookahead:
-                planned = next_planned()
-                if planned is None:
-                    return
-                if not budget.try_take(planned[1].nbytes):
-                    waiting.appendleft(planned)
-                    return
-                begin(*planned, planned[1].nbytes)
+    def due(self) -> tuple[int, int] | None:
+        """The index whose turn has come and its size (started ahead, or sampled now); None
+        when every index was sent."""
+        self.fill()
+        head = self.lookahead.head()
+        if head is not None:
+            return head.index, head.item.nbytes
+        planned = self.next_planned()
+        if planned is None:
+            return None
+        self.waiting.appendleft(planned)
+        return planned[0], planned[1].nbytes
 
+    def next_reply(self) -> bytes:
+        """The reply whose turn has come, its episode started now if it was not ahead; then
+        the next reply is packed ahead where the budget has room."""
+        lookahead = self.lookahead
+        if not len(lookahead):  # its turn has come: started now, whatever the lookahead budget
+            index, prepared = self.waiting.popleft()
+            assert prepared is not None, "due() samples the episode it names"
+            lookahead.start_due(index, prepared)
+        prepared = lookahead.take_head()
+        reply = self.packing.result() if self.packing is not None else self.finish(prepared)
+        self.packing = None
+        lookahead.handed_over()  # from here the send budget holds it
+        self.fill()
+        head = lookahead.head()
+        if head is not None and lookahead.take_packed(head.item.nbytes):
+            self.packing = self.packer.submit(self.finish, head.item)
+        return reply
+
+    def replies(self) -> Iterator[Any]:
+        end, engine = self.end, self.engine
         try:
-            indices = _indices(start, count, step, last_index)
             while True:
-                fill()
-                if in_flight:
-                    due, nbytes = in_flight[0][0], in_flight[0][1].nbytes
-                else:
-                    planned = next_planned()
-                    if planned is None:
-                        break
-                    waiting.appendleft(planned)
-                    due, nbytes = planned[0], planned[1].nbytes
-                self.admission.wait_for_room(end.slot, nbytes, gone)
+                due = self.due()
+                if due is None:
+                    break
+                engine.admission.wait_for_room(end.slot, due[1], self.gone)
                 if end.slot.released:
                     return  # the call ended while this stream waited for room
-                if self.draining.is_set():
-                    raise status.Unavailable(f"server is shutting down; resume at index {due}")
-                if not in_flight:  # its turn has come: started now, whatever the lookahead budget
-                    begin(*waiting.popleft(), 0)
-                _, prepared, charged = in_flight.popleft()
-                reply = packing.result() if packing is not None else finish(prepared)
-                packing = None
-                budget.give(charged + packing_charge)  # from here the send budget holds it
-                packing_charge = 0
-                fill()
-                if in_flight and budget.try_take(in_flight[0][1].nbytes):
-                    packing_charge = in_flight[0][1].nbytes
-                    packing = packer.submit(finish, in_flight[0][1])
-                with state:
-                    sending = True
+                if engine.draining.is_set():
+                    raise status.Unavailable(f"server is shutting down; resume at index {due[0]}")
+                reply = self.next_reply()
+                with self.state:
+                    self.sending = True
                 end.slot.sending()
                 yield handlers.SendOnce(reply)  # gRPC keeps what it sent while it asks for the next
-                if segments is not None:  # a same-host reply is taken when its client maps it
-                    segments.sent(reply)
-                    segments.wait(gone)
+                if self.segments is not None:  # a same-host reply is taken when its client maps it
+                    self.segments.sent(reply)
+                    self.segments.wait(self.gone)
                 del reply
                 end.sent += 1
                 end.slot.progress()
-                with state:
-                    sending = False
-                    if shed_done:
-                        shed_done = False
-                        waiting.extendleft(reversed([(entry[0], None) for entry in in_flight]))
-                        in_flight.clear()
+                with self.state:
+                    self.sending = False
             end.outcome = "ok"
             end.read_on = True
         except BaseException as error:
@@ -395,13 +408,10 @@ class StreamEngine:
             end.read_on = isinstance(error, SamplerError)  # its client reads what was sent, then the status
             raise
         finally:
-            with state:
-                sending = False  # no shedding from here on
-            drop_packing()
-            packer.shutdown(wait=False)
-            for entry in in_flight:
-                entry[1].discard()
-                budget.give(entry[2])
-            in_flight.clear()
-            self.admission.release_send(end.slot)
+            with self.state:
+                self.sending = False  # no shedding from here on
+            self.drop_packing()
+            self.packer.shutdown(wait=False)
+            self.lookahead.close()
+            engine.admission.release_send(end.slot)
             end()
