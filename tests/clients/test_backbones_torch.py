@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 from torch import nn  # noqa: E402
 
 from clients.backbone_contract import BackboneSpec, Preprocessing  # noqa: E402

@@ -50,9 +50,12 @@ def _step(model: ProtoNet, episode: tuple[torch.Tensor, ...], ways: int, padded_
     ``ProtoNet.forward``) or in the bucketed layout of ``padded_rows`` rows."""
     support, support_labels, query, query_labels = (t.to(device) for t in episode)
     scaling = named_preprocessing(support.shape[1])
+    # bf16 in the trainer's bf16 layout, channels_last (on this test's CPU also the fast one:
+    # NCHW bf16 convolutions fall back to a slow path, 16 s of a ResNet-18 backward)
+    layout = torch.channels_last if autocast else torch.contiguous_format
 
     def to_input(images: torch.Tensor, device: torch.device) -> torch.Tensor:
-        return to_model_input(images, scaling, device)
+        return to_model_input(images, scaling, device).contiguous(memory_format=layout)
 
     model.train()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -109,7 +112,8 @@ def test_padded_step_equals_unpadded_step(backbone: str, autocast: bool, toleran
     # bf16 on a CPU without bf16 units is emulated and slow (a minute for ResNet-18 at 32 px):
     # there the images are 16 px, the rows and their padding the same
     size = 16 if autocast and device == "cpu" else 32
-    reference = ProtoNet(build_backbone(backbone, size)).to(where)
+    layout = torch.channels_last if autocast else torch.contiguous_format  # the trainer's, as in _step
+    reference = ProtoNet(build_backbone(backbone, size)).to(where, memory_format=layout)
     padded = copy.deepcopy(reference)
     control = copy.deepcopy(reference)
     ways, episode = 5, _episode(1, 13, 15, 5, size)
