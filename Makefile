@@ -8,7 +8,7 @@ DEMO_DIR ?= demo-data
 export TF_CPP_MIN_LOG_LEVEL := 2
 export TF_ENABLE_ONEDNN_OPTS := 0
 
-.PHONY: demo test install bytecode proto wordnet postgresql chromium clean
+.PHONY: demo test check durations install bytecode proto wordnet postgresql chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,17 +56,51 @@ chromium:
 	fi
 
 # The suite in TEST_WORKERS processes (pytest-xdist), each taking a whole test file at a
-# time, so a file's module fixtures (servers, packed stores) are built once. On a 2-core
-# machine the suite took 30:29 in one process; 17:01 in two, plus 1:18 for the timing part.
-# Tests marked `timing` compare wall-clock times with a bound: they run after, alone, from
-# the files TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
+# time, so a file's module fixtures (servers, packed stores) are built once. Tests marked
+# `timing` compare wall-clock times with a bound: they run after, alone, from the files
+# TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
+# Budgets on this 2-core machine (tests/test_makefile.py holds both parts to them with the
+# times `make durations` records in tests/durations.json): `make test` 12:00 of pytest,
+# `make check` 3:00. Measured: see tests/durations.json ("wall" of each part).
 TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest
+PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile
 TIMING_TESTS := tests/bench/test_scale_growth.py tests/clients/test_failures_say_what_to_do.py \
 	tests/clients/test_tf_trainer.py tests/clients/test_torch_trainer.py tests/core/cog/test_cog_levels.py \
 	tests/service/test_admission.py
 test: install bytecode wordnet postgresql chromium
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not timing" --durations=30
-	$(BIN)/python -m pytest -q -m timing --durations=5 $(TIMING_TESTS)
+	$(PYTEST) $(PARALLEL) -m "not timing" --durations=30
+	$(PYTEST) -q -m timing --durations=5 $(TIMING_TESTS)
+
+# The fast tier, to run after every change: the server, the samplers, the stores and the
+# command line, without TensorFlow, PyTorch or the trainers (selected by path, so no file that
+# imports a framework is even collected; tests/test_makefile.py checks that), with a tenth of
+# each property's Hypothesis examples. `make test` runs all of it again, in full.
+CHECK_TESTS := tests/test_*.py tests/assembly tests/catalog tests/common tests/core tests/metrics tests/pack \
+	tests/service tests/store tests/wire tests/cli
+CHECK_IGNORE := tests/core/vtab/test_vtab_labels_tf.py tests/core/vtab/test_vtab_slicing_tfds.py \
+	tests/cli/test_demo_cog.py tests/cli/test_demo_evaluate.py tests/cli/test_demo_parity.py tests/cli/test_demo_vtab.py \
+	tests/cli/test_demo_output.py tests/cli/test_pack_inspect_hints.py tests/cli/test_regime_cli.py \
+	tests/cli/test_vtab_cli.py tests/metrics/test_calibrated_served.py tests/pack/test_vtab_pack.py \
+	tests/service/test_regimes_service.py tests/service/test_same_host.py tests/service/test_source_regimes.py \
+	tests/service/test_vtab_service.py
+CHECK_MARKS := -m "not slow and not timing"
+check: install bytecode wordnet
+	HYPOTHESIS_PROFILE=check $(PYTEST) $(PARALLEL) $(CHECK_MARKS) $(addprefix --ignore=,$(CHECK_IGNORE)) $(CHECK_TESTS)
+
+# Measure the suite's durations into tests/durations.json (tests/durations.py): each part of
+# `make test` and `make check` whole, or with FILES=..., only those files (as the parallel
+# part runs them), merged into the record.
+DURATIONS := SAMPLER_TESTS_DURATIONS=$(CURDIR)/tests/durations.json
+durations: install bytecode wordnet postgresql chromium
+ifdef FILES
+	$(DURATIONS) $(PYTEST) $(PARALLEL) -m "not timing" $(FILES)
+else
+	$(DURATIONS) SAMPLER_TESTS_PART=test-parallel SAMPLER_TESTS_WALL=1 $(PYTEST) $(PARALLEL) -m "not timing"
+	$(DURATIONS) SAMPLER_TESTS_PART=test-timing SAMPLER_TESTS_WALL=1 $(PYTEST) -q -m timing $(TIMING_TESTS)
+	$(DURATIONS) SAMPLER_TESTS_PART=check SAMPLER_TESTS_WALL=1 HYPOTHESIS_PROFILE=check $(PYTEST) $(PARALLEL) \
+		$(CHECK_MARKS) $(addprefix --ignore=,$(CHECK_IGNORE)) $(CHECK_TESTS)
+endif
 
 # Regenerate sampler_common/wire/gen from protos/ after a .proto change (commit the result;
 # tests/wire/test_codegen.py fails while it is stale).

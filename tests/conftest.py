@@ -6,12 +6,13 @@ import contextlib
 import fcntl
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
+from hypothesis import settings
 from prerequisites import missing
 from sampler_server import fixtures
 from sampler_server.fixtures.base import Fixture
@@ -20,6 +21,21 @@ from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack
 from sampler_server.pack.plan import ConverterOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The suite's Hypothesis profile: no deadline (a loaded 2-core runner makes any per-example
+# bound flaky; the properties are about values, not speed) and no example database (a run
+# does not depend on what an earlier run found, and writes nothing into the clone). `make
+# check` loads "check": a tenth of each property's examples (``examples``), 10 by default.
+settings.register_profile("suite", deadline=None, database=None)
+settings.register_profile("check", parent=settings.get_profile("suite"), max_examples=10)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "suite")
+settings.load_profile(PROFILE)
+
+
+def examples(count: int) -> int:
+    """A property's example count: ``count`` in the suite, a tenth of it (at least 10) under
+    the "check" profile, which `make check` loads."""
+    return max(10, count // 10) if PROFILE == "check" else count
 SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference"
 
 
@@ -29,13 +45,46 @@ SKIP_LOG_VARIABLE = "SAMPLER_TESTS_SKIP_LOG"
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """In the process that reports (not in a pytest-xdist worker, whose reports reach it)."""
+    _record_duration(report)
     log = os.environ.get(SKIP_LOG_VARIABLE)
-    if not log or not report.skipped or hasattr(report, "wasxfail") or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not log or not report.skipped or hasattr(report, "wasxfail") or not _reporting_process():
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     reason = reason.removeprefix("Skipped: ").replace("\t", " ").replace("\n", " ")
     with open(log, "a") as file:
         file.write(f"{report.nodeid}\t{reason}\n")
+
+
+DURATIONS_VARIABLE, PART_VARIABLE = "SAMPLER_TESTS_DURATIONS", "SAMPLER_TESTS_PART"
+_FILE_SECONDS: dict[str, float] = {}
+_SESSION_START: list[float] = []
+
+
+def _reporting_process() -> bool:
+    return not os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_START.append(time.monotonic())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Merge the run's seconds per test file (and, for a whole part, its wall clock) into the
+    record $SAMPLER_TESTS_DURATIONS names (``make durations``; tests/durations.py)."""
+    path = os.environ.get(DURATIONS_VARIABLE)
+    if not path or not _reporting_process() or not _FILE_SECONDS:
+        return
+    import durations
+
+    wall = time.monotonic() - _SESSION_START[0] if os.environ.get("SAMPLER_TESTS_WALL") == "1" else None
+    part = os.environ.get(PART_VARIABLE, "test-parallel")
+    durations.save(durations.merge(durations.load(Path(path)), part, _FILE_SECONDS, wall), Path(path))
+
+
+def _record_duration(report: pytest.TestReport) -> None:
+    if os.environ.get(DURATIONS_VARIABLE) and _reporting_process():
+        name = report.nodeid.split("::", 1)[0]
+        _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
 
 
 def require_reference(relative: str | Path = "") -> Path:

@@ -1,10 +1,15 @@
 """`make test` runs the tests marked ``timing`` alone, after the parallel part, from the files
-its TIMING_TESTS names: a timing test in a file left off that list would run in neither part."""
+its TIMING_TESTS names: a timing test in a file left off that list would run in neither part.
+`make check` collects no file that imports a framework, and both tiers fit their budgets as
+tests/durations.json last measured them."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import durations
+from python_source import framework_imports
 
 REPO = Path(__file__).resolve().parents[1]
 MARK = re.compile(r"pytest\.mark\.timing\b")
@@ -27,5 +32,70 @@ def test_every_file_with_a_timing_test_is_in_timing_tests():
 def test_the_parallel_part_leaves_the_timing_tests_out_and_the_second_part_runs_them():
     recipe = (REPO / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
     parallel, alone = [line.strip() for line in recipe.splitlines()[1:3]]
-    assert '-n $(TEST_WORKERS)' in parallel and '-m "not timing"' in parallel
-    assert "-n " not in alone and "-m timing" in alone and "$(TIMING_TESTS)" in alone
+    assert "$(PARALLEL)" in parallel and '-m "not timing"' in parallel
+    assert "$(PARALLEL)" not in alone and "-n " not in alone and "-m timing" in alone and "$(TIMING_TESTS)" in alone
+
+
+def _make_variable(name: str) -> list[str]:
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith(f"{name} :="))
+    return line.split(":=", 1)[1].split()
+
+
+def test_both_parts_of_make_test_and_make_check_run_in_the_workers_a_file_at_a_time():
+    assert _make_variable("PARALLEL") == ["-q", "-n", "$(TEST_WORKERS)", "--dist", "loadfile"]
+    check = (REPO / "Makefile").read_text().split("\ncheck:", 1)[1].split("\n\n", 1)[0]
+    assert "HYPOTHESIS_PROFILE=check $(PYTEST) $(PARALLEL) $(CHECK_MARKS)" in check and "$(CHECK_TESTS)" in check
+    assert _make_variable("CHECK_MARKS") == ["-m", '"not', "slow", "and", "not", 'timing"']
+
+
+# ---- the tiers' budgets ------------------------------------------------------------------------
+
+TEST_BUDGET, CHECK_BUDGET = 12 * 60, 3 * 60
+"""Seconds of pytest on this project's 2-core machine: `make test` (both parts), `make check`."""
+WORKERS = 2
+
+
+def check_tier_files() -> list[str]:
+    """The test files `make check` collects: CHECK_TESTS (files and folders) less CHECK_IGNORE."""
+    ignored = set(_make_variable("CHECK_IGNORE"))
+    files: set[Path] = set()
+    for entry in _make_variable("CHECK_TESTS"):
+        for path in REPO.glob(entry):
+            files.update(path.rglob("test_*.py") if path.is_dir() else [path])
+    return sorted(name for name in (str(p.relative_to(REPO)) for p in files) if name not in ignored)
+
+
+def test_make_check_collects_no_file_that_imports_a_framework():
+    """The tier is cheap because no file it collects imports TensorFlow or PyTorch when it is
+    imported (directly or through the modules it imports at the top): a test that needs one
+    imports it where it runs, or lives outside the tier."""
+    heavy = {name: sorted(found) for name in check_tier_files() if (found := framework_imports(REPO / name))}
+    assert heavy == {}, "move these out of CHECK_TESTS (CHECK_IGNORE) or import the framework inside the tests"
+
+
+def test_every_test_file_has_its_measured_seconds():
+    record = durations.load()
+    parallel = set(record["parts"]["test-parallel"]["files"])
+    every = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "__pycache__" not in p.parts}
+    assert every - parallel == set(), "measure them: make durations FILES='...'"
+    assert set(check_tier_files()) - set(record["parts"]["check"]["files"]) == set(), "measure: make durations"
+
+
+def test_make_test_fits_in_its_budget():
+    """As last measured whole, and as its files' measured seconds add up now (two workers)."""
+    record = durations.load()
+    parts = record["parts"]
+    assert parts["test-parallel"]["wall"] + parts["test-timing"]["wall"] <= TEST_BUDGET, parts
+    every = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "__pycache__" not in p.parts}
+    parallel = durations.seconds_of(record, "test-parallel", every & set(parts["test-parallel"]["files"]))
+    timing = durations.seconds_of(record, "test-timing", parts["test-timing"]["files"])
+    assert parallel / WORKERS + timing <= TEST_BUDGET, (parallel, timing)
+
+
+def test_make_check_fits_in_its_budget():
+    record = durations.load()
+    check = record["parts"]["check"]
+    assert check["wall"] <= CHECK_BUDGET, check["wall"]
+    files = set(check_tier_files()) & set(check["files"])
+    assert durations.seconds_of(record, "check", files) / WORKERS <= CHECK_BUDGET

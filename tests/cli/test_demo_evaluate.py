@@ -21,9 +21,12 @@ def test_the_evaluate_leg_parses_for_every_protocol_the_demo_serves(tmp_path):
 
 
 def test_the_card_names_the_evaluated_run_and_the_control_model_run(tmp_path, capsys, monkeypatch):
+    from sampler_server.cli import demo_tables
+
     seen = []
-    monkeypatch.setattr("sampler_server.cli.main.main", lambda argv: seen.append(argv) or 0)
-    demo_cmd.print_card(tmp_path, argparse.Namespace(vtab=True, workdir=tmp_path))
+    monkeypatch.setattr("sampler_server.cli.main.main", lambda argv: seen.append(argv) or print("# Report card") or 0)
+    text = demo_tables.card(tmp_path, tmp_path, [demo_cmd.EVALUATE_RUN, "demo-control-model"])
     (argv,) = seen
     assert argv[argv.index("--run") + 1] == demo_cmd.EVALUATE_RUN and "demo-control-model" in argv
-    assert "--html" in argv and capsys.readouterr().out.startswith("$ sampler-server report --card")
+    assert "--html" in argv and text.startswith("$ sampler-server report --card") and text.endswith("# Report card\n")
+    assert capsys.readouterr().out == ""  # the caller prints it (DemoConsole.table)

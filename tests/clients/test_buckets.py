@@ -10,10 +10,9 @@ import math
 
 import numpy as np
 import pytest
-from conftest import require_reference
+from conftest import examples, require_reference
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from clients.buckets import (
     MD_MAX_QUERY_PER_CLASS,
     MD_MAX_SUPPORT,
@@ -33,7 +32,7 @@ from sampler_server.errors import InvalidArgument
 from sampler_server.catalog.wire_values import config_from_wire
 from sampler_server.store.manifest import ClassInfo, Split
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _ladder_limit(ladder: Ladder, cap: int) -> int:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.md.batches import BATCH_CONFIG_KIND, BatchSampler
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
@@ -33,7 +33,7 @@ def _virtual_quickdraw(records: int = 50_000_000, classes: int = 345) -> Dataset
 
 
 @given(batch_size=st.integers(1, 40), seed=st.integers(0, 2**64 - 1), start_epoch=st.integers(0, 10**6))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_consecutive_batches_cover_each_epoch_exactly_once(batch_size: int, seed: int, start_epoch: int) -> None:
     sampler = BatchSampler(SPEC, "train", batch_size)
     size = len(TRAIN_RECORDS)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.core.md.examples import floyd_subset, portable_exp, query_size, shots, support_size
 
@@ -19,7 +19,7 @@ def test_portable_exp_is_accurate_and_pinned() -> None:
     assert {x: portable_exp(x).hex() for x in pinned} == pinned
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(st.floats(-64.0, 64.0))
 def test_portable_exp_within_two_ulp(x: float) -> None:
     expected = math.exp(x)
@@ -55,7 +55,7 @@ def test_shots_formula_example() -> None:
     assert shots([12, 1000], 10, 50, [10.0, 0.0]) == (2, 1)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     counts=st.lists(st.integers(2, 100_000), min_size=1, max_size=60),
     beta=st.floats(1e-12, 1.0),
@@ -71,7 +71,7 @@ def test_shots_respect_every_cap_exactly(counts: list[int], beta: float, alphas:
     assert sum(result) <= size
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(n=st.integers(1, 10_000), data=st.data())
 def test_floyd_subset(n: int, data: st.DataObject) -> None:
     m = data.draw(st.integers(0, min(n, 200)))

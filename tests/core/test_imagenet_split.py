@@ -9,8 +9,7 @@ import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from conftest import require_reference
+from conftest import examples, require_reference
 
 from sampler_server.core.hierarchy import Split
 from sampler_server.core.hierarchy.imagenet import (
@@ -152,7 +151,7 @@ def test_md_v1_splits_cover_every_leaf_at_the_default_cap(md: ImageNetSplit) -> 
     assert all(md.for_split(s).uncovered_leaves() == () for s in Split)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_subsets_keep_the_invariants(ilsvrc: list[str], data: st.DataObject) -> None:
     chosen = data.draw(st.lists(st.sampled_from(sorted(ilsvrc)), min_size=1, max_size=60, unique=True))

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import require_reference
+from conftest import examples, require_reference
 
 from sampler_server.core.hierarchy import Split
 from sampler_server.core.hierarchy.omniglot import OmniglotFolder, build_omniglot_split, omniglot_class_name
@@ -68,7 +67,7 @@ def test_real_omniglot_splits_25_5_20_alphabets_883_81_659_characters() -> None:
         assert all(list(a.characters) == sorted(a.characters) for a in alphabets)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_result_ignores_input_order(seed: int) -> None:
     rows = _real_omniglot()

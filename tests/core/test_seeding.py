@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from python_source import parse_file
@@ -45,7 +46,7 @@ def _first(rng: np.random.RandomState) -> tuple[int, ...]:
     return tuple(rng.randint(0, 2**31 - 1, size=4).tolist())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(seed=st.integers(0, MAX_SEED - 1), index=st.integers(0, MAX_INDEX - 1))
 def test_seed_and_index_are_hashed_not_added(seed: int, index: int) -> None:
     shifted = derivation_digest(seed + 1, MD, "dtd", Split.TRAIN, index)

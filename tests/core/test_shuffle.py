@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.seeding import Protocol
 from sampler_server.core.shuffle import MAX_SIZE, KeyedPermutation, epoch_permutation
 from sampler_server.core.split import Split
@@ -29,13 +29,13 @@ def test_a_bijection_for_primes_powers_of_two_and_four_and_their_neighbours(size
 
 
 @given(size=st.integers(1, 5000), key=st.binary(min_size=0, max_size=40))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_a_bijection_for_any_size_and_key(size: int, key: bytes) -> None:
     assert _is_permutation(size, key)
 
 
 @given(size=st.integers(2, 10**12), key=st.binary(max_size=16), data=st.data())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_large_sizes_stay_in_range_and_are_injective_on_samples(size: int, key: bytes, data: st.DataObject) -> None:
     positions = data.draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=64, unique=True))
     image = KeyedPermutation(size, key).permute(positions)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simplejpeg
-from conftest import pack_fixture
+from conftest import examples, pack_fixture
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -119,7 +119,7 @@ def _assert_same(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
     assert differing == 0, f"{what}: {differing} of {difference.size} values differ, max {difference.max()} levels"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     height=st.integers(1, 640),
     width=st.integers(1, 640),

@@ -8,9 +8,9 @@ import hashlib
 import json
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.cli.main import main
 from sampler_server.metrics.compare import (
     Group, RunRecord, Verdict, compare, compare_with_first, describe, group_of, render_comparisons, run_record,
@@ -134,7 +134,7 @@ KEYS = st.sampled_from(["lr", "backbone", "torch_version", "intra_op_threads", "
 CONFIGS = st.dictionaries(KEYS, JSON_VALUES, max_size=6)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(config=CONFIGS, first=st.text(min_size=1, max_size=5), second=st.text(min_size=1, max_size=5))
 def test_a_configuration_compared_with_itself_is_the_same_computation(config, first, second):
     config = {k: v for k, v in config.items() if k != "run"}
@@ -147,7 +147,7 @@ def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(config=CONFIGS, key=KEYS, data=st.data())
 def test_any_single_changed_key_is_named_in_its_group(config, key, data):
     config = {k: v for k, v in config.items() if k != "run"}

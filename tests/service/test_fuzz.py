@@ -13,11 +13,11 @@ import math
 
 import grpc
 import pytest
+from conftest import examples
 from google.protobuf.descriptor import FieldDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_server.service.limits import ServiceLimits
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -141,7 +141,7 @@ def _alive(channel: grpc.Channel) -> None:
 def test_fuzzed_requests_get_defined_statuses(fuzz_server, method):
     strategy = message_strategy(method.input_type)
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(message=strategy)
     def check(message) -> None:
         code = _call(fuzz_server, method, message.SerializeToString())
@@ -152,7 +152,7 @@ def test_fuzzed_requests_get_defined_statuses(fuzz_server, method):
 
 
 @pytest.mark.slow
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(method=st.sampled_from(list(SERVICE.methods)), payload=st.binary(max_size=200))
 def test_random_bytes_get_defined_statuses(fuzz_server, method, payload):
     code = _call(fuzz_server, method, payload)

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
-from conftest import pack_fixture
+from conftest import examples, pack_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -239,7 +239,8 @@ class LedgerMachine(RuleBasedStateMachine):
         assert all(e.discarded or e in self.sent for e in self.started)
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None, database=None)
+LedgerMachine.TestCase.settings = settings(max_examples=examples(150), stateful_step_count=30, deadline=None,
+                                           database=None)
 test_the_ledger_gives_everything_back_however_a_stream_ends = LedgerMachine.TestCase
 
 
@@ -291,7 +292,7 @@ scripts = st.lists(st.builds(Script, st.integers(1, 40), st.integers(1, 40),
                    min_size=1, max_size=8)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(scripts=scripts, limit=st.integers(1, 120), depth=st.integers(1, 4),
        after=st.lists(st.sampled_from(ENDINGS), max_size=8))
 def test_the_engine_gives_the_budget_back_however_a_stream_ends(scripts, limit, depth, after):

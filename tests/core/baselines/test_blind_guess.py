@@ -6,16 +6,16 @@ import statistics
 from collections import Counter
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.baselines import RegressionLoss, blind_guess, regression_blind_guess
 from sampler_server.errors import InvalidArgument
 
 labels = st.lists(st.integers(0, 9), min_size=1, max_size=60)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(train=labels, test=labels)
 def test_blind_guess_equals_a_direct_count(train, test):
     counts = Counter(train)
@@ -44,7 +44,7 @@ def test_empty_inputs_name_the_task():
 floats = st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=40)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(train=floats, test=floats)
 def test_regression_blind_guesses(train, test):
     l2 = regression_blind_guess(train, test, "l2")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.baselines.calibration import (
     POINT_KEYS,
     REGIME_KEYS,
@@ -104,7 +104,7 @@ def test_negative_cr_is_kept_with_a_note_and_missing_scratch_regimes():
         calibrate(parse_entries(items), cci_seeds="median")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(st.floats(-2, 2), st.floats(-2, 2)), min_size=2, max_size=8))
 def test_cci_is_one_at_the_max_level_and_zero_on_the_diagonal(points):
     xs = sorted({round(x, 3) for x, _ in points})

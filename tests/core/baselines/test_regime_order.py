@@ -5,9 +5,9 @@ The uniform sampling (the default) has its own tests in test_uniform_regimes.py.
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.baselines import (
     VAL_FRACTION,
     blind_guess,
@@ -25,7 +25,7 @@ pools = st.lists(st.integers(0, 6), min_size=1, max_size=80)
 seeds = st.integers(0, 2**64 - 1)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(labels=pools, seed=seeds)
 def test_pool_order_is_a_permutation_that_covers_the_classes_first(labels, seed):
     order = pool_order(labels, key=KEY, seed=seed, sampling="stratified")
@@ -35,7 +35,7 @@ def test_pool_order_is_a_permutation_that_covers_the_classes_first(labels, seed)
     assert sorted(head) == classes
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(labels=pools, seed=seeds, data=st.data(), sampling=st.sampled_from(["uniform", "stratified"]))
 def test_regimes_nest_and_are_deterministic(labels, seed, data, sampling):
     small = data.draw(st.integers(1, len(labels)))
@@ -47,7 +47,7 @@ def test_regimes_nest_and_are_deterministic(labels, seed, data, sampling):
     assert again[0].tolist() == train_s.tolist() and again[1].tolist() == val_s.tolist()
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(labels=pools, seed=seeds, data=st.data())
 def test_sizes_and_class_coverage_of_the_train_part(labels, seed, data):
     n = data.draw(st.integers(1, len(labels)))

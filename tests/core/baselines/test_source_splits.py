@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.baselines import SOURCE_SPLITS, build_regime, split_source, store_of
 from sampler_server.core.baselines.sources import holdout_count, source_task
 from sampler_server.errors import InvalidArgument
@@ -31,7 +31,7 @@ def _splits(class_counts, fingerprint):
             for split in SOURCE_SPLITS}
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(class_counts=counts, fingerprint=fingerprints)
 def test_the_splits_partition_the_store_with_the_documented_sizes(class_counts, fingerprint):
     splits = _splits(class_counts, fingerprint)
@@ -54,7 +54,7 @@ def test_the_splits_partition_the_store_with_the_documented_sizes(class_counts, 
     assert set(splits["train"].labels) == set(range(len(class_counts)))  # every class trains
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(class_counts=counts)
 def test_the_splits_are_a_function_of_the_fingerprint_and_sizes(class_counts):
     first, again = _splits(class_counts, "sha256:aa"), _splits(class_counts, "sha256:aa")

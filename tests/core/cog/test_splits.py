@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.cog import MAX_TRAIN_PER_CONCEPT, SHOTS, TEST_PER_CONCEPT
 from sampler_server.core.cog.splits import (
     HeldOutTest,
@@ -45,7 +45,7 @@ shots_st = st.sampled_from((0, *SHOTS))
 seed_st = st.integers(1, 2**64 - 1)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(0, 1500), wnid=st.from_regex(r"n[0-9]{8}", fullmatch=True))
 def test_test_and_train_are_disjoint_and_sized(n, wnid):
     ids = np.arange(1000, 1000 + n)
@@ -57,7 +57,7 @@ def test_test_and_train_are_disjoint_and_sized(n, wnid):
     assert list(test) == sorted(test) and list(train) == sorted(train)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(1, 400), seed=seed_st)
 def test_few_shot_subsets_nest_and_take_all_when_short(n, seed):
     train = np.arange(n) * 3
@@ -69,7 +69,7 @@ def test_few_shot_subsets_nest_and_take_all_when_short(n, seed):
         previous = set(subset.tolist())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(0, 300), shots=shots_st, seed=seed_st)
 def test_val_is_a_fifth_of_the_full_train_set_and_search_is_the_rest(n, shots, seed):
     train = np.arange(n) + 7
@@ -87,7 +87,7 @@ def test_val_counts_at_the_edges():
     assert [val_count(n) for n in (0, 1, 2, 4, 5, 9, 10, 1250, 1300)] == [0, 0, 1, 1, 1, 1, 2, 250, 260]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(counts=counts_st, shots=shots_st, seed=seed_st, data=st.data())
 def test_a_level_split_is_ordered_labelled_and_independent_of_input_order(counts, shots, seed, data):
     records = store(counts)
@@ -107,7 +107,7 @@ def test_a_level_split_is_ordered_labelled_and_independent_of_input_order(counts
     assert again.fingerprint == split.fingerprint and list(again.record_ids) == list(split.record_ids)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(counts=st.lists(st.integers(60, 400), min_size=1, max_size=4), seed=seed_st)
 def test_test_train_val_fewshot_relations_in_a_level(counts, seed):
     records = store(counts)
@@ -213,7 +213,7 @@ def test_batch_fingerprint_covers_split_index_records_and_labels():
                 batch_fingerprint("a" * 64, 3, [1, 3], [0, 1]), batch_fingerprint("a" * 64, 3, [1, 2], [0, 0])}) == 5
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(counts=st.lists(st.integers(1, 1500), min_size=1, max_size=4), held=st.integers(1, 60), seed=seed_st,
        shots=shots_st)
 def test_a_held_out_test_partition_is_the_test_split_and_train_is_every_pool_record(counts, held, seed, shots):

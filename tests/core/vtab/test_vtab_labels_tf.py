@@ -19,9 +19,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from conftest import examples
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
 from sampler_server.core.vtab import get_task  # noqa: E402
 from sampler_server.errors import DataLoss  # noqa: E402
 
@@ -70,7 +70,7 @@ def _near_thresholds(thresholds: np.ndarray) -> list[float]:
 _float32 = st.floats(width=32, allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(depths=st.lists(st.one_of(st.sampled_from(_near_thresholds(CLEVR_THRS)),
                                  st.floats(-5, 120, width=32, allow_subnormal=False)), min_size=1, max_size=10))
 def test_clevr_distance_matches_the_reference(depths: list[float]) -> None:
@@ -78,7 +78,7 @@ def test_clevr_distance_matches_the_reference(depths: list[float]) -> None:
     _agree("clevr_distance", {"objects_pixel_z": pixel_z.tolist()}, reference_clevr_distance(pixel_z))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(objects=st.lists(st.tuples(st.integers(0, 8),
                                   st.one_of(st.sampled_from(_near_thresholds(KITTI_THRS)),
                                             st.floats(-120, 1200, width=32, allow_subnormal=False), _float32)),

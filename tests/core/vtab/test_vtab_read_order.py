@@ -14,9 +14,9 @@ import os
 import random
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sampler_server.core.vtab import ShardLayout, default_read, get_task, resolve
 from sampler_server.core.vtab.read_order import READ_BLOCK_LENGTH, READ_CYCLE_LENGTH, file_reads, interleave
 from sampler_server.core.vtab.slicing import SliceRange, expand, resolve_spec
@@ -37,7 +37,7 @@ def _layout_and_ranges(draw: st.DrawFn) -> tuple[ShardLayout, tuple[SliceRange, 
     return layout, tuple(ranges)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(case=_layout_and_ranges())
 def test_the_default_read_is_a_permutation_of_what_the_expression_selects(case) -> None:
     layout, ranges = case
@@ -51,7 +51,7 @@ def test_the_default_read_is_a_permutation_of_what_the_expression_selects(case) 
         assert mine == expand([piece])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(lengths=_lengths, data=st.data())
 def test_one_file_or_disabled_shuffling_reads_canonical_order(lengths, data) -> None:
     size = sum(lengths)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_vtab_tasks import REFERENCE_SIZES
@@ -145,7 +146,7 @@ def test_small_sizes_refuse_what_tfds_refuses() -> None:
     assert ours("smallnorb_azimuth", "test", {"train": 10, "test": 12151}) == (SliceRange("test", 6076, 12151),)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     task_name=st.sampled_from(list(TASKS)),
     split=st.sampled_from(SLICE_SPLITS),
@@ -176,7 +177,7 @@ def _specs(draw: st.DrawFn) -> str:
     return draw(st.sampled_from(["+", " + ", "+ "])).join(parts)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(spec=_specs(), sizes=st.fixed_dictionaries({"train": st.integers(0, 3000), "test": st.integers(0, 3000),
                                                     "validation": st.integers(0, 300)}))
 @example(spec="test[:50%]+test[50%:]", sizes={"train": 0, "test": 12151, "validation": 0})
@@ -195,7 +196,7 @@ def test_random_specs_resolve_as_tfds_resolves_them(spec: str, sizes: dict[str, 
         assert got == expected
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(spec=st.text(alphabet="tranes[]:%-0123456789._+ ", max_size=24))
 def test_the_grammar_accepts_what_tfds_accepts(spec: str) -> None:
     sizes = {"train": 10_000, "test": 100, "tra": 5}
