@@ -95,9 +95,10 @@ def test_a_run_logs_its_skips_and_the_gate_fails_on_a_hidden_one(tmp_path):
         "def test_hidden():\n    pytest.skip('tensorflow could not be imported')\n\n"
         "def test_runs():\n    assert True\n")
     log = tmp_path / "skips.log"
-    env = {**os.environ, "SAMPLER_TESTS_SKIP_LOG": str(log), "SAMPLER_TESTS_WITHOUT_SS": "1",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
-    env.pop("PYTEST_XDIST_WORKER", None)
+    env = {name: value for name, value in os.environ.items()  # not this run's record or worker
+           if not name.startswith(("SAMPLER_TESTS_", "PYTEST_XDIST"))}
+    env.update(SAMPLER_TESTS_SKIP_LOG=str(log), SAMPLER_TESTS_WITHOUT_SS="1",
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_sample.py")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
