@@ -1,41 +1,55 @@
 """``sampler-server demo``: the service's main job, end to end, on embedded data.
 
-1. generate every source's fixture in its original layout and pack it (the same
-   code path as ``pack``; official-format split files where a fixture writes one);
-2. start ``sampler-server serve`` on the packed stores (a separate process, as a
-   shared service runs);
-3. run the PyTorch and the TensorFlow trainer against it (each its own process,
-   as users run them): ProtoNet on train-split episodes of several sources, then
-   evaluation on test episodes of each evaluation source, reported to the server;
-4. VTAB leg (``--no-vtab`` skips it; needs the vtab extra): test-built prepared TFDS
-   data of one natural task (svhn) and one structured task with a derived label
-   (kitti_distance), packed with the ``pack vtab`` code path into the same data
-   directory before the server starts, served at the VTAB reference's pixels (the legacy
-   grid of ``tf.compat.v1.image.resize``), then the VTAB paper's protocol per framework
-   (``python -m clients.<framework> transfer --protocol vtab``: fine-tuning, the 2 x 2
-   sweep chosen per task on ``val``, the median of 3 final runs) at tiny CPU sizes; then
-   the control baselines in torch: the linear probe from the torch ProtoNet checkpoint (role model)
-   and a fine-tuned conv4 from random init (role scratch) at two data regimes, and one
-   from random init on all the training data (role max);
-5. ImageNet-CoG leg (``--no-cog`` skips it): a test-built IN-21K layout (one tar of
-   generated JPEGs per synset, 189 real wnids chosen so that every eligibility rule
-   removes some and 30 stay eligible), packed as two shards served as one source; the
-   levels computed at a scaled-down size (``cog levels --level-size 4 --min-images 60``);
-   then the linear evaluation per framework (``python -m clients.<framework> cog``:
-   features of IN-1K and L1..L5 from a small random backbone, a logistic regression per
-   level, N and seed) at tiny CPU sizes. IN-1K is the MD leg's ILSVRC store, packed with
-   ``--validation``: it trains on every train image and tests on the validation images;
-6. stop the server (SIGTERM: it drains and exits), print the Meta-Dataset table for
-   both runs, write the robustness plots, and print the VTAB table, the calibrated table
-   of the control baselines (with its plots) and the CoG table (with the torch run as the
-   baseline, and its plots), then the framework-parity table: every leg's torch and tf
-   rows side by side with their 95% CIs (both frameworks start each leg from the same
-   framework-neutral weights, ``--init-seed 0``, and run deterministically on CPU);
-7. a checkpoint in, its card out: ``python -m clients.torch evaluate`` of the torch
-   trainer's checkpoint on every protocol of the demo (frozen features: MD test episodes
-   with prototypes and logistic regression, a VTAB linear probe, the CoG evaluation),
-   reported as ``demo-eval``; then ``report --card`` of it beside the control-baseline
-   model run (the same checkpoint probed at the data regimes), as markdown and HTML.
+The terminal shows one progress line per leg as it ends, and the leg's table under it (at
+most ``demo_console.TERMINAL_BUDGET`` lines in all); ``<workdir>/demo.log`` holds those and
+everything else: every pack's summary, the stores' inspection, each trainer's command line and all
+it printed (``demo_console``). The legs:
+
+1. data: generate every source's fixture in its original layout and pack it (the same
+   code path as ``pack``; official-format split files where a fixture writes one), and
+   the VTAB and CoG legs' data (below; VTAB's in a process of its own beside), then
+   start ``sampler-server serve`` on the packed stores (a separate process, as a shared
+   service runs);
+2. md: the PyTorch and the TensorFlow trainer against it (each its own process, as users
+   run them): ProtoNet on train-split episodes of several sources, then evaluation on
+   test episodes of each evaluation source, reported to the server;
+3. vtab (``--no-vtab`` skips it; needs the vtab extra): test-built prepared TFDS data of
+   one natural task (svhn) and one structured task with a derived label (kitti_distance),
+   packed with the ``pack vtab`` code path into the same data directory before the server
+   starts, served at the VTAB reference's pixels (the legacy grid of
+   ``tf.compat.v1.image.resize``), then the VTAB paper's protocol per framework (``python -m
+   clients.<framework> transfer --protocol vtab``: fine-tuning, the 2 x 2 sweep chosen per
+   task on ``val``, the median of 3 final runs) at tiny CPU sizes;
+4. baselines (with vtab, torch): the linear probe from the torch ProtoNet checkpoint (role
+   model) and a fine-tuned conv4 from random init (role scratch) at two data regimes, and
+   one from random init on all the training data (role max);
+5. cog (``--no-cog`` skips it): a test-built IN-21K layout (one tar of generated JPEGs per
+   synset, 189 real wnids chosen so that every eligibility rule removes some and 30 stay
+   eligible), packed as two shards served as one source; the levels computed at a
+   scaled-down size (``cog levels --level-size 4 --min-images 60``); then the linear
+   evaluation per framework (``python -m clients.<framework> cog``: features of IN-1K and
+   L1..L5 from a small random backbone, a logistic regression per level, N and seed) at
+   tiny CPU sizes. IN-1K is the MD leg's ILSVRC store, packed with ``--validation``: it
+   trains on every train image and tests on the validation images;
+6. evaluate (torch): a checkpoint in, its card out: ``python -m clients.torch evaluate`` of
+   the torch trainer's checkpoint on every protocol of the demo (frozen features: MD test
+   episodes with prototypes and logistic regression, a VTAB linear probe, the CoG
+   evaluation), reported as ``demo-eval``.
+
+Each leg's table is printed when the leg ends: Meta-Dataset (both runs, with the robustness
+plots), VTAB, the calibrated table of the control baselines (with its plots), CoG (the
+torch run as the baseline, with its plots and the levels in one line). Then the server
+stops (SIGTERM: it drains and exits) and the tables that read several legs follow: the
+framework parity table (every leg's torch and tf rows side by side with their 95% CIs:
+both frameworks start each leg from the same framework-neutral weights, ``--init-seed 0``,
+and run deterministically on CPU), and ``report --card`` of ``demo-eval`` beside the
+control-baseline model run (written whole to ``card.md`` and ``card.html``; on the
+terminal without the lines naming runs a table leaves out, and its calibrated table,
+printed above already, named by one line).
+
+The trainer processes of legs 2-6 run ``--parallel`` at a time (2 by default, on two
+cores or more), each with ``cores // parallel`` framework threads (``demo_jobs``); which
+processes run together changes no result.
 """
 
 from __future__ import annotations
@@ -49,14 +63,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sampler_server import fixtures
+from sampler_server.cli import demo_tables
+from sampler_server.cli.demo_console import DemoConsole, logging_to
+from sampler_server.cli.demo_jobs import Job, JobTimes, run_jobs
 from sampler_server.cli.inspect_cmd import run as inspect_run
 from sampler_server.cli.pack_cmd import format_summary
 from sampler_server.errors import FailedPrecondition
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, run_pack
 from sampler_server.pack.plan import ConverterOptions
+
+if TYPE_CHECKING:
+    from sampler_server.core.cog import CogLevels
 
 TRAIN_SOURCES = ("aircraft", "cu_birds", "dtd", "fungi", "quickdraw", "vgg_flower")
 EVAL_SOURCES = ("aircraft", "cu_birds", "dtd", "traffic_sign", "mscoco")
@@ -105,6 +126,14 @@ EVALUATE = ("--backbone", "conv4", "--image-size", "32", "--presets", "md-v1", "
             "--grid", "3x2", *COG_LEVEL_CONFIG)
 
 
+LOG_NAME = "demo.log"
+# The order trainer processes start in (a job starts once those it reads have ended): the
+# longest first, measured on two cores, so two at a time end together; the torch trainer
+# first, since the control model run and evaluate read its checkpoint.
+START_ORDER = ("md-torch", "md-tf", "vtab-tf", "evaluate", "vtab-torch", "control-max", "control-scratch", "cog-tf",
+               "control-model", "cog-torch")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
@@ -112,7 +141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--workdir", type=Path, default=Path("demo-data"))
+    parser.add_argument("--workdir", type=Path, default=Path("demo-data"),
+                        help=f"where the data, stores, checkpoints, plots and {LOG_NAME} go (emptied first)")
     parser.add_argument("--classes", type=int, default=24, help="classes per source")
     parser.add_argument("--images-per-class", type=int, default=20)
     parser.add_argument("--image-size", type=int, default=32)
@@ -125,19 +155,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-cog", dest="cog", action="store_false",
                         help="skip the ImageNet-CoG leg (IN-21K layout data, sharded pack, levels, evaluations)")
     parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true", help="no progress bars while packing")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="trainer processes at a time (default: 2 where there are two cores or more, else 1), "
+                             "each with cores // N framework threads; 1 runs them one after another")
+    parser.add_argument("--quiet", action="store_true",
+                        help="accepted for older scripts: packing draws no progress bars (its summaries go to "
+                             f"{LOG_NAME})")
     parser.set_defaults(func=run)
 
 
-def _step(text: str) -> None:
-    print(f"\n== {text}", flush=True)
+def md_fixtures() -> list[str]:
+    """The sources ``build_data`` generates and packs: every fixture with a converter, but
+    those a leg builds its own data for."""
+    return [name for name in fixtures.available() if name in sources.CONVERTERS and name not in OWN_LEG_SOURCES]
 
 
 def build_data(workdir: Path, classes: int, images_per_class: int, workers: int, quiet: bool) -> Path:
     original, store = workdir / "original", workdir / "store"
-    for name in fixtures.available():
-        if name not in sources.CONVERTERS or name in OWN_LEG_SOURCES:
-            continue
+    for name in md_fixtures():
         fixture = fixtures.get_generator(name).generate(
             original / name, seed=0, num_classes=classes, images_per_class=images_per_class
         )
@@ -168,9 +203,9 @@ def build_vtab_data(workdir: Path, store: Path, workers: int, quiet: bool) -> bo
     return True
 
 
-def build_cog_data(workdir: Path, store: Path, workers: int, quiet: bool) -> None:
+def build_cog_data(workdir: Path, store: Path, workers: int, quiet: bool) -> CogLevels:
     """The IN-21K layout of the CoG fixture's wnids, packed as COG_SHARDS shards (one
-    source to the server), then the levels printed as ``cog levels`` prints them."""
+    source to the server), then the levels printed as ``cog levels`` prints them; the levels."""
     from sampler_server.cli.cog_levels_cmd import counts_from_data, summary_lines
     from sampler_server.core.cog import compute_levels
     from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
@@ -185,47 +220,78 @@ def build_cog_data(workdir: Path, store: Path, workers: int, quiet: bool) -> Non
     print("$ sampler-server cog levels --data " + str(store) + " " + " ".join(COG_LEVEL_CONFIG), flush=True)
     levels = compute_levels(counts_from_data(store), level_size=LEVEL_SIZE, min_images=MIN_IMAGES)
     print("\n".join(summary_lines(levels)), flush=True)
+    return levels
 
 
 @dataclass(frozen=True)
 class DemoStores:
     """What ``build_demo_stores`` left: the data directory, whether the VTAB leg's stores are
-    in it (TFDS installed), and how long the VTAB and CoG data took."""
+    in it (TFDS installed), how long the VTAB and CoG data took, and the CoG levels in one line."""
 
     store: Path
     vtab: bool
     vtab_seconds: float
     cog_seconds: float
+    cog_levels: str = ""
 
 
 def build_demo_stores(workdir: Path, classes: int, images_per_class: int, workers: int, quiet: bool, *,
                       vtab: bool = True, cog: bool = True) -> DemoStores:
     """Every store the demo serves, under ``workdir / "store"``: the Meta-Dataset sources, then
-    VTAB's and CoG's. The README's quickstart and the docs' examples run against these
-    (``tests/docs``), so what they name is what ``make demo`` leaves behind."""
-    store = build_data(workdir, classes, images_per_class, workers, quiet)
-    vtab_seconds = cog_seconds = 0.0
-    if vtab:
-        started = time.perf_counter()
-        print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
-        vtab = build_vtab_data(workdir, store, workers, quiet)
-        vtab_seconds = time.perf_counter() - started
-    if cog:
-        started = time.perf_counter()
-        print(f"\nImageNet-CoG: a test-built IN-21K layout (tars of JPEGs), packed as {COG_SHARDS} shards", flush=True)
-        build_cog_data(workdir, store, workers, quiet)
-        cog_seconds = time.perf_counter() - started
-    return DemoStores(store, vtab, vtab_seconds, cog_seconds)
+    CoG's, while VTAB's are built beside them by another process (TensorFlow's import and the
+    TFDS preparation take one core for as long as the other packs take the other). The
+    README's quickstart and the docs' examples run against these (``tests/docs``), so what
+    they name is what ``make demo`` leaves behind."""
+    store = workdir / "store"
+    started = time.perf_counter()
+    vtab_data = start_vtab_data(workdir, store, workers, quiet) if vtab else None
+    try:
+        build_data(workdir, classes, images_per_class, workers, quiet)
+        levels = ""
+        cog_seconds = 0.0
+        if cog:
+            cog_started = time.perf_counter()
+            print(f"\nImageNet-CoG: a test-built IN-21K layout (tars of JPEGs), packed as {COG_SHARDS} shards",
+                  flush=True)
+            levels = demo_tables.levels_line(build_cog_data(workdir, store, workers, quiet))
+            cog_seconds = time.perf_counter() - cog_started
+    except BaseException:
+        if vtab_data is not None:
+            vtab_data[0].kill()
+            vtab_data[0].wait()
+        raise
+    if vtab_data is not None:
+        vtab = finish_vtab_data(*vtab_data)
+    return DemoStores(store, vtab, time.perf_counter() - started if vtab else 0.0, cog_seconds, levels)
 
 
-def run_cog(framework: str, address: str, args: argparse.Namespace) -> None:
-    """One framework's CoG linear evaluation, reported as run ``demo-cog-<framework>``."""
-    command = [
-        sys.executable, "-m", f"clients.{framework}", "cog", "--server", address, "--run", f"demo-cog-{framework}",
-        *COG_EVAL, *INIT_SEED, "--feature-cache", str(args.workdir / f"cog-features-{framework}"), "--device", "cpu",
-        "--json-summary", str(summary_path(args, "cog", framework)),
-    ]
-    _run_client(command, f"{framework} CoG evaluation")
+VTAB_DATA_CODE = ("import sys; from pathlib import Path; from sampler_server.cli.demo_cmd import build_vtab_data; "
+                  "sys.exit(0 if build_vtab_data(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), "
+                  "sys.argv[4] == 'quiet') else 10)")
+NO_TFDS_STATUS = 10
+
+
+def start_vtab_data(workdir: Path, store: Path, workers: int, quiet: bool) -> tuple[subprocess.Popen, Path]:
+    """``build_vtab_data`` in a process of its own, its output to a file; the process and the file."""
+    log = workdir / "logs" / "vtab-data.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", VTAB_DATA_CODE, str(workdir), str(store), str(workers), "quiet" if quiet else "-"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environment())
+    return process, log
+
+
+def finish_vtab_data(process: subprocess.Popen, log: Path) -> bool:
+    """Wait for ``start_vtab_data``'s process and print what it printed: True when the VTAB
+    stores are built, False when tensorflow-datasets is missing (its one line said)."""
+    status = process.wait()
+    print("\nVTAB: test-built prepared TFDS data of " + ", ".join(VTAB_TASKS) + ", packed with pack vtab", flush=True)
+    print(log.read_text(encoding="utf-8", errors="replace").rstrip("\n"), flush=True)
+    if status not in (0, NO_TFDS_STATUS):
+        raise FailedPrecondition(f"the demo's VTAB data could not be built (exit status {status}; all it said is "
+                                 f"in {log})")
+    return status == 0
 
 
 def summary_path(args: argparse.Namespace, leg: str, framework: str) -> Path:
@@ -233,21 +299,58 @@ def summary_path(args: argparse.Namespace, leg: str, framework: str) -> Path:
     return args.workdir / "summaries" / f"{leg}-{framework}.json"
 
 
-def print_parity(args: argparse.Namespace) -> None:
-    """The torch and tf rows of every leg side by side with their 95% CIs (``demo_parity``)."""
-    import json
+def trainer_jobs(args: argparse.Namespace, address: str, threads: int) -> list[Job]:
+    """Every trainer process of the legs asked for, in ``START_ORDER``: ``python -m
+    clients.<framework> ...`` with the demo's arguments, on the CPU with ``threads`` threads."""
+    frameworks, workdir = args.frameworks, args.workdir
+    checkpoint = str(workdir / "checkpoints-torch" / "checkpoint.pt")
+    own = ("--device", "cpu", "--threads", str(threads))
+    jobs = [Job(f"md-{framework}", "md", (
+        "-m", f"clients.{framework}", "--server", address, "--run", f"demo-{framework}",
+        "--sources", *TRAIN_SOURCES, "--eval-sources", *EVAL_SOURCES, "--image-size", str(args.image_size),
+        "--train-episodes", str(args.train_episodes), "--eval-episodes", str(args.eval_episodes),
+        "--checkpoint-dir", str(workdir / f"checkpoints-{framework}"),
+        "--checkpoint-every", str(max(1, args.train_episodes)), "--log-every", "25", *own, *INIT_SEED,
+        "--json-summary", str(summary_path(args, "md", framework)))) for framework in frameworks]
+    if args.vtab:
+        jobs += [Job(f"vtab-{framework}", "vtab", (
+            "-m", f"clients.{framework}", "transfer", "--server", address, "--run", f"demo-vtab-{framework}",
+            "--tasks", *VTAB_TASKS, *VTAB_RUN, *own, *INIT_SEED,
+            "--json-summary", str(summary_path(args, "vtab", framework)))) for framework in frameworks]
+        if "torch" in frameworks:  # the control baselines: the model run probes the torch ProtoNet checkpoint
+            for role, extra in CONTROL_RUNS.items():
+                init = ("--weights", checkpoint) if role == "model" else ()
+                jobs.append(Job(f"control-{role}", "baselines", (
+                    "-m", "clients.torch", "transfer", "--server", address, "--run", f"demo-control-{role}",
+                    "--tasks", *VTAB_TASKS, *VTAB_PROBE, *extra, *init, "--role", role, *own),
+                    after=("md-torch",) if role == "model" else ()))
+    if args.cog:
+        jobs += [Job(f"cog-{framework}", "cog", (
+            "-m", f"clients.{framework}", "cog", "--server", address, "--run", f"demo-cog-{framework}",
+            *COG_EVAL, *INIT_SEED, "--feature-cache", str(workdir / f"cog-features-{framework}"), *own,
+            "--json-summary", str(summary_path(args, "cog", framework)))) for framework in frameworks]
+    if "torch" in frameworks:  # a checkpoint in, its card out
+        protocols = ",".join(["md"] + (["vtab"] if args.vtab else []) + (["cog"] if args.cog else []))
+        jobs.append(Job("evaluate", "evaluate", (
+            "-m", "clients.torch", "evaluate", "--server", address, "--run", EVALUATE_RUN, "--weights", checkpoint,
+            *EVALUATE, "--protocols", protocols, "--feature-cache", str(workdir / "features-eval"), *own),
+            after=("md-torch",)))
+    return sorted(jobs, key=lambda job: START_ORDER.index(job.name))
 
-    from sampler_server.cli import demo_parity
 
-    legs = {"md": demo_parity.md_rows, "vtab": demo_parity.vtab_rows, "cog": demo_parity.cog_rows}
-    rows = []
-    for leg, rows_of in legs.items():
-        paths = [summary_path(args, leg, framework) for framework in ("torch", "tf")]
-        if all(path.is_file() for path in paths):
-            rows += rows_of(*(json.loads(path.read_text()) for path in paths))
-    print("\n== framework parity: torch and tf from the same initial weights (--init-seed 0), the same episodes "
-          "and batches\n")
-    print(demo_parity.render(rows))
+def leg_line(leg: str, jobs: list[Job], times: JobTimes, args: argparse.Namespace) -> str:
+    """A leg's progress line: what it ran, and each of its processes' seconds."""
+    frameworks = ", ".join(args.frameworks)
+    what = {
+        "md": f"ProtoNet ({frameworks}) on {len(TRAIN_SOURCES)} sources' train episodes ({args.train_episodes}), "
+              f"tested on {len(EVAL_SOURCES)} sources ({args.eval_episodes} episodes each)",
+        "vtab": f"the VTAB paper's protocol, steps x 0.001 ({frameworks}) on {', '.join(VTAB_TASKS)}",
+        "baselines": "control runs (torch): model and scratch at regimes 20 and 80, max on all the data",
+        "cog": f"linear evaluations ({frameworks}) on IN-1K and L1..L5",
+        "evaluate": f"the torch trainer's checkpoint on every protocol, reported as {EVALUATE_RUN}",
+    }[leg]
+    took = ", ".join(f"{job.name} {times.seconds[job.name]:.0f} s" for job in jobs if job.leg == leg)
+    return f"{what} ({took})"
 
 
 def _environment() -> dict[str, str]:
@@ -259,193 +362,149 @@ def _environment() -> dict[str, str]:
     return env
 
 
-def start_server(store: Path) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sampler_server", "serve", "--data", str(store), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_environment(),
-    )
-    line = process.stdout.readline() if process.stdout else ""
-    if "listening on" not in line:
-        process.kill()
-        raise FailedPrecondition(f"the demo server did not start ({line.strip() or 'no output'})")
-    print(line.strip(), flush=True)
-    return process, line.split()[2]
+def start_server(store: Path, log: Path, timeout: float = 120.0) -> tuple[subprocess.Popen, str]:
+    """``sampler-server serve`` on ``store``, port 0, all it prints going to ``log``; it and its address."""
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sampler_server", "serve", "--data", str(store), "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_environment(),
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        for line in lines:
+            if line.startswith("listening on"):
+                return process, line.split()[2]
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise FailedPrecondition(f"the demo server did not start ({lines[-1].strip() if lines else 'no output'}; "
+                                     f"all it said is in {log})")
+        time.sleep(0.1)
 
 
-def _run_client(command: list[str], what: str) -> None:
-    """Run one client process as a user would, echoing its command; a failure stops the demo."""
-    print("$ " + " ".join(command[1:]), flush=True)
-    started = time.perf_counter()
-    result = subprocess.run(command, env=_environment())
-    if result.returncode != 0:
-        raise FailedPrecondition(f"the {what} exited with status {result.returncode}")
-    print(f"{what} finished in {time.perf_counter() - started:.0f} s", flush=True)
+def stop_server(server: subprocess.Popen, log: Path, console: DemoConsole) -> None:
+    """SIGTERM (the server drains and exits); the log names the file holding its access log."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    lines = log.read_text(encoding="utf-8", errors="replace").count("\n")
+    console.note(f"\nthe server stopped (exit status {server.returncode}); its {lines} lines (one per call) "
+                 f"are in {log}")
 
 
-def run_trainer(framework: str, address: str, args: argparse.Namespace) -> None:
-    command = [
-        sys.executable, "-m", f"clients.{framework}",
-        "--server", address, "--run", f"demo-{framework}",
-        "--sources", *TRAIN_SOURCES, "--eval-sources", *EVAL_SOURCES,
-        "--image-size", str(args.image_size), "--train-episodes", str(args.train_episodes),
-        "--eval-episodes", str(args.eval_episodes), "--checkpoint-dir", str(args.workdir / f"checkpoints-{framework}"),
-        "--checkpoint-every", str(max(1, args.train_episodes)), "--log-every", "25", "--device", "cpu",
-        *INIT_SEED, "--json-summary", str(summary_path(args, "md", framework)),
-    ]
-    _run_client(command, f"{framework} trainer")
-
-
-def run_probe(framework: str, address: str, args: argparse.Namespace) -> None:
-    """One framework's VTAB protocol run on the demo's VTAB tasks, reported as run ``demo-vtab-<framework>``."""
-    command = [
-        sys.executable, "-m", f"clients.{framework}", "transfer", "--server", address,
-        "--run", f"demo-vtab-{framework}", "--tasks", *VTAB_TASKS, *VTAB_RUN, "--device", "cpu", *INIT_SEED,
-        "--json-summary", str(summary_path(args, "vtab", framework)),
-    ]
-    _run_client(command, f"{framework} VTAB protocol run")
-
-
-def run_controls(address: str, args: argparse.Namespace) -> None:
-    """The torch control-baseline runs ``demo-control-<role>``: the model run probes the torch
-    ProtoNet checkpoint, scratch and max fine-tune conv4 from random init."""
-    checkpoint = args.workdir / "checkpoints-torch" / "checkpoint.pt"
-    for role, extra in CONTROL_RUNS.items():
-        init = ("--weights", str(checkpoint)) if role == "model" else ()
-        command = [
-            sys.executable, "-m", "clients.torch", "transfer", "--server", address, "--run", f"demo-control-{role}",
-            "--tasks", *VTAB_TASKS, *VTAB_PROBE, *extra, *init, "--role", role, "--device", "cpu",
-        ]
-        _run_client(command, f"torch {role} run")
-
-
-def run_evaluate(address: str, args: argparse.Namespace) -> None:
-    """``evaluate`` of the torch trainer's checkpoint on the protocols the demo served."""
-    protocols = ",".join(["md"] + (["vtab"] if args.vtab else []) + (["cog"] if args.cog else []))
-    command = [
-        sys.executable, "-m", "clients.torch", "evaluate", "--server", address, "--run", EVALUATE_RUN,
-        "--weights", str(args.workdir / "checkpoints-torch" / "checkpoint.pt"), *EVALUATE, "--protocols", protocols,
-        "--feature-cache", str(args.workdir / "features-eval"), "--device", "cpu",
-    ]
-    _run_client(command, "torch evaluate")
-
-
-def print_card(store: Path, args: argparse.Namespace) -> None:
-    """``report --card`` of the evaluated checkpoint, with the control-baseline model run when there is one."""
-    from sampler_server.cli.main import main as cli_main
-
-    runs = ["--run", EVALUATE_RUN] + (["--run", "demo-control-model"] if args.vtab else [])
-    command = ["report", "--card", "--data", str(store), *runs, "--html", str(args.workdir / "card.html"),
-               "--plots", str(args.workdir / "plots-card")]
-    print("$ sampler-server " + " ".join(command), flush=True)
-    if cli_main(command) != 0:
-        raise FailedPrecondition("the report card could not be made")
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.workdir.exists():
         shutil.rmtree(args.workdir)
-    evaluate = "torch" in args.frameworks
-    total = 5 + bool(args.vtab) + bool(args.cog) + evaluate
-    _step(f"1/{total} generating the demo data in each source's original layout, and packing it")
-    stores = build_demo_stores(args.workdir, args.classes, args.images_per_class, args.workers, args.quiet,
+    args.workdir.mkdir(parents=True)
+    with logging_to(args.workdir / LOG_NAME, started) as console:
+        console.say(f"sampler-server demo: a line and a table per leg here; everything, the trainers' output too, "
+                    f"in {console.log_path}")
+        return run_legs(args, console)
+
+
+def run_legs(args: argparse.Namespace, console: DemoConsole) -> int:
+    """The legs (the module's docstring) with ``console`` as the terminal and the log."""
+    stores = build_demo_stores(args.workdir, args.classes, args.images_per_class, args.workers, True,
                                vtab=args.vtab, cog=args.cog)
-    store, args.vtab = stores.store, stores.vtab
-    vtab_seconds, cog_seconds = stores.vtab_seconds, stores.cog_seconds
+    if args.vtab and not stores.vtab:
+        console.say(VTAB_INSTALL)
+    args.vtab = stores.vtab
+    store = stores.store
     inspect_run(argparse.Namespace(data=store, json=False, classes=False))
+    what = [f"{len(md_fixtures())} sources of {args.classes} classes x {args.images_per_class} images"]
+    what += [f"VTAB {', '.join(VTAB_TASKS)}"] if args.vtab else []
+    what += [f"CoG IN-21K in {COG_SHARDS} shards"] if args.cog else []
+    data = (f"{sum(path.is_dir() for path in store.iterdir())} stores in {store} ({'; '.join(what)}) "
+            f"in {console.elapsed():.0f} s")
     if args.data_only:
-        print(f"\ndemo data ready in {time.perf_counter() - started:.1f} s; stores under {store}")
+        console.progress("data", data)
         return 0
-    _step(f"2/{total} starting the sampler server")
-    server, address = start_server(store)
-    step = 3
+    logs = args.workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    server, address = start_server(store, logs / "server.log")
+    console.progress("data", f"{data}; server on {address}")
+    parallel = args.parallel if args.parallel is not None else (2 if cores() >= 2 else 1)
+    threads = max(1, cores() // max(1, parallel))
+    jobs = trainer_jobs(args, address, threads)
+    console.note(f"\n{len(jobs)} trainer processes, {parallel} at a time, {threads} framework thread(s) each")
+
+    def leg_ended(leg: str, so_far: JobTimes) -> None:
+        console.progress(leg, leg_line(leg, jobs, so_far, args))
+        leg_table(leg, console, args, stores)
+
     try:
-        for framework in args.frameworks:
-            _step(f"{step}/{total} {framework} trainer: ProtoNet on {', '.join(TRAIN_SOURCES)}; "
-                  f"evaluation on {', '.join(EVAL_SOURCES)}")
-            run_trainer(framework, address, args)
-            step += 1
-        step = 5
-        if args.vtab:
-            vtab_started = time.perf_counter()
-            _step(f"{step}/{total} VTAB-1k, the VTAB paper's protocol scaled down ({', '.join(args.frameworks)}) "
-                  f"on {', '.join(VTAB_TASKS)}")
-            for framework in args.frameworks:
-                run_probe(framework, address, args)
-            if "torch" in args.frameworks:
-                print("\ncontrol baselines (torch): model and scratch at two regimes, max", flush=True)
-                run_controls(address, args)
-            vtab_seconds += time.perf_counter() - vtab_started
-            step += 1
-        if args.cog:
-            cog_started = time.perf_counter()
-            _step(f"{step}/{total} ImageNet-CoG linear evaluations ({', '.join(args.frameworks)}) on IN-1K and L1..L5")
-            for framework in args.frameworks:
-                run_cog(framework, address, args)
-            cog_seconds += time.perf_counter() - cog_started
-            step += 1
-        if evaluate:
-            _step(f"{step}/{total} a checkpoint in, its card out: evaluate of the torch trainer's checkpoint")
-            run_evaluate(address, args)
+        times = run_jobs(jobs, console, logs, _environment(), parallel, on_leg=leg_ended)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    tables = ", then the VTAB table" if args.vtab else ""
-    tables += ", then the CoG table" if args.cog else ""
-    _step(f"{total}/{total} the Meta-Dataset table for both trainers' runs" + tables
-          + (", then the card of the evaluated checkpoint" if evaluate else ""))
-    from sampler_server.metrics.md.plots import write_plots
-    from sampler_server.metrics.md.report import build_report, render_report
-    from sampler_server.metrics.store import MetricsStore
-    from sampler_server.catalog.registry import StoreRegistry
-    from sampler_server.catalog.replay import EpisodeReplayer
-
-    metrics = MetricsStore(store / "metrics.sqlite")
-    report = build_report(
-        metrics, [f"demo-{framework}" for framework in args.frameworks],
-        EpisodeReplayer(StoreRegistry.from_data_dir(store)),
-    )
-    print(render_report(report, "table"))
-    plots = write_plots(report, args.workdir / "plots")
-    print(f"\nplots: {len(plots)} PNG files in {args.workdir / 'plots'}")
-    if args.vtab:
-        from sampler_server.metrics.vtab.report import build_vtab_report, render_vtab_report
-
-        vtab = build_vtab_report(metrics, [f"demo-vtab-{framework}" for framework in args.frameworks])
-        print("\n" + render_vtab_report(vtab, "table"))
-        if "torch" in args.frameworks:
-            print_calibrated(metrics, store, args.workdir / "plots-calibrated")
-        print(f"\nVTAB leg (data, pack, probes, control baselines) took {vtab_seconds:.0f} s")
-    if args.cog:
-        from sampler_server.metrics.cog.plots import write_cog_plots
-        from sampler_server.metrics.cog.report import build_cog_report, render_cog_report
-
-        runs = [f"demo-cog-{framework}" for framework in args.frameworks]
-        cog = build_cog_report(metrics, runs, baseline=runs[0])
-        print("\n" + render_cog_report(cog, "table"))
-        cog_plots = write_cog_plots(cog, args.workdir / "plots-cog")
-        print(f"\nCoG plots: {len(cog_plots)} PNG files in {args.workdir / 'plots-cog'}")
-        print(f"CoG leg (data, pack, levels, evaluations) took {cog_seconds:.0f} s")
-    if set(FRAMEWORKS) <= set(args.frameworks):
-        print_parity(args)
-    if evaluate:
-        print(f"\n== the card of {EVALUATE_RUN}\n", flush=True)
-        print_card(store, args)
-    print(f"demo finished in {time.perf_counter() - started:.0f} s")
+        stop_server(server, logs / "server.log", console)
+    console.note(f"\ntrainer processes: {', '.join(f'{name} {s:.0f} s' for name, s in times.seconds.items())}; "
+                 f"{times.total:.0f} s from the first start to the last end")
+    last_tables(console, args, stores)
+    console.say(f"\ndemo finished in {console.elapsed():.0f} s; all it printed, the trainers' output too: "
+                f"{console.log_path}")
     return 0
 
 
-def print_calibrated(metrics: object, store: Path, plots_dir: Path) -> None:
-    """The calibrated table of the demo's model run against its scratch and max runs, and its plots."""
-    from sampler_server.cli.report_cmd import blind_risks_from_data
-    from sampler_server.metrics.baselines.plots import write_calibrated_plots
-    from sampler_server.metrics.baselines.report import build_calibrated_report, render_calibrated_report
+def leg_table(leg: str, console: DemoConsole, args: argparse.Namespace, stores: DemoStores) -> None:
+    """The table of a leg that has ended (none for data and evaluate: the card, last, reads the
+    control-baseline model run too), under a heading that names its runs and the demo's scale."""
+    from sampler_server.metrics.store import MetricsStore
 
-    report = build_calibrated_report(metrics, ["demo-control-model"], "demo-control-scratch", "demo-control-max",
-                                     blind_risks_from_data(store))
-    print("\n" + render_calibrated_report(report, "table"))
-    plots = write_calibrated_plots(report, plots_dir)
-    print(f"\ncalibrated plots: {len(plots)} PNG files in {plots_dir}")
+    metrics = MetricsStore(stores.store / "metrics.sqlite")
+    try:
+        _leg_table(leg, console, args, stores, metrics)
+    finally:
+        metrics.close()
+
+
+def _leg_table(leg: str, console: DemoConsole, args: argparse.Namespace, stores: DemoStores, metrics: object) -> None:
+    frameworks, workdir = args.frameworks, args.workdir
+    if leg == "md":
+        console.table(f"Meta-Dataset: ProtoNet, runs {', '.join(f'demo-{f}' for f in frameworks)} (demo scale: "
+                      f"{args.classes} classes x {args.images_per_class} images per source at {args.image_size} px, "
+                      f"{args.train_episodes} training episodes, {args.eval_episodes} test episodes per source)",
+                      demo_tables.md_table(metrics, stores.store, [f"demo-{f}" for f in frameworks],
+                                           workdir / "plots"))
+    elif leg == "vtab":
+        console.table("VTAB-1k: the VTAB paper's protocol (demo scale: conv4 at 32 px, its steps x 0.001, "
+                      f"{len(VTAB_TASKS)} of its tasks)",
+                      demo_tables.vtab_table(metrics, [f"demo-vtab-{f}" for f in frameworks]))
+    elif leg == "baselines":
+        console.table("control baselines: demo-control-model calibrated against demo-control-scratch and "
+                      "demo-control-max (demo scale: regimes 20 and 80, a linear probe of 20 or 40 steps)",
+                      demo_tables.calibrated_table(metrics, stores.store, "demo-control-model",
+                                                   "demo-control-scratch", "demo-control-max",
+                                                   workdir / "plots-calibrated"))
+    elif leg == "cog":
+        runs = [f"demo-cog-{f}" for f in frameworks]
+        console.table(f"ImageNet-CoG: linear evaluations, {runs[0]} the baseline (demo scale: "
+                      f"{COG_LEVEL_CONFIG[1]} concepts per level, at least {COG_LEVEL_CONFIG[3]} images, "
+                      "a tiny random backbone at 32 px, 5 epochs)",
+                      demo_tables.cog_table(metrics, runs, workdir / "plots-cog", stores.cog_levels))
+
+
+def last_tables(console: DemoConsole, args: argparse.Namespace, stores: DemoStores) -> None:
+    """The tables that read several legs: framework parity, then the card of the evaluated checkpoint."""
+    frameworks, workdir = args.frameworks, args.workdir
+    if set(FRAMEWORKS) <= set(frameworks):
+        console.table("framework parity: torch and tf from the same initial weights (--init-seed 0), the same "
+                      "episodes and batches", demo_tables.parity_table(workdir / "summaries"))
+    if "torch" in frameworks:
+        from sampler_server.metrics.card import CALIBRATED
+
+        runs = [EVALUATE_RUN] + (["demo-control-model"] if args.vtab else [])
+        card = demo_tables.card(stores.store, workdir, runs)
+        (workdir / "card.md").write_text(card.split("\n", 1)[1], encoding="utf-8")  # less its command line
+        shown = {CALIBRATED.title: "the control baselines' table"} if args.vtab else {}
+        console.table(f"the card of {EVALUATE_RUN}, the torch trainer's checkpoint on every protocol (in full: "
+                      f"{workdir / 'card.md'}, {workdir / 'card.html'})", demo_tables.card_for_terminal(card, shown),
+                      full=card)

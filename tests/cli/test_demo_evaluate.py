@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from sampler_server.cli import demo_cmd
 
 
