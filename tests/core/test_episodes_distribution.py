@@ -9,6 +9,11 @@ seeds and will keep passing unless the sampler changes. A correct sampler would
 fail a given test for about 1 seed in 1000; the biases these tests exist to catch
 (an off-by-one in the ways range, beta drawn from the wrong interval, a missing
 cap, non-uniform record choice) move the statistics far beyond these bounds.
+
+Tests about classes, groups, sources, query sizes and shots read each episode's
+composition (``c_compositions``: the sampler's own Steps 1 and 2 on the episode's own
+RNG, without the record draws), every tenth checked against the full episode; the
+record tests sample full episodes.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from itertools import combinations, pairwise
 
 import numpy as np
 import pytest
+from c_compositions import compositions
 from episode_checks import spec_with_split
 from scipy import stats
 
@@ -51,8 +57,7 @@ def test_flat_ways_uniform_query_exact_and_classes_uniform() -> None:
     spec = spec_with_split("flat", counts, others=[50, 60])
     sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig())
     ways, first = Counter(), Counter()
-    for index in range(N):
-        episode = sampler.sample(2024, index)
+    for episode in compositions(sampler, 2024, N, with_shots=False):
         ways[episode.ways] += 1
         first[episode.class_ids[0]] += 1
         assert episode.query_per_class == min(10, min(counts[c] // 2 for c in episode.class_ids))
@@ -86,8 +91,7 @@ def test_support_size_follows_the_formula_exactly() -> None:
     m = [min(100, n - q) for n in counts]  # sum 817 > 500: the cap is reached for large beta
     law = _exact_support_law(m, 500)
     sizes, shots = [], []
-    for index in range(N):
-        episode = sampler.sample(99, index)
+    for episode in compositions(sampler, 99, N):
         assert episode.query_per_class == q == 3
         sizes.append(episode.support_size)
         shots.append(episode.shots)
@@ -136,8 +140,7 @@ def test_support_size_uniform_steps_for_equal_classes() -> None:
     config = EpisodeConfig(num_ways=10, min_log_weight=0.0, max_log_weight=0.0)
     sampler = EpisodeSampler(spec, Split.TEST, config)
     steps = Counter()
-    for index in range(N):
-        episode = sampler.sample(5, index)
+    for episode in compositions(sampler, 5, N):
         assert episode.query_per_class == 10 and len(set(episode.shots)) == 1
         steps[episode.shots[0]] += 1
     statistic, critical = _chi_square_ok(steps, _uniform(range(1, 21), N))
@@ -151,8 +154,7 @@ def test_alphabets_uniform_and_ways_uniform_within_each() -> None:
     sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig())
     alphabets: Counter = Counter()
     ways: dict[str, Counter] = {name: Counter() for name in sizes}
-    for index in range(N):
-        episode = sampler.sample(77, index)
+    for episode in compositions(sampler, 77, N, with_shots=False):
         alphabets[episode.group] += 1
         ways[episode.group][episode.ways] += 1
     statistic, critical = _chi_square_ok(alphabets, {"b": N / 3, "c": N / 3, "d": N / 3})
@@ -168,9 +170,7 @@ def test_nodes_uniform_and_hierarchy_ignored_with_its_probability() -> None:
     spec = spec_with_split("imagenet_like", [4] * 30, nodes=nodes)
     probability = 0.3
     sampler = EpisodeSampler(spec, Split.TEST, EpisodeConfig(ignore_hierarchy_probability=probability))
-    chosen: Counter = Counter()
-    for index in range(N):
-        chosen[sampler.sample(31, index).group] += 1
+    chosen = Counter(episode.group for episode in compositions(sampler, 31, N, with_shots=False))
     flat = chosen.pop(None)
     sigma = math.sqrt(N * probability * (1 - probability))
     assert abs(flat - N * probability) <= 4.5 * sigma, (flat, N * probability)
@@ -215,6 +215,6 @@ def test_multisource_uniform_over_sources() -> None:
         for name, size in (("a", 5), ("b", 6), ("c", 9))
     }
     sampler = MultiSourceSampler(specs, ["c", "a", "b"], Split.TEST, EpisodeConfig())
-    sources = Counter(sampler.sample(6, index).source for index in range(N))
+    sources = Counter(episode.source for episode in compositions(sampler, 6, N, with_shots=False))
     statistic, critical = _chi_square_ok(sources, {"a": N / 3, "b": N / 3, "c": N / 3})
     assert statistic < critical, f"sources not uniform: {sources}"
