@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 import pytest
+from conftest import examples
 from episode_checks import (
     check_episode,
     ilsvrc_manifest,
@@ -34,7 +35,7 @@ from sampler_common.checks import MAX_INDEX, MAX_SEED
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 seeds = st.integers(0, MAX_SEED)
 indices = st.one_of(st.integers(0, 1000), st.integers(0, MAX_INDEX))
 class_sizes = st.one_of(st.integers(2, 25), st.integers(26, 400), st.integers(401, 200_000))
@@ -173,7 +174,7 @@ def _reference(name: str) -> DatasetSpec | None:
     return reference_spec(name)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(split=splits, seed=seeds, index=indices)
 def test_real_imagenet_episodes_inside_one_eligible_node(split: Split, seed: int, index: int) -> None:
     spec = _ilsvrc("md")
@@ -185,7 +186,7 @@ def test_real_imagenet_episodes_inside_one_eligible_node(split: Split, seed: int
         assert episode.group is not None and 5 <= episode.ways <= 50
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     name=st.sampled_from(["omniglot", "fungi", "quickdraw", "traffic_sign", "mscoco", "aircraft", "cu_birds"]),
     split=splits,
@@ -199,7 +200,7 @@ def test_reference_class_sizes(name: str, split: Split, seed: int, index: int) -
     _check_indices(spec, split, EpisodeConfig(), seed, index)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(spec_split=flat_specs(), config=variable_configs(), seed=seeds, index=st.integers(0, 30))
 def test_random_access(spec_split: tuple[DatasetSpec, Split], config: EpisodeConfig, seed: int, index: int) -> None:
     spec, split = spec_split
@@ -212,7 +213,7 @@ def test_random_access(spec_split: tuple[DatasetSpec, Split], config: EpisodeCon
     assert [sequential.sample(seed, i) for i in reversed(range(index + 1))] == in_order[::-1]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     specs=st.lists(flat_specs(), min_size=1, max_size=4),
     order=st.randoms(use_true_random=False),
