@@ -129,7 +129,9 @@ EVALUATE = ("--backbone", "conv4", "--image-size", "32", "--presets", "md-v1", "
 LOG_NAME = "demo.log"
 # The order trainer processes start in (a job starts once those it reads have ended): the
 # longest first, measured on two cores, so two at a time end together; the torch trainer
-# first, since the control model run and evaluate read its checkpoint.
+# first, since the control model run and evaluate read its checkpoint. A leg to come (the MD
+# learners) adds its jobs in trainer_jobs (their names here, or they start last), its line in
+# leg_line and its table in leg_table.
 START_ORDER = ("md-torch", "md-tf", "vtab-tf", "evaluate", "vtab-torch", "control-max", "control-scratch", "cog-tf",
                "control-model", "cog-torch")
 
@@ -335,7 +337,7 @@ def trainer_jobs(args: argparse.Namespace, address: str, threads: int) -> list[J
             "-m", "clients.torch", "evaluate", "--server", address, "--run", EVALUATE_RUN, "--weights", checkpoint,
             *EVALUATE, "--protocols", protocols, "--feature-cache", str(workdir / "features-eval"), *own),
             after=("md-torch",)))
-    return sorted(jobs, key=lambda job: START_ORDER.index(job.name))
+    return sorted(jobs, key=lambda job: START_ORDER.index(job.name) if job.name in START_ORDER else len(START_ORDER))
 
 
 def leg_line(leg: str, jobs: list[Job], times: JobTimes, args: argparse.Namespace) -> str:
@@ -348,7 +350,7 @@ def leg_line(leg: str, jobs: list[Job], times: JobTimes, args: argparse.Namespac
         "baselines": "control runs (torch): model and scratch at regimes 20 and 80, max on all the data",
         "cog": f"linear evaluations ({frameworks}) on IN-1K and L1..L5",
         "evaluate": f"the torch trainer's checkpoint on every protocol, reported as {EVALUATE_RUN}",
-    }[leg]
+    }.get(leg, "done")
     took = ", ".join(f"{job.name} {times.seconds[job.name]:.0f} s" for job in jobs if job.leg == leg)
     return f"{what} ({took})"
 
