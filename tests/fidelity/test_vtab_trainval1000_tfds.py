@@ -22,6 +22,7 @@ import tfds_builders as tb
 
 from sampler_server.cli.main import main
 from sampler_server.store.reader import StoreReader
+from sampler_server.store.record import decode_record
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
@@ -80,7 +81,8 @@ def _images(version_dir, split: str, read_config=None, count: int = 1000) -> lis
                  if isinstance(feature, tfds.features.Image)}  # smallNORB's image2 too
     dataset = builder.as_dataset(split=split, shuffle_files=False, decoders=undecoded,
                                  **({"read_config": read_config} if read_config else {}))
-    return [bytes(example["image"]) for example in tfds.as_numpy(dataset.take(count))]
+    images = dataset.take(count).map(lambda example: example["image"]).batch(4096)  # in order; a step per batch
+    return [bytes(image) for batch in tfds.as_numpy(images) for image in batch]
 
 
 def _listing(data, task: str, split: str, capsys, store: str | None = None) -> dict:
@@ -91,8 +93,8 @@ def _listing(data, task: str, split: str, capsys, store: str | None = None) -> d
 
 
 def _stored(data, listing: dict) -> list[bytes]:
-    reader = StoreReader(data / listing["store"])
-    return [bytes(reader.read(entry["record_id"]).payload) for entry in listing["records"]]
+    values = StoreReader(data / listing["store"]).read_values([entry["record_id"] for entry in listing["records"]])
+    return [bytes(decode_record(value).payload) for value in values]  # one read transaction
 
 
 def test_the_datasets_are_sharded_as_the_cases_say(prepared):
