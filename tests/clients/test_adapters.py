@@ -50,28 +50,53 @@ def test_tf_signature_is_complete(served):
                               "fingerprint", "source", "ways", "request"}
 
 
-def test_each_adapter_imports_only_its_framework():
+# What a fresh interpreter loads, one per framework (two imports of torch and two of
+# TensorFlow fewer than a process per check): the core first, then the framework's adapter,
+# then its trainer modules. Each line of the output is one observation.
+_TORCH_SIDE = """
+import sys
+import clients.core
+print('core', 'torch' in sys.modules or 'tensorflow' in sys.modules)
+import clients.torch
+print('adapter', 'tensorflow' in sys.modules)
+import clients.md_train, clients.torch.md_train
+print('server', sorted(m for m in sys.modules if m == 'sampler_server' or m.startswith('sampler_server.')))
+"""
+_TF_SIDE = """
+import sys
+import clients.tf
+print('adapter', 'torch' in sys.modules)
+import clients.md_train, clients.tf.md_train
+print('server', sorted(m for m in sys.modules if m == 'sampler_server' or m.startswith('sampler_server.')))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_imports() -> dict[str, dict[str, str]]:
+    """{"torch": ..., "tf": ...}: each side's observations (name -> printed value), its two
+    interpreters run at once."""
     import subprocess
     import sys
 
-    code = "import sys, clients.torch; assert 'tensorflow' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
-    code = "import sys, clients.tf; assert 'torch' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
-    code = "import sys, clients.core; assert 'torch' not in sys.modules and 'tensorflow' not in sys.modules"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+    running = {side: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+               for side, code in (("torch", _TORCH_SIDE), ("tf", _TF_SIDE))}
+    seen = {}
+    for side, process in running.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-2000:]
+        seen[side] = dict(line.split(" ", 1) for line in out.splitlines())
+    return seen
 
 
-def test_clients_import_nothing_of_the_server_package():
+def test_each_adapter_imports_only_its_framework(fresh_imports):
+    assert fresh_imports["torch"]["core"] == "False"  # clients.core: neither torch nor tensorflow
+    assert fresh_imports["torch"]["adapter"] == "False"  # clients.torch: no tensorflow
+    assert fresh_imports["tf"]["adapter"] == "False"  # clients.tf: no torch
+
+
+def test_clients_import_nothing_of_the_server_package(fresh_imports):
     """Clients install alone: they load no module of ``sampler_server`` (the wire and the
-    shared CI function are ``sampler_common``)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, clients.core, clients.md_train, clients.torch.md_train, clients.tf.md_train\n"
-        "used = sorted(m for m in sys.modules if m == 'sampler_server' or m.startswith('sampler_server.'))\n"
-        "assert not used, used\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    shared CI function are ``sampler_common``): ``clients.core``, ``clients.md_train`` and
+    both frameworks' trainers."""
+    assert fresh_imports["torch"]["server"] == fresh_imports["tf"]["server"] == "[]"
