@@ -36,10 +36,12 @@ _DEVICES = [
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
-    """A fresh dynamo cache, 2 threads, and float32 on CUDA in full float32 (not TF32), as on CPU."""
+    """A fresh dynamo cache, one thread, and float32 on CUDA in full float32 (not TF32), as on CPU.
+    One thread: ``make test`` runs two test processes on two cores, and a second thread there
+    spins waiting for a core (it took each step 2 to 5 times the CPU time of one thread)."""
     torch._dynamo.reset()
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
@@ -175,7 +177,7 @@ def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
     summary = tmp_path / f"{run_id}.json"
     assert main(["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "32",
                  "--train-episodes", "6", "--eval-episodes", "2", "--log-every", "1", "--seed", "5",
-                 "--shape-buckets", "on", "--json-summary", str(summary), *extra]) == 0
+                 "--shape-buckets", "on", "--threads", "1", "--json-summary", str(summary), *extra]) == 0
     return json.loads(summary.read_text())
 
 

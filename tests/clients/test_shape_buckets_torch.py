@@ -30,9 +30,12 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
-def _two_threads():
+def _one_thread():
+    """One thread, and ``--threads 1`` for the trainer: ``make test`` runs two test processes
+    on two cores, and a second thread there spins waiting for a core (it took each step 2 to 5
+    times the CPU time of one thread)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
@@ -137,7 +140,7 @@ def test_padded_step_equals_unpadded_step(backbone: str, autocast: bool, toleran
 def _framework(served, buckets: str, backbone: str = "conv4", seed: int = 0) -> TorchFramework:
     framework = TorchFramework(parse_args("torch", ["--server", served.address, "--run", "r", "--sources", "folder",
                                                     "--image-size", "32", "--backbone", backbone, "--seed", str(seed),
-                                                    "--shape-buckets", buckets]))
+                                                    "--shape-buckets", buckets, "--threads", "1"]))
     framework.build(0)
     return framework
 
@@ -179,7 +182,7 @@ def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
     summary = tmp_path / f"{run_id}.json"
     assert main(["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "32",
                  "--train-episodes", "6", "--eval-episodes", "2", "--log-every", "1", "--seed", "5",
-                 "--json-summary", str(summary), *extra]) == 0
+                 "--threads", "1", "--json-summary", str(summary), *extra]) == 0
     return json.loads(summary.read_text())
 
 

@@ -30,14 +30,17 @@ from clients.torch.md_train import CHECKPOINT, TorchFramework, main, select_devi
 from clients.trainer_args import parse_args  # noqa: E402
 
 RANKS = 2
-# MD variable episodes (no fixed ways/shots): ranks meet different shapes in the same step
-COMMON = ["--sources", "folder", "--image-size", "16", "--device", "cpu", "--seed", "3", "--log-every", "2"]
+# MD variable episodes (no fixed ways/shots): ranks meet different shapes in the same step;
+# one thread per process (the trainer's default is a thread per core): two ranks on this
+# 2-core machine, whose second thread would only spin waiting for a core
+COMMON = ["--sources", "folder", "--image-size", "16", "--device", "cpu", "--seed", "3", "--log-every", "2",
+          "--threads", "1"]
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    """The ranks run with OMP_NUM_THREADS=1 (torchrun's default); an in-process evaluation
-    compared with theirs does too."""
+    """The ranks run one thread each (``--threads 1``); an in-process evaluation compared with
+    theirs does too."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
