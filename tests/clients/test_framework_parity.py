@@ -25,6 +25,10 @@ MD = ["--sources", "folder", "--image-size", "32", "--backbone", "conv4", "--way
 TRANSFER = ["--protocol", "vtab-md", "--tasks", "kitti_distance", "--backbone", "conv4", "--image-size", "16",
             "--batch-size", "32", "--eval-batch-size", "128", "--lrs", "1.0", "--steps", "30", "--log-every", "1000",
             "--device", "cpu", "--mode", "linear", "--init-seed", "0"]
+# A torch command sets torch's threads from --threads (by default, this process's cores): one, as
+# one_thread means (on these small convolutions a second only spins waiting for work, and under
+# make test the other worker has the machine's other core).
+THREADS = {"torch": ["--threads", "1"], "tf": []}
 
 
 def _summary(main, address: str, run: str, tmp_path: Path, *argv: str) -> dict:
@@ -35,7 +39,7 @@ def _summary(main, address: str, run: str, tmp_path: Path, *argv: str) -> dict:
 
 def _md(framework: str, served, tmp_path: Path, run: str, *extra: str) -> dict:
     main = torch_md_main if framework == "torch" else tf_md_main
-    summary = _summary(main, served.address, f"{framework}-{run}", tmp_path, *MD, *extra)
+    summary = _summary(main, served.address, f"{framework}-{run}", tmp_path, *MD, *THREADS[framework], *extra)
     return summary["eval"]["folder"]
 
 
@@ -87,7 +91,8 @@ def test_md_training_runs_lie_within_each_others_ci(served, tmp_path, one_thread
 def test_vtab_linear_probe_agrees_within_0_01(learnable_kitti_served, tmp_path, one_thread):
     accuracies = {}
     for framework, main in (("torch", torch_transfer_main), ("tf", tf_transfer_main)):
-        summary = _summary(main, learnable_kitti_served.address, f"{framework}-parity-linear", tmp_path, *TRANSFER)
+        summary = _summary(main, learnable_kitti_served.address, f"{framework}-parity-linear", tmp_path, *TRANSFER,
+                           *THREADS[framework])
         accuracies[framework] = summary["tasks"]["kitti_distance"]["test_accuracy"]
     print(f"VTAB linear: torch {accuracies['torch']:.4f} tf {accuracies['tf']:.4f}")
     assert abs(accuracies["torch"] - accuracies["tf"]) <= 0.01, accuracies
