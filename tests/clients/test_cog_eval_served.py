@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import generate_fixture, pack_fixture
+from transfer_runs_stores import copy_in21k_stores
 
 from clients.core import SamplerClient
-from sampler_server.cli.main import main as server_cli
-from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
-from sampler_server.fixtures.imagenet21k import write_imagenet21k
+from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 IN1K_IMAGES, IN1K_VALIDATION = 6, 50  # per IN-1K class: 6 train images, 50 validation images (its test set)
@@ -31,10 +30,8 @@ def served(tmp_path_factory):
     from sampler_server.service.server import RunningServer, ServerConfig
 
     root = tmp_path_factory.mktemp("cog-eval")
-    write_imagenet21k(root / "in21k", cog_counts(), sides=(16, 40), workers=2)
     data = root / "data"
-    assert server_cli(["pack", "imagenet21k", "--input", str(root / "in21k"), "--output", str(data), "--quiet",
-                       "--workers", "2"]) == 0
+    copy_in21k_stores(tmp_path_factory, data)  # the levels' store (written and packed once per process)
     pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES,
                                   validation_images=IN1K_VALIDATION), data, name="ilsvrc_2012")
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture
+from transfer_runs_stores import copy_in21k_stores
 
 from clients.evaluate import (Held, Unit, cog_units, foreign_runs, md_units, missing_episodes, parse_held,
                               stable_vtab_config, sub_runs, vtab_keys, vtab_units)
@@ -170,28 +172,20 @@ def test_bad_arguments_are_one_line_naming_the_flag(capsys):
 
 # ---- against a real server -------------------------------------------------------------------------
 
-KITTI_SIZES = {"train": 800, "validation": 240, "test": 30}
 IN1K_IMAGES, IN1K_VALIDATION = 6, 20
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    import tfds_builders as tb
-
-    from sampler_server.cli.main import main as server_cli
-    from sampler_server.fixtures.cog_counts import cog_counts
-    from sampler_server.fixtures.imagenet21k import write_imagenet21k
+def served(tmp_path_factory, kitti_served):
     from sampler_server.service.server import RunningServer, ServerConfig
 
     root = tmp_path_factory.mktemp("evaluate")
     data = root / "data"
     pack_fixture(generate_fixture("image_folder", root, num_classes=24, images_per_class=12), data, name="folder")
-    tb.prepare(tb.TestKitti, root / "tfds", shards=1, SIZES=KITTI_SIZES)
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"), "--output",
-                       str(data), "--quiet", "--workers", "1"]) == 0
-    write_imagenet21k(root / "in21k", cog_counts(), sides=(16, 40), workers=2)
-    assert server_cli(["pack", "imagenet21k", "--input", str(root / "in21k"), "--output", str(data), "--quiet",
-                       "--workers", "2"]) == 0
+    # the VTAB task: the KITTI store the transfer tests share (conftest's kitti_served: `pack vtab`
+    # of test-built TFDS data, train800/val240/test30), copied: built once per test process
+    shutil.copytree(kitti_served.config.data_dir / "tfds_kitti", data / "tfds_kitti")
+    copy_in21k_stores(tmp_path_factory, data)  # the CoG levels (written and packed once per process)
     pack_fixture(generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES,
                                   validation_images=IN1K_VALIDATION), data, name="ilsvrc_2012")
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
