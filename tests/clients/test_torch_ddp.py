@@ -47,21 +47,22 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def torchrun_command(served, summary: Path, run_id: str, *extra: str) -> list[str]:
+def torchrun_command(served, summary: Path, run_id: str, *extra: str, launcher: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
-            "-m", "clients.torch", "--server", served.address, "--run-id", run_id, *COMMON,
+            *launcher, "-m", "clients.torch", "--server", served.address, "--run-id", run_id, *COMMON,
             "--json-summary", str(summary), *extra]
 
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
 
-def torchrun(served, directory: Path, run_id: str, *extra: str) -> tuple[int, str, dict]:
-    """``torchrun --standalone --nproc_per_node 2 -m clients.torch ...``: (exit status,
+def torchrun(served, directory: Path, run_id: str, *extra: str,
+             launcher: tuple[str, ...] = ()) -> tuple[int, str, dict]:
+    """``torchrun --standalone --nproc_per_node 2 LAUNCHER -m clients.torch ...``: (exit status,
     stderr, rank 0's summary or {})."""
     summary = directory / f"{run_id}.json"
-    done = subprocess.run(torchrun_command(served, summary, run_id, *extra), capture_output=True, text=True,
-                          timeout=300, check=False, env=ENV)
+    done = subprocess.run(torchrun_command(served, summary, run_id, *extra, launcher=launcher), capture_output=True,
+                          text=True, timeout=300, check=False, env=ENV)
     return done.returncode, done.stderr, (json.loads(summary.read_text()) if summary.exists() else {})
 
 
@@ -205,8 +206,12 @@ def test_resumed_run_continues_from_the_checkpoint_with_the_same_shards(first_ru
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "trained by 2 process(es)" in err and "this run has 1" in err, err
 
-    # a window that is not whole steps is refused by every rank before anything trains
-    code, stderr, _ = torchrun(served, tmp_path, "ddp-torch-odd", *argv, "--train-episodes", "15")
+    # a window that is not whole steps is refused by every rank before anything trains. Each rank
+    # refuses on its own, after a call to the server and reading the checkpoint, and torchrun stops
+    # the others once it sees one fail (it looks every 0.1 s): on a loaded machine the second rank
+    # was stopped before it refused, so torchrun looks every 2 s here
+    code, stderr, _ = torchrun(served, tmp_path, "ddp-torch-odd", *argv, "--train-episodes", "15",
+                               launcher=("--monitor-interval", "2"))
     assert code != 0
     refusals = re.findall(r"\[rank \d/2\]: error: argument --train-episodes: got 15, expected a multiple of the 2 ranks",
                           stderr)  # counted, not split into lines: both ranks write to one pipe
