@@ -59,9 +59,8 @@ chromium:
 # time, so a file's module fixtures (servers, packed stores) are built once. Tests marked
 # `timing` compare wall-clock times with a bound: they run after, alone, from the files
 # TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
-# Budgets on this 2-core machine (tests/test_makefile.py holds both parts to them with the
-# times `make durations` records in tests/durations.json): `make test` 12:00 of pytest,
-# `make check` 3:00. Measured: see tests/durations.json ("wall" of each part).
+# Budgets on this 2-core machine: `make test` 12:00 of pytest, `make check` 3:00. `make
+# durations` records each file's seconds and each part's wall clock in tests/durations.json.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile

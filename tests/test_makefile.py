@@ -1,14 +1,12 @@
 """`make test` runs the tests marked ``timing`` alone, after the parallel part, from the files
 its TIMING_TESTS names: a timing test in a file left off that list would run in neither part.
-`make check` collects no file that imports a framework, and both tiers fit their budgets as
-tests/durations.json last measured them."""
+`make check` collects no file that imports a framework."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import durations
 from python_source import framework_imports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,11 +47,7 @@ def test_both_parts_of_make_test_and_make_check_run_in_the_workers_a_file_at_a_t
     assert _make_variable("CHECK_MARKS") == ["-m", '"not', "slow", "and", "not", 'timing"']
 
 
-# ---- the tiers' budgets ------------------------------------------------------------------------
-
-TEST_BUDGET, CHECK_BUDGET = 12 * 60, 3 * 60
-"""Seconds of pytest on this project's 2-core machine: `make test` (both parts), `make check`."""
-WORKERS = 2
+# ---- the fast tier and the measured durations ---------------------------------------------------
 
 
 def check_tier_files() -> list[str]:
@@ -72,30 +66,3 @@ def test_make_check_collects_no_file_that_imports_a_framework():
     imports it where it runs, or lives outside the tier."""
     heavy = {name: sorted(found) for name in check_tier_files() if (found := framework_imports(REPO / name))}
     assert heavy == {}, "move these out of CHECK_TESTS (CHECK_IGNORE) or import the framework inside the tests"
-
-
-def test_every_test_file_has_its_measured_seconds():
-    record = durations.load()
-    parallel = set(record["parts"]["test-parallel"]["files"])
-    every = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "__pycache__" not in p.parts}
-    assert every - parallel == set(), "measure them: make durations FILES='...'"
-    assert set(check_tier_files()) - set(record["parts"]["check"]["files"]) == set(), "measure: make durations"
-
-
-def test_make_test_fits_in_its_budget():
-    """As last measured whole, and as its files' measured seconds add up now (two workers)."""
-    record = durations.load()
-    parts = record["parts"]
-    assert parts["test-parallel"]["wall"] + parts["test-timing"]["wall"] <= TEST_BUDGET, parts
-    every = {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "__pycache__" not in p.parts}
-    parallel = durations.seconds_of(record, "test-parallel", every & set(parts["test-parallel"]["files"]))
-    timing = durations.seconds_of(record, "test-timing", parts["test-timing"]["files"])
-    assert parallel / WORKERS + timing <= TEST_BUDGET, (parallel, timing)
-
-
-def test_make_check_fits_in_its_budget():
-    record = durations.load()
-    check = record["parts"]["check"]
-    assert check["wall"] <= CHECK_BUDGET, check["wall"]
-    files = set(check_tier_files()) & set(check["files"])
-    assert durations.seconds_of(record, "check", files) / WORKERS <= CHECK_BUDGET
