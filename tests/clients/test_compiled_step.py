@@ -38,7 +38,7 @@ _DEVICES = [
 def _fresh_dynamo():
     """A fresh dynamo cache, one thread, and float32 on CUDA in full float32 (not TF32), as on CPU.
     One thread: ``make test`` runs two test processes on two cores, and a second thread there
-    spins waiting for a core (it took each step 2 to 5 times the CPU time of one thread)."""
+    spins waiting for a core (it took a conv4 step 3 to 7 times the CPU time of one thread)."""
     torch._dynamo.reset()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -32,7 +32,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(autouse=True)
 def _one_thread():
     """One thread, and ``--threads 1`` for the trainer: ``make test`` runs two test processes
-    on two cores, and a second thread there spins waiting for a core (it took each step 2 to 5
+    on two cores, and a second thread there spins waiting for a core (it took a conv4 step 3 to 7
     times the CPU time of one thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
