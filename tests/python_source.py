@@ -9,6 +9,7 @@ tests/test_readme_fidelity.py; parsing the same text again succeeds."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ATTEMPTS = 3
@@ -60,19 +61,31 @@ def _top_level_imports(tree: ast.Module) -> list[str]:
     return names
 
 
-def framework_imports(path: Path, _seen: set[Path] | None = None) -> frozenset[str]:
+@functools.cache
+def _direct_imports(path: Path) -> tuple[frozenset[str], tuple[Path, ...]]:
+    """(the frameworks ``path`` imports at its top level, our modules it imports there)."""
+    frameworks: set[str] = set()
+    modules: list[Path] = []
+    for name in _top_level_imports(parse_file(path)):
+        parts = name.split(".")
+        if parts[0] in FRAMEWORKS:
+            frameworks.add(parts[0])
+            continue
+        modules += [module for depth in range(1, len(parts) + 1)
+                    if (module := _module_path(".".join(parts[:depth]))) is not None]
+    return frozenset(frameworks), tuple(modules)
+
+
+def framework_imports(path: Path) -> frozenset[str]:
     """The frameworks (TensorFlow, PyTorch and theirs) importing ``path`` imports, through our
     own modules' top-level imports too (package inits included)."""
-    seen = set() if _seen is None else _seen
-    seen.add(path)
     found: set[str] = set()
-    for name in _top_level_imports(parse_file(path)):
-        if name.split(".")[0] in FRAMEWORKS:
-            found.add(name.split(".")[0])
-            continue
-        parts = name.split(".")
-        for depth in range(1, len(parts) + 1):
-            module = _module_path(".".join(parts[:depth]))
-            if module is not None and module not in seen:
-                found |= framework_imports(module, seen)
+    seen, pending = {path}, [path]
+    while pending:
+        frameworks, modules = _direct_imports(pending.pop())
+        found |= frameworks
+        for module in modules:
+            if module not in seen:
+                seen.add(module)
+                pending.append(module)
     return frozenset(found)
