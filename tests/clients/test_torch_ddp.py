@@ -185,40 +185,6 @@ def test_shape_buckets_under_ddp_learn_what_the_unpadded_run_learns(first_run, s
     assert on["config"]["shape_buckets"] == "on" and off["config"]["shape_buckets"] == "off"
 
 
-@pytest.mark.slow
-def test_resumed_run_continues_from_the_checkpoint_with_the_same_shards(first_run, served, tmp_path, capfd):
-    checkpoints = tmp_path / "ckpt"
-    shutil.copytree(first_run["directory"] / "ckpt", checkpoints)
-    argv = ["--shape-buckets", "on", "--checkpoint-every", "4", "--eval-episodes", "0",
-            "--checkpoint-dir", str(checkpoints)]
-    code, stderr, summary = torchrun(served, tmp_path, "ddp-torch-resumed", *argv, "--train-episodes", "12")
-    assert code == 0, stderr[-3000:]
-    assert summary["resumed_from"] == str(checkpoints / CHECKPOINT) and "resumed from" in stderr
-    assert (summary["start_index"], summary["next_index"], summary["train"]["steps"]) == (8, 12, 4)
-    assert trained(summary) == {0: [8, 10], 1: [9, 11]}  # rank r again takes the indices of residue r
-    assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
-    assert summary["ranks"][0]["parameter_digest"] != first_run["summary"]["ranks"][0]["parameter_digest"]
-    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == 12
-
-    # one process may not continue a checkpoint of two: one line, exit 2
-    capfd.readouterr()
-    assert main(["--server", served.address, "--run", "r", *COMMON, *argv, "--train-episodes", "16"]) == 2
-    err = capfd.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "trained by 2 process(es)" in err and "this run has 1" in err, err
-
-    # a window that is not whole steps is refused by every rank before anything trains. Each rank
-    # refuses on its own, after a call to the server and reading the checkpoint, and torchrun stops
-    # the others once it sees one fail (it looks every 0.1 s): on a loaded machine the second rank
-    # was stopped before it refused, so torchrun looks every 2 s here
-    code, stderr, _ = torchrun(served, tmp_path, "ddp-torch-odd", *argv, "--train-episodes", "15",
-                               launcher=("--monitor-interval", "2"))
-    assert code != 0
-    refusals = re.findall(r"\[rank \d/2\]: error: argument --train-episodes: got 15, expected a multiple of the 2 ranks",
-                          stderr)  # counted, not split into lines: both ranks write to one pipe
-    assert len(refusals) == RANKS, stderr[-3000:]
-    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == 12
-
-
 def _rank_process(launcher: int, rank: int) -> int | None:
     """The pid of torchrun's worker with RANK=rank (from its environment)."""
     for pid in process_tree.children(launcher):
@@ -230,33 +196,91 @@ def _rank_process(launcher: int, rank: int) -> int | None:
     return None
 
 
-@pytest.mark.slow
-def test_a_killed_rank_ends_the_run_and_the_rerun_continues_from_its_checkpoint(served, tmp_path):
-    checkpoints = tmp_path / "ckpt"
-    argv = ["--shape-buckets", "on", "--checkpoint-every", "4", "--eval-episodes", "0",
-            "--checkpoint-dir", str(checkpoints)]
-    launcher = subprocess.Popen(torchrun_command(served, tmp_path / "killed.json", "ddp-torch-killed", *argv,
+RESUMED = ["--shape-buckets", "on", "--checkpoint-every", "4", "--eval-episodes", "0"]
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(first_run, served, tmp_path_factory) -> dict:
+    """One killed run and one resumed run serve both the resume and the kill tests (each launch is
+    two ranks that each import torch: most of this file's CPU). A run resumed from a copy of the
+    first run's checkpoint (episode 8) that would train to 4000 has rank 1 killed (SIGKILL) once it
+    has written a checkpoint of its own (the file is replaced whole, so a new inode is a new
+    checkpoint); then a run of the same arguments resumes from that checkpoint for 4 more episodes."""
+    directory = tmp_path_factory.mktemp("ddp-killed")
+    checkpoints = directory / "ckpt"
+    shutil.copytree(first_run["directory"] / "ckpt", checkpoints)
+    argv = [*RESUMED, "--checkpoint-dir", str(checkpoints)]
+    path = checkpoints / CHECKPOINT
+    copied = path.stat().st_ino
+    launcher = subprocess.Popen(torchrun_command(served, directory / "killed.json", "ddp-torch-killed", *argv,
                                                  "--train-episodes", "4000"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         deadline = time.monotonic() + 120
-        while not (checkpoints / CHECKPOINT).exists() and time.monotonic() < deadline and launcher.poll() is None:
+        while path.stat().st_ino == copied and time.monotonic() < deadline and launcher.poll() is None:
             time.sleep(0.05)
         victim = _rank_process(launcher.pid, 1)
-        assert victim is not None and (checkpoints / CHECKPOINT).exists(), launcher.stderr.read()[-3000:]
-        os.kill(victim, signal.SIGKILL)  # mid-run, after a checkpoint
-        _, stderr = launcher.communicate(timeout=120)
+        assert victim is not None and path.stat().st_ino != copied, launcher.stderr.read()[-3000:]
+        os.kill(victim, signal.SIGKILL)  # mid-run, after a checkpoint of its own
+        _, killed_stderr = launcher.communicate(timeout=120)
     finally:
         launcher.kill()
-    assert launcher.returncode != 0
+    saved = torch.load(path, map_location="cpu")["next_index"]
+    code, stderr, summary = torchrun(served, directory, "ddp-torch-resumed", *argv, "--train-episodes",
+                                     str(saved + 4))
+    assert code == 0, stderr[-3000:]
+    return {"checkpoints": checkpoints, "argv": argv, "killed_code": launcher.returncode,
+            "killed_stderr": killed_stderr, "saved": saved, "stderr": stderr, "summary": summary}
+
+
+@pytest.mark.slow
+def test_resumed_run_continues_from_the_checkpoint_with_the_same_shards(first_run, killed_and_resumed, served,
+                                                                         tmp_path, capfd):
+    run = killed_and_resumed
+    checkpoints, argv, saved, stderr, summary = (run[key] for key in ("checkpoints", "argv", "saved", "stderr",
+                                                                      "summary"))
+    assert summary["resumed_from"] == str(checkpoints / CHECKPOINT) and "resumed from" in stderr
+    assert (summary["start_index"], summary["next_index"], summary["train"]["steps"]) == (saved, saved + 4, 4)
+    # rank r again takes the indices of residue r
+    assert trained(summary) == {0: [saved, saved + 2], 1: [saved + 1, saved + 3]}
+    assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
+    assert summary["ranks"][0]["parameter_digest"] != first_run["summary"]["ranks"][0]["parameter_digest"]
+    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == saved + 4
+
+    # one process may not continue a checkpoint of two: one line, exit 2
+    capfd.readouterr()
+    assert main(["--server", served.address, "--run", "r", *COMMON, *argv, "--train-episodes", str(saved + 8)]) == 2
+    err = capfd.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trained by 2 process(es)" in err and "this run has 1" in err, err
+
+    # a window that is not whole steps is refused by every rank before anything trains. Each rank
+    # refuses on its own, after a call to the server and reading the checkpoint, and torchrun stops
+    # the others once it sees one fail (it looks every 0.1 s): on a loaded machine the second rank
+    # was stopped before it refused, so torchrun looks every 2 s here
+    odd = saved + 7
+    code, stderr, _ = torchrun(served, tmp_path, "ddp-torch-odd", *argv, "--train-episodes", str(odd),
+                               launcher=("--monitor-interval", "2"))
+    assert code != 0
+    refusals = re.findall(rf"\[rank \d/2\]: error: argument --train-episodes: got {odd}, expected a multiple of "
+                          r"the 2 ranks", stderr)  # counted, not split into lines: both ranks write to one pipe
+    assert len(refusals) == RANKS, stderr[-3000:]
+    assert torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"] == saved + 4
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_and_the_rerun_continues_from_its_checkpoint(killed_and_resumed):
+    run = killed_and_resumed
+    assert run["killed_code"] != 0
+    stderr = run["killed_stderr"]
+    assert "resumed from" in stderr, stderr[-3000:]  # the killed run itself continued the first run's checkpoint
     # a rank that saw the other fail ends with one line (or is stopped by torchrun), not a traceback
     # (torchrun prefixes a rank's uncaught exception with "[rank0]:")
     assert "[rank0]:" not in stderr, stderr[-3000:]
-    saved = torch.load(checkpoints / CHECKPOINT, map_location="cpu")["next_index"]
-    assert 4 <= saved < 4000 and saved % 4 == 0  # a whole checkpoint, at a multiple of --checkpoint-every
+    saved = run["saved"]
+    # a whole checkpoint of the killed run's own, at a multiple of --checkpoint-every
+    assert 8 < saved < 4000 and saved % 4 == 0
 
-    code, stderr, summary = torchrun(served, tmp_path, "ddp-torch-rerun", *argv, "--train-episodes", str(saved + 4))
-    assert code == 0, stderr[-3000:]
+    summary = run["summary"]
     assert (summary["start_index"], summary["next_index"]) == (saved, saved + 4)
     assert trained(summary) == {0: [saved, saved + 2], 1: [saved + 1, saved + 3]}
     assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
