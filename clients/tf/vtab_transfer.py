@@ -63,6 +63,7 @@ class TFTransferLearner(TransferLearner):
         images = tf.TensorSpec((None, args.image_size, args.image_size, 3), tf.uint8)
         forward = inference(self.backbone)
         self._embed = tf.function(lambda x: forward(self._input(x)), input_signature=[images])
+        self._built: dict[int, tuple[keras.Model, TorchSGD, Any]] = {}  # per class count: head, optimizer, step
 
     def _input(self, images: tf.Tensor) -> tf.Tensor:
         """uint8 -> what the backbone declares (``clients.tf.backbones.to_model_input``)."""
@@ -75,9 +76,24 @@ class TFTransferLearner(TransferLearner):
                 "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.preprocessing.as_config()}
 
     def reset(self, num_classes: int, seed: int) -> None:
+        """A fresh zero head and optimizer (and, finetuning, the backbone's initial weights).
+        The head, optimizer and traced step of a class count are built once and reset in place
+        for each later fit: the same zeros, an empty momentum and the same graph, so a fit
+        computes exactly what a newly built one would, without tracing its step again (a
+        finetuning trace costs far more than its few steps)."""
         args = self.args
         if self.trainable_backbone:
             self.backbone.set_weights(self.initial)
+        built = self._built.get(num_classes)
+        if built is not None:
+            self.head, self.optimizer, self._step = built
+            for variable in self.head.variables:
+                variable.assign(tf.zeros_like(variable))
+            self.optimizer.iterations.assign(0)
+            self.optimizer.learning_rate.assign(args.lrs[0])
+            for slot in self.optimizer.momentums:
+                slot.assign(tf.zeros_like(slot))
+            return
         with tf.device(self.device):
             inputs = keras.Input(shape=(self.dim,), dtype="float32")
             # named: the weights' sha256 names each variable by its path, which an unnamed layer's
@@ -108,6 +124,7 @@ class TFTransferLearner(TransferLearner):
                 optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
                 return loss
         self._step = step
+        self._built[num_classes] = (head, optimizer, step)
 
     def weights_sha256(self) -> str:
         trained = [self.head] + ([self.backbone] if self.args.mode == "finetune" else [])
