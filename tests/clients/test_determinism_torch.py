@@ -138,29 +138,36 @@ def test_md_op_without_a_deterministic_kernel_ends_the_run_in_one_line(served, t
 # ---- transfer ---------------------------------------------------------------------------------------
 
 
-def test_transfer_twice_gives_the_same_weights_and_reports(kitti_served, tmp_path):
+@pytest.fixture(scope="module")
+def transfer_runs(kitti_served, tmp_path_factory) -> list[tuple[dict[str, Any], Any, dict[str, Any]]]:
+    """``transfer`` run twice with the same arguments (``--deterministic on --threads 1``): each
+    run's summary, stored task results and stored configuration. Shared by the twice test and
+    the configuration test (whose own run of these arguments, one step fewer, recorded the same)."""
     runs = []
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     for name in ("a", "b"):
         run_id = f"det-transfer-{name}"
-        summary_path = tmp_path / f"{name}.json"
+        summary_path = tmp_path_factory.mktemp(f"transfer-{name}") / "summary.json"
         assert transfer_main(["--server", kitti_served.address, "--run", run_id, "--json-summary", str(summary_path),
                               *TRANSFER_SMALL, "--deterministic", "on", "--threads", "1"]) == 0
         runs.append((json.loads(summary_path.read_text()), kitti_served.metrics.task_results(run_id, regime=None),
                      kitti_served.metrics.run_config(run_id)))
-    (first, first_rows, first_config), (second, second_rows, second_config) = runs
+    torch.set_num_threads(threads)  # as _restore_torch_settings does for a test's own run
+    torch.use_deterministic_algorithms(deterministic)
+    return runs
+
+
+def test_transfer_twice_gives_the_same_weights_and_reports(transfer_runs):
+    (first, first_rows, first_config), (second, second_rows, second_config) = transfer_runs
     assert first["result_sha256"] == second["result_sha256"]
     assert len(first_rows) == 2 and _rows(first_rows) == _rows(second_rows)  # val200 and test
     assert _without(first_config, "run") == _without(second_config, "run")
     assert _without(first, "run", "config") == _without(second, "run", "config")
 
 
-def test_transfer_run_configuration_records_deterministic_on_and_the_threads(kitti_served, tmp_path):
-    summary_path = tmp_path / "on.json"
-    assert transfer_main(["--server", kitti_served.address, "--run", "det-transfer-on", "--json-summary",
-                          str(summary_path), *TRANSFER_SMALL, "--steps", "1", "--deterministic", "on",
-                          "--threads", "1"]) == 0
-    config = kitti_served.metrics.run_config("det-transfer-on")
-    assert config == json.loads(summary_path.read_text())["config"]
+def test_transfer_run_configuration_records_deterministic_on_and_the_threads(transfer_runs):
+    summary, _, config = transfer_runs[0]
+    assert config == summary["config"]
     assert config["deterministic"] is True and config["requested_deterministic"] == "on"
     assert config["threads"] == 1 and config["intra_op_threads"] == 1
     assert config["inter_op_threads"] == torch.get_num_interop_threads()  # set once per process: as in force
