@@ -24,6 +24,10 @@ from clients.trainer_args import parse_args  # noqa: E402
 WORKERS = 2
 COMMON = ["--sources", "folder", "--image-size", "16", "--device", "cpu", "--ways", "5", "--shots", "2",
           "--query", "2", "--log-every", "2", "--checkpoint-every", "4"]
+# Each worker at one thread (intra- and inter-op; by default, this machine's cores): two workers
+# share the 2-core machine, and on these 16-pixel steps a second thread per worker only spins
+# waiting for work. Op determinism is on either way; nothing checked depends on thread counts.
+ONE_THREAD = ["--threads", "1"]
 
 
 def _free_ports(count: int) -> list[int]:
@@ -45,7 +49,7 @@ def cluster_run(served, directory: Path, run_id: str, *extra: str) -> tuple[list
     for index in range(WORKERS):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         processes.append(subprocess.Popen(
-            [sys.executable, "-m", "clients.tf", "--server", served.address, "--run", run_id, *COMMON,
+            [sys.executable, "-m", "clients.tf", "--server", served.address, "--run", run_id, *COMMON, *ONE_THREAD,
              "--json-summary", str(summary), *extra],
             env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CONFIG": json.dumps(config),
                  "TF_CPP_MIN_LOG_LEVEL": "2"},
