@@ -32,9 +32,12 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def _run(served, run_id: str, tmp_path: Path, *extra: str) -> dict:
+def _run(served, run_id: str, tmp_path: Path, *extra: str, size: int = 32) -> dict:
+    """A run at ``size`` px: 32 where what is checked is learning (its bounds were measured there),
+    16 where it is resuming, a summary's schema or the first line, which no image size changes (conv4
+    still runs its four blocks, every pool on an even side), at a third of a 32-px step's CPU."""
     summary = tmp_path / f"{run_id}.json"
-    argv = ["--server", served.address, "--run", run_id, "--image-size", "32", "--json-summary", str(summary),
+    argv = ["--server", served.address, "--run", run_id, "--image-size", str(size), "--json-summary", str(summary),
             "--log-every", "10", "--threads", "1", *extra]
     assert main(argv) == 0
     return json.loads(summary.read_text())
@@ -78,24 +81,24 @@ def test_resumed_run_continues_at_the_next_index(served, tmp_path, capfd):
     checkpoints = tmp_path / "ckpt"
     common = ["--sources", "folder", *FIXED, "--checkpoint-dir", str(checkpoints), "--checkpoint-every", "5",
               "--eval-episodes", "0"]
-    first = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "10")
+    first = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "10", size=16)
     assert (first["start_index"], first["next_index"]) == (0, 10)
     assert torch.load(checkpoints / CHECKPOINT)["next_index"] == 10
     capfd.readouterr()
 
-    second = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "20")
+    second = _run(served, "torch-resume", tmp_path, *common, "--train-episodes", "20", size=16)
     assert (second["start_index"], second["next_index"], second["train"]["steps"]) == (10, 20, 10)
     assert "resumed from" in capfd.readouterr().err
     state = torch.load(checkpoints / CHECKPOINT)
     assert state["next_index"] == 20 and state["resume"]["backbone"] == "conv4"
 
     # --eval-only evaluates that checkpoint without training
-    only = _run(served, "torch-resume-eval", tmp_path, *common[:-2], "--eval-only", "--eval-episodes", "3")
+    only = _run(served, "torch-resume-eval", tmp_path, *common[:-2], "--eval-only", "--eval-episodes", "3", size=16)
     assert (only["start_index"], only["train"]["steps"], only["eval"]["folder"]["episodes"]) == (20, 0, 3)
     capfd.readouterr()
 
     # a checkpoint made with other arguments is refused, in one line, with exit 2
-    argv = ["--server", served.address, "--run", "torch-resume", "--image-size", "32", "--sources", "folder",
+    argv = ["--server", served.address, "--run", "torch-resume", "--image-size", "16", "--sources", "folder",
             "--checkpoint-dir", str(checkpoints), "--eval-episodes", "0", "--backbone", "resnet18"]
     assert main(argv) == 2
     err = capfd.readouterr().err.strip()
@@ -199,7 +202,7 @@ def test_one_evaluation_episode_has_no_interval(served, tmp_path):
     from clients.md_train import EvalSummary, RunSummary, TrainSummary
 
     summary = _run(served, "torch-one-episode", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "0",
-                   "--eval-episodes", "1")
+                   "--eval-episodes", "1", size=16)
     result = summary["eval"]["folder"]
     assert result["episodes"] == 1 and result["ci95"] is None
     assert set(summary) == {f.name for f in dataclasses.fields(RunSummary)}
@@ -214,7 +217,7 @@ def test_first_line_says_what_the_run_uses(served, tmp_path, capfd):
     """Device, precision, buckets, compilation, the transport and the server's lookahead
     and decode workers: what the throughput depends on, in the run's first line."""
     _run(served, "torch-first-line", tmp_path, "--sources", "folder", *FIXED, "--train-episodes", "2",
-         "--eval-episodes", "0", "--shape-buckets", "on")
+         "--eval-episodes", "0", "--shape-buckets", "on", size=16)
     first = next(line for line in capfd.readouterr().err.splitlines() if ": run torch-first-line:" in line)
     lookahead = served.server.servicer.limits.lookahead_bytes >> 20
     workers = served.server.assembler.workers
