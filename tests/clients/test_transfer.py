@@ -27,7 +27,7 @@ SMALL = ["--protocol", "vtab-md", "--tasks", TASK, "--backbone", "conv4", "--ima
 TINY = ["--tasks", TASK, "--backbone", "conv4", "--image-size", "16", "--eval-batch-size", "256",
         "--log-every", "1000", "--device", "cpu"]  # every protocol value left to --protocol
 SCALE = ["--steps-scale", "0.0004"]  # 2500 -> 1 step, 10000 -> 4
-# TensorFlow traces a training step for every fit: its runs take the three-convolution tiny
+# TensorFlow traces a training step once per run (and class count): its runs take the three-convolution tiny
 # backbone (the last --backbone wins), whose trace is half conv4's; nothing these tests check
 # depends on the network
 TF_NET = "tiny"

@@ -4,7 +4,7 @@ and regime seed; each regime's sweep is scored on its val part and tested on the
 the regime sampling asked for is recorded; bad role/regime arguments end in one line and exit 2.
 The runs use VTAB+MD's protocol (one final run each) and the three-convolution ``tiny``
 backbone to stay small: the roles, regimes and reports do not depend on the network, and
-TensorFlow traces a finetuning step for every fit (``tiny``'s trace is half conv4's)."""
+TensorFlow traces a finetuning step once per run (``tiny``'s trace is half conv4's)."""
 
 from __future__ import annotations
 
