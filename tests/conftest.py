@@ -7,7 +7,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,20 +119,42 @@ def kitti_served(tmp_path_factory):
 @contextlib.contextmanager
 def served_kitti(builder: type, root: Path, sizes: dict[str, int]) -> Iterator[Any]:
     """A KITTI store of ``builder``'s test-built TFDS data at ``sizes`` (one shard), packed by
-    ``pack vtab`` under ``root`` and served on 127.0.0.1 while the block runs."""
-    from sampler_server.cli.main import main as server_cli
-    from sampler_server.fixtures.tfds import prepare
+    ``pack vtab`` once per run (``built_once``), copied under ``root`` (a folder
+    ``tmp_path_factory.mktemp`` made) and served on 127.0.0.1 while the block runs."""
     from sampler_server.service.server import RunningServer, ServerConfig
 
-    prepare(builder, root / "tfds", shards=1, SIZES=sizes)
-    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(root / "tfds"),
-                       "--output", str(root / "data"), "--quiet", "--workers", "1"]) == 0
+    name = f"kitti-{builder.__name__}-" + "-".join(f"{split}{count}" for split, count in sorted(sizes.items()))
+    shutil.copytree(built_once(root.parent, name, lambda folder: _pack_kitti(builder, folder, sizes)) / "data", root / "data")
     server = RunningServer(ServerConfig(data_dir=root / "data", port=0, workers=1, threads=8,
                                         grace_seconds=0.5)).start()
     try:
         yield server
     finally:
         server.stop(grace=0.5)
+
+
+def _pack_kitti(builder: type, folder: Path, sizes: dict[str, int]) -> None:
+    from sampler_server.cli.main import main as server_cli
+    from sampler_server.fixtures.tfds import prepare
+
+    prepare(builder, folder / "tfds", shards=1, SIZES=sizes)
+    assert server_cli(["pack", "vtab", "--tfds-name", "kitti", "--tfds-data-dir", str(folder / "tfds"),
+                       "--output", str(folder / "data"), "--quiet", "--workers", "1"]) == 0
+
+
+def built_once(basetemp: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """``build(folder)`` run once per test run, by the first process that asks, under a lock in
+    the folder every pytest-xdist worker of the run shares (the parent of each worker's
+    ``basetemp``; the run's own ``basetemp`` without workers); the others wait, then read or
+    copy the folder."""
+    shared = (basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp) / f"{name}-built"
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "done").exists():
+            build(shared / name)
+            (shared / "done").touch()
+    return shared / name
 
 
 def generate_fixture(source: str, root: Path, **kwargs: Any) -> Fixture:
@@ -272,16 +294,8 @@ def _build_demo_stores(workdir: Path) -> None:
 
 
 def _demo_stores_built_once(tmp_path_factory) -> Path:
-    """The demo's stores built by the first pytest-xdist worker that asks (45 s each), under a
-    lock in the run's shared temporary folder; the others wait and copy them."""
-    shared = tmp_path_factory.getbasetemp().parent / "demo-data-built"
-    shared.mkdir(exist_ok=True)
-    with open(shared / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (shared / "done").exists():
-            _build_demo_stores(shared / "demo-data")
-            (shared / "done").touch()
-    return shared / "demo-data"
+    """The demo's stores (45 s) built by the first pytest-xdist worker that asks; the others copy them."""
+    return built_once(tmp_path_factory.getbasetemp(), "demo-data", _build_demo_stores)
 
 
 @pytest.fixture(scope="session")
