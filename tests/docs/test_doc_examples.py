@@ -1,4 +1,5 @@
-"""The Python examples of README.md and docs/ run unchanged, in a fresh interpreter, against
+"""The Python examples of README.md and docs/ run unchanged, in this process as ``python -c``
+would run them (``exec_python``; the fresh-interpreter runs are the quickstart's), against
 a real server on 127.0.0.1 over the stores ``make demo`` leaves (``demo_data``: the demo's
 own data code at its own scale); only ``SERVER``, the address, is pointed at the test's
 server. (The quickstart runs in test_quickstart.py; "Use your own model" in
@@ -7,31 +8,34 @@ tests/clients/test_readme_examples.py.)"""
 from __future__ import annotations
 
 import pytest
-from doc_blocks import python_block, run_python, with_constants
+from doc_blocks import exec_python, python_block, where, with_constants
 
 
 def test_the_same_host_example_names_its_transport(demo_data):
-    done = run_python(with_constants(python_block("docs/serving.md", "same-host"), SERVER=demo_data.address))
+    done = exec_python(with_constants(python_block("docs/serving.md", "same-host"), SERVER=demo_data.address),
+                       where=where("docs/serving.md", "same-host"))
     assert done.stdout.strip() in {"same-host", "grpc"}
 
 
 def test_the_replicas_example_builds_round_robin_clients():
-    run_python(python_block("docs/clients.md", "replicas"))
+    exec_python(python_block("docs/clients.md", "replicas"), where=where("docs/clients.md", "replicas"))
 
 
 @pytest.mark.slow
 def test_the_vtab_client_example_runs(demo_data):
     code = with_constants(python_block("docs/protocols/vtab.md", "vtab-client"), SERVER=demo_data.address)
-    run_python(code + "assert {'svhn', 'kitti_distance'} <= {t.task for t in tasks}, tasks\n"
-                      "assert episode.query_images.shape == (100, 224, 224, 3), episode.query_images.shape\n"
-                      "assert episode.support_images.shape[0] == 1000 and batch.images.shape == (64, 224, 224, 3)\n")
+    exec_python(code + "assert {'svhn', 'kitti_distance'} <= {t.task for t in tasks}, tasks\n"
+                       "assert episode.query_images.shape == (100, 224, 224, 3), episode.query_images.shape\n"
+                       "assert episode.support_images.shape[0] == 1000 and batch.images.shape == (64, 224, 224, 3)\n",
+                where=where("docs/protocols/vtab.md", "vtab-client"))
 
 
 @pytest.mark.slow
 def test_the_vtab_adapters_example_runs(demo_data):
     code = with_constants(python_block("docs/clients.md", "vtab-adapters"), SERVER=demo_data.address)
-    run_python(code + "assert inputs.dtype == torch.float32 and inputs.shape == (64, 3, 224, 224), inputs.shape\n"
-                      "assert 0 <= float(inputs.min()) and float(inputs.max()) <= 1 and labels.shape == (64,)\n")
+    exec_python(code + "assert inputs.dtype == torch.float32 and inputs.shape == (64, 3, 224, 224), inputs.shape\n"
+                       "assert 0 <= float(inputs.min()) and float(inputs.max()) <= 1 and labels.shape == (64,)\n",
+                where=where("docs/clients.md", "vtab-adapters"))
 
 
 @pytest.mark.slow
@@ -39,7 +43,7 @@ def test_the_cog_client_example_runs(demo_data):
     code = with_constants(python_block("docs/protocols/cog.md", "cog-client"), SERVER=demo_data.address)
     checks = ("assert [level.level for level in levels] == ['IN-1K', 'L1', 'L2', 'L3', 'L4', 'L5'], levels\n"
               "assert batch.images.shape[1:] == (224, 224, 3) and batch.last and len(split.record_ids) == 8 * 4\n")
-    run_python(code + checks)
+    exec_python(code + checks, where=where("docs/protocols/cog.md", "cog-client"))
 
 
 def test_the_backbone_factory_example_declares_what_the_trainers_apply(tmp_path, monkeypatch):

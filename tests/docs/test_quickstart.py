@@ -2,7 +2,15 @@
 reader runs it, from the clone (``demo_data.root``, where ``demo-data/store`` is): its
 ``serve`` command (``--port 0`` for the README's 50051, which a test cannot count on),
 its Python blocks (only ``SERVER`` pointed at that server) and its other commands (the
-README's address replaced by the served one)."""
+README's address replaced by the served one).
+
+The serve command, the training command (the first time) and ``report`` run as the reader
+runs them, each in a process of its own. The Python blocks, ``sampler-server episode`` (which
+test_doc_data_commands.py runs in a fresh interpreter) and the training command's second
+run run in the test's process (``exec_python``, ``exec_command``): a fresh interpreter for
+each would add its start and a framework's import, not a check (the blocks run in a fresh
+interpreter, a torch one and a TensorFlow one, are in tests/clients/test_readme_examples.py;
+``doc_blocks``'s docstring says why)."""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_blocks import REPO_ROOT, Block, blocks, python_block, run_python, with_constants
+from doc_blocks import REPO_ROOT, Block, blocks, exec_command, exec_python, python_block, with_constants
 
 README_ADDRESS = "127.0.0.1:50051"
 SECTION = "## Quickstart"
@@ -37,8 +45,16 @@ def _environment() -> dict[str, str]:
             "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
-def _shell(command: str, root: Path, address: str) -> str:
-    done = subprocess.run(["bash", "-c", command.replace(README_ADDRESS, address)], cwd=root, env=_environment(),
+def _run(command: str, root: Path, address: str, where: str) -> str:
+    """What a quickstart command printed: ``sampler-server episode`` in this process
+    (test_doc_data_commands.py runs this very line in a fresh interpreter); the others (the
+    trainer, ``report``) in a shell of their own, as written."""
+    command = command.replace(README_ADDRESS, address)
+    if command.startswith("sampler-server episode "):
+        status, printed = exec_command(command, cwd=root, where=where)
+        assert status == 0, f"{where}: `{command}` exited {status}: {printed.stderr[-2000:]}"
+        return printed.stdout
+    done = subprocess.run(["bash", "-c", command], cwd=root, env=_environment(),
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, f"`{command}` exited {done.returncode}: {done.stderr[-2000:]}"
     return done.stdout
@@ -66,10 +82,12 @@ def test_the_quickstart_runs_on_the_demo_stores(demo_data):
         printed: dict[str, str] = {}
         for block in quickstart[1:]:
             if block.language == "python":
-                printed[block.title] = run_python(with_constants(block.code, SERVER=address)).stdout
+                code = with_constants(block.code, SERVER=address)
+                printed[block.title] = exec_python(code, where=f"{block.where} ({block.title})").stdout
             else:
                 assert block.language == "sh", block.where
-                printed[block.where] = "".join(_shell(command, demo_data.root, address) for command in _commands(block))
+                printed[block.where] = "".join(_run(command, demo_data.root, address, block.where)
+                                               for command in _commands(block))
         # The same episode in torch, in tf and from the CLI (which reads no server)
         torch_ways, fingerprint = printed["quickstart-md-torch"].split()
         assert printed["quickstart-md-tf"].split() == [torch_ways, fingerprint]
@@ -83,10 +101,10 @@ def test_the_quickstart_runs_on_the_demo_stores(demo_data):
         # The same training command again: the same numbers, accepted by the server
         train = next(c for b in quickstart if b.language == "sh" for c in _commands(b) if "--run quickstart" in c
                      and "clients.torch" in c)
-        done = subprocess.run(["bash", "-c", train.replace(README_ADDRESS, address)], cwd=demo_data.root,
-                              env=_environment(), capture_output=True, text=True, timeout=300, check=False)
-        assert done.returncode == 0 and "reported 0 new, 10 again as run 'quickstart'" in done.stderr + done.stdout, \
-            done.stderr[-2000:]
+        status, again = exec_command(train.replace(README_ADDRESS, address), cwd=demo_data.root,
+                                     where="README.md quickstart: the training command again")
+        assert status == 0 and "reported 0 new, 10 again as run 'quickstart'" in again.stderr + again.stdout, \
+            again.stderr[-2000:]
     finally:
         process.terminate()
         process.wait(timeout=30)
