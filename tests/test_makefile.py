@@ -1,12 +1,14 @@
 """`make test` runs the tests marked ``timing`` alone, after the parallel part, from the files
 its TIMING_TESTS names: a timing test in a file left off that list would run in neither part.
-`make check` collects no file that imports a framework."""
+`make check` collects no file that imports a framework, and both tiers fit their budgets as
+tests/durations.json last measured them."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import durations
 from python_source import framework_imports
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,3 +68,46 @@ def test_make_check_collects_no_file_that_imports_a_framework():
     imports it where it runs, or lives outside the tier."""
     heavy = {name: sorted(found) for name in check_tier_files() if (found := framework_imports(REPO / name))}
     assert heavy == {}, "move these out of CHECK_TESTS (CHECK_IGNORE) or import the framework inside the tests"
+
+
+# ---- the tiers' budgets ------------------------------------------------------------------------
+
+TEST_BUDGET, CHECK_BUDGET = 12 * 60, 3 * 60
+"""Seconds of pytest on this project's 2-core machine: `make test` (both parts), `make check`."""
+
+
+def _test_files() -> set[str]:
+    return {str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if "__pycache__" not in p.parts}
+
+
+def test_every_test_file_has_its_measured_seconds():
+    """A new test file is measured (``make durations FILES=...``) before it lands, so the
+    budgets below see it; a removed one leaves the record."""
+    record = durations.load()
+    parts = record["parts"]
+    measured = set(parts["test-parallel"]["files"]) | set(parts["test-timing"]["files"])
+    assert _test_files() - measured == set(), "measure them: make durations FILES='...'"
+    assert set(check_tier_files()) - set(parts["check"]["files"]) == set(), "measure the check tier: make durations"
+    stale = {part: sorted(set(entry["files"]) - _test_files()) for part, entry in parts.items()}
+    assert all(not names for names in stale.values()), f"removed files still in tests/durations.json: {stale}"
+
+
+def test_make_test_fits_in_its_budget():
+    """Both parts as last measured whole, with what the files' measured seconds added since."""
+    record = durations.load()
+    parallel, timing = durations.projected(record, "test-parallel"), durations.projected(record, "test-timing")
+    assert parallel + timing <= TEST_BUDGET, {"test-parallel": parallel, "test-timing": timing}
+
+
+def test_make_check_fits_in_its_budget():
+    check = durations.projected(durations.load(), "check")
+    assert check <= CHECK_BUDGET, check
+
+
+def test_a_part_grows_by_its_new_seconds_shared_among_its_workers():
+    record = durations.merge({"parts": {}}, "test-parallel", {"tests/a.py": 100.0, "tests/b.py": 60.0}, 90.0)
+    assert durations.projected(record, "test-parallel") == 90.0
+    grown = durations.merge(record, "test-parallel", {"tests/c.py": 30.0}, None)
+    assert durations.projected(grown, "test-parallel") == 105.0  # two workers share the new 30 s
+    timing = durations.merge({"parts": {}}, "test-timing", {"tests/a.py": 10.0}, 20.0)
+    assert durations.projected(durations.merge(timing, "test-timing", {"tests/a.py": 16.0}, None), "test-timing") == 26.0
