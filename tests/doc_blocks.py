@@ -9,11 +9,10 @@ before it: ``<!-- not run: needs a GPU -->``. Examples set what a reader changes
 top-level constants (``SERVER = "127.0.0.1:50051"``); ``with_constants`` points them at
 the test's server and fixture stores.
 
-Two ways to run a block. ``run_python`` starts a fresh interpreter (``python -c``), as a
-reader does: it pays the interpreter's start and the import of torch (3 s) or TensorFlow
+Two ways to run a block. A fresh interpreter (``python -c``), as a reader runs it, pays the interpreter's start and the import of torch (3 s) or TensorFlow
 (10 s of CPU) every time. ``exec_python`` runs the block in the test's process as
 ``python -c`` would (as ``__main__``, in a new namespace, from the repository root, with the
-variables ``run_python`` sets, its output captured) and puts back what it changed; it
+variables ``EXAMPLE_ENVIRONMENT`` names, its output captured) and puts back what it changed; it
 fails naming the block and with its traceback. A block that worked only thanks to what
 the test process has already (a module imported, a path on ``sys.path``) would pass in
 process, so each framework keeps a block run in a fresh interpreter: "Use your own model"'s
@@ -32,7 +31,6 @@ import os
 import re
 import runpy
 import shlex
-import subprocess
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -114,17 +112,9 @@ def with_constants(code: str, **values: Any) -> str:
     return code
 
 
-def run_python(code: str, *, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run an example in a fresh interpreter from the repository root, as a user would."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
 EXAMPLE_ENVIRONMENT = {"PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
-"""What ``run_python`` adds to the environment, which ``exec_python`` sets while a block runs."""
+"""What a block run as a reader runs it (``python -c`` from the repository root) has in its
+environment besides the test's: ``exec_python`` sets it while a block runs."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +147,7 @@ def as_python_c(argv: Sequence[str] = ("-c",), *, cwd: Path = REPO_ROOT) -> Iter
 
 
 def exec_python(code: str, *, where: str) -> Printed:
-    """Run an example in this process as ``run_python`` runs it in a fresh one (see the module's
+    """Run an example in this process as ``python -c`` runs it in a fresh one (see the module's
     docstring for what that cannot catch): the code as ``__main__`` in a namespace of its own,
     its output captured; an exception it raises (or a non-zero ``sys.exit``) fails the caller
     with ``where`` (the block's ``page:line (title)``), the traceback and what it printed."""

@@ -1,7 +1,7 @@
 """A documented example run twice in one fresh interpreter, as a reader runs it, then again.
 
 ``python -c`` starts the interpreter (from the repository root, with the variables
-``doc_blocks.run_python`` sets); it executes the example as ``__main__`` and hands back what
+``doc_blocks.EXAMPLE_ENVIRONMENT`` names); it executes the example as ``__main__`` and hands back what
 it printed, then waits until the caller asks for the rerun, which executes the same code
 in a new namespace. The example seeds its own weights, so the rerun must print and report
 what the first run did. One interpreter for both runs: the rerun adds the example's work,
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from doc_blocks import REPO_ROOT
+from doc_blocks import EXAMPLE_ENVIRONMENT, REPO_ROOT
 
 DRIVER = """if True:
     import contextlib, io, json, sys
@@ -45,8 +45,7 @@ class ExampleRuns:
     def __enter__(self) -> ExampleRuns:
         # OMP_NUM_THREADS: torch's threads; on the examples' small convolutions a second one only
         # spins waiting for work (make test's other worker has the machine's other core)
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0",
-               "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, **EXAMPLE_ENVIRONMENT, "OMP_NUM_THREADS": "1"}
         self.errors = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty stderr never blocks the example
         self.process = subprocess.Popen([sys.executable, "-c", DRIVER, self.code], cwd=REPO_ROOT, env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
