@@ -122,7 +122,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.timing
+# Not marked timing: 10 s is a bound on hanging, not a speed (it takes 0.2 s); the 2 s promise is
+# test_failures_say_what_to_do.py's, which runs alone.
 def test_dead_address_exits_3_in_one_line_within_seconds(capfd):
     address = f"127.0.0.1:{_free_port()}"
     started = time.monotonic()
