@@ -9,17 +9,17 @@ before it: ``<!-- not run: needs a GPU -->``. Examples set what a reader changes
 top-level constants (``SERVER = "127.0.0.1:50051"``); ``with_constants`` points them at
 the test's server and fixture stores.
 
-Two ways to run a block. A fresh interpreter (``python -c``), as a reader runs it, pays the interpreter's start and the import of torch (3 s) or TensorFlow
-(10 s of CPU) every time. ``exec_python`` runs the block in the test's process as
-``python -c`` would (as ``__main__``, in a new namespace, from the repository root, with the
-variables ``EXAMPLE_ENVIRONMENT`` names, its output captured) and puts back what it changed; it
-fails naming the block and with its traceback. A block that worked only thanks to what
-the test process has already (a module imported, a path on ``sys.path``) would pass in
-process, so each framework keeps a block run in a fresh interpreter: "Use your own model"'s
-torch and tf blocks (tests/clients/test_readme_examples.py, ``transfer_runs_twice``: their
-training is most of their time, so running them in process saved nothing measurable),
-besides the quickstart's ``python -m clients.torch`` command; the other blocks run in
-process.
+Two ways to run a block. A fresh interpreter (``python -c``), as a reader runs it, pays the
+interpreter's start and the import of torch (3 s) or TensorFlow (10 s of CPU) every time.
+``exec_python`` runs the block in the test's process as ``python -c`` would (as
+``__main__``, in a new namespace, from the repository root, with the variables
+``EXAMPLE_ENVIRONMENT`` names, its output captured) and puts back what it changed; it fails
+naming the block and with its traceback. A block that worked only thanks to what the test
+process has already (a module imported, a path on ``sys.path``) would pass in process, so
+each framework keeps a block run in a fresh interpreter: "Use your own model"'s torch and tf
+blocks (tests/clients/test_readme_examples.py, ``transfer_runs_twice``: their training is
+most of their time, so running them in process saved nothing measurable), besides the
+quickstart's ``python -m clients.torch`` command; the other blocks run in process.
 """
 
 from __future__ import annotations

@@ -107,7 +107,8 @@ def test_every_test_file_has_its_measured_seconds():
     parts = record["parts"]
     measured = set(parts["test-parallel"]["files"]) | set(parts["test-timing"]["files"])
     assert _test_files() - measured == set(), "measure them: make durations FILES='...'"
-    unmeasured = {name for name in set(check_tier_files()) - set(parts["check"]["files"]) if _runs_in_check(REPO / name)}
+    unmeasured = {name for name in set(check_tier_files()) - set(parts["check"]["files"])
+                  if _runs_in_check(REPO / name)}
     assert unmeasured == set(), "measure the check tier: make durations"
     stale = {part: sorted(set(entry["files"]) - _test_files()) for part, entry in parts.items()}
     assert all(not names for names in stale.values()), f"removed files still in tests/durations.json: {stale}"
@@ -132,7 +133,8 @@ def test_a_part_grows_by_its_new_seconds_shared_among_its_workers():
     grown = durations.merge(record, "test-parallel", {"tests/c.py": 30.0}, None)
     assert durations.projected(grown, "test-parallel") == 105.0  # two workers share the new 30 s
     timing = durations.merge({"parts": {}}, "test-timing", {"tests/a.py": 10.0}, 20.0)
-    assert durations.projected(durations.merge(timing, "test-timing", {"tests/a.py": 16.0}, None), "test-timing") == 26.0
+    regrown = durations.merge(timing, "test-timing", {"tests/a.py": 16.0}, None)
+    assert durations.projected(regrown, "test-timing") == 26.0
 
 
 def test_the_record_shares_each_part_among_the_workers_the_makefile_starts():
