@@ -68,7 +68,7 @@ chromium:
 # spread wider (three workers took 14:45 and 1,650 s of CPU).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
-PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile
+PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 TIMING_TESTS := tests/bench/test_scale_growth.py tests/clients/test_failures_say_what_to_do.py \
 	tests/core/cog/test_cog_levels.py tests/service/test_admission.py
 test: install bytecode wordnet postgresql chromium

@@ -61,6 +61,23 @@ TRAINER_COMMANDS = (
 )
 """Each trainer command and its one-line summary, listed by the top-level ``--help``
 (``python -m clients.torch`` / ``clients.tf`` dispatch on the same names)."""
+COMMAND_MODULES = {"train": "md_train", "transfer": "vtab_transfer", "cog": "cog_eval", "evaluate": "evaluate"}
+"""The module of each command under ``clients.torch`` and ``clients.tf``: its ``main`` runs it."""
+
+
+def command_main(package: str, argv: Sequence[str]) -> tuple[str, Any, list[str]]:
+    """(command, its ``main``, its arguments) for ``python -m PACKAGE ARGV``: ``train`` when
+    ``argv`` names no command. The command's module (and its framework) is imported with the
+    collector held off (``sampler_common.startup``): this runs only as a program's entry."""
+    import importlib
+
+    from sampler_common.startup import program_imports
+
+    named = bool(argv) and argv[0] in COMMAND_MODULES
+    command = argv[0] if named else "train"
+    with program_imports():
+        main = importlib.import_module(f"{package}.{COMMAND_MODULES[command]}").main
+    return command, main, list(argv[1:] if named else argv)
 HELP_WIDTH = 100
 _NAMES_A_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
 

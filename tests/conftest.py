@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
+gc.disable()  # until the tests start: see pytest_runtestloop
+
 import contextlib
 import fcntl
 import os
@@ -62,6 +66,31 @@ _SESSION_START: list[float] = []
 
 def _reporting_process() -> bool:
     return not os.environ.get("PYTEST_XDIST_WORKER")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """The collector was held off while the test modules imported (TensorFlow, PyTorch,
+    the project): scanning that heap again and again frees nothing. It is frozen out of
+    later passes, as a program's entry does (``sampler_common.startup``), then the
+    collector runs as usual for what the tests create."""
+    gc.freeze()
+    gc.enable()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the longest files first (their seconds in tests/durations.json,
+    for this part): `--dist loadfile` hands each worker the next whole file as it frees up, in
+    this order (the Makefile turns off xdist's own, by test count), so a long file is not left to
+    start near the end while the other worker runs out of files. Every worker sorts the same way,
+    and a file's tests keep their order."""
+    if not hasattr(config, "workerinput"):
+        return
+    import durations
+
+    part = "check" if PROFILE == "check" else "test-parallel"
+    seconds = durations.load().get("parts", {}).get(part, {}).get("files", {})
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

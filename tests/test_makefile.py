@@ -44,7 +44,8 @@ def _make_variable(name: str) -> list[str]:
 
 
 def test_both_parts_of_make_test_and_make_check_run_in_the_workers_a_file_at_a_time():
-    assert _make_variable("PARALLEL") == ["-q", "-n", "$(TEST_WORKERS)", "--dist", "loadfile"]
+    assert _make_variable("PARALLEL") == ["-q", "-n", "$(TEST_WORKERS)", "--dist", "loadfile",
+                                          "--no-loadscope-reorder"]
     check = (REPO / "Makefile").read_text().split("\ncheck:", 1)[1].split("\n\n", 1)[0]
     assert "HYPOTHESIS_PROFILE=check $(PYTEST) $(PARALLEL) $(CHECK_MARKS)" in check and "$(CHECK_TESTS)" in check
     assert _make_variable("CHECK_MARKS") == ["-m", '"not', "slow", "and", "not", 'timing"']

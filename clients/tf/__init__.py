@@ -11,19 +11,22 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from clients.tf.cog_dataset import cog_batch_dataset, cog_batch_signature  # noqa: E402
-from clients.tf.dataset import (  # noqa: E402
-    BatchSource,
-    EpisodeSource,
-    batch_dataset,
-    batch_signature,
-    episode_dataset,
-    episode_signature,
-    packed_episode_signature,
-    task_batch_dataset,
-    task_batch_signature,
-    task_episode_to_tf,
-)
+from sampler_common.startup import collector_held_off  # noqa: E402
+
+with collector_held_off():  # TensorFlow's import, without the collector's scans (1-2 s)
+    from clients.tf.cog_dataset import cog_batch_dataset, cog_batch_signature
+    from clients.tf.dataset import (
+        BatchSource,
+        EpisodeSource,
+        batch_dataset,
+        batch_signature,
+        episode_dataset,
+        episode_signature,
+        packed_episode_signature,
+        task_batch_dataset,
+        task_batch_signature,
+        task_episode_to_tf,
+    )
 
 __all__ = ["BatchSource", "EpisodeSource", "batch_dataset", "batch_signature", "cog_batch_dataset",
            "cog_batch_signature", "episode_dataset", "episode_signature", "packed_episode_signature",

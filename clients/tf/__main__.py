@@ -16,18 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["transfer"]:
-        from clients.tf.vtab_transfer import main as transfer_main
+    from clients.trainer_args import command_main
 
-        sys.exit(transfer_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["cog"]:
-        from clients.tf.cog_eval import main as cog_main
-
-        sys.exit(cog_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["evaluate"]:
-        from clients.tf.evaluate import main as evaluate_main
-
-        sys.exit(evaluate_main(sys.argv[2:]))
-    from clients.tf.md_train import main
-
-    sys.exit(main(sys.argv[2:] if sys.argv[1:2] == ["train"] else sys.argv[1:]))
+    _, main, arguments = command_main("clients.tf", sys.argv[1:])
+    sys.exit(main(arguments))

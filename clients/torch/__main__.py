@@ -20,23 +20,12 @@ checkpoint and summary and destroyed its process group: nothing is left to final
 import os
 import sys
 
+from clients.trainer_args import command_main
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["transfer"]:
-        from clients.torch.vtab_transfer import main as transfer_main
-
-        sys.exit(transfer_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["cog"]:
-        from clients.torch.cog_eval import main as cog_main
-
-        sys.exit(cog_main(sys.argv[2:]))
-    if sys.argv[1:2] == ["evaluate"]:
-        from clients.torch.evaluate import main as evaluate_main
-
-        sys.exit(evaluate_main(sys.argv[2:]))
-    from clients.torch.md_train import main
-
-    status = main(sys.argv[2:] if sys.argv[1:2] == ["train"] else sys.argv[1:])
-    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
+    command, main, arguments = command_main("clients.torch", sys.argv[1:])
+    status = main(arguments)
+    if command == "train" and os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
