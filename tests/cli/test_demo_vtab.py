@@ -1,6 +1,8 @@
-"""The demo's VTAB leg at its smallest: test-built TFDS data of its two tasks packed into one
-data directory with the ``pack vtab`` code path, the demo's VTAB-protocol runs (cut to one
-step) in torch and tf through the server, their rows in the VTAB table; and the one-line skip when tensorflow-datasets is missing."""
+"""The demo's VTAB leg at its smallest: the stores ``make demo`` builds (conftest's ``demo_data``,
+built once per run by the demo's own code, whose VTAB part packs test-built TFDS data of its two
+tasks with the ``pack vtab`` code path), the demo's VTAB-protocol runs (cut to one step) in torch
+and tf through a server over them, their rows in the VTAB table; and the one-line skip when
+tensorflow-datasets is missing."""
 
 from __future__ import annotations
 
@@ -13,38 +15,32 @@ import pytest
 from sampler_server.cli import demo_cmd
 
 
-def test_vtab_leg_packs_its_tasks_and_torch_and_tf_probes_land_in_the_vtab_and_vtab_md_tables(tmp_path):
+def test_vtab_leg_packs_its_tasks_and_torch_and_tf_probes_land_in_the_vtab_and_vtab_md_tables(demo_data, tmp_path):
     import torch
     from clients.tf.vtab_transfer import main as tf_transfer_main
     from clients.torch.vtab_transfer import main as transfer_main
-    from sampler_server.metrics.store import MetricsStore
     from sampler_server.metrics.vtab.report import (
         build_vtab_md_report,
         build_vtab_report,
         render_vtab_md_report,
         render_vtab_report,
     )
-    from sampler_server.service.server import RunningServer, ServerConfig
 
-    store = tmp_path / "store"
-    assert demo_cmd.build_vtab_data(tmp_path, store, workers=1, quiet=True)
-    assert {"tfds_svhn_cropped", "tfds_kitti"} <= {path.name for path in store.iterdir()}
-    server = RunningServer(ServerConfig(data_dir=store, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
+    assert {"tfds_svhn_cropped", "tfds_kitti"} <= {path.name for path in demo_data.data.iterdir()}
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:  # the demo's VTAB protocol flags, cut to one setting of one step (the last --lrs / --steps win)
-        assert transfer_main(["--server", server.address, "--run", "demo-vtab-torch", "--tasks", *demo_cmd.VTAB_TASKS,
-                              *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1", "--device", "cpu",
-                              "--json-summary", str(tmp_path / "torch.json")]) == 0
-        assert tf_transfer_main(["--server", server.address, "--run", "demo-vtab-tf", "--tasks", *demo_cmd.VTAB_TASKS,
-                                 *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1"]) == 0
+        assert transfer_main(["--server", demo_data.address, "--run", "demo-vtab-torch", "--tasks",
+                              *demo_cmd.VTAB_TASKS, *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1", "--device",
+                              "cpu", "--json-summary", str(tmp_path / "torch.json")]) == 0
+        assert tf_transfer_main(["--server", demo_data.address, "--run", "demo-vtab-tf", "--tasks",
+                                 *demo_cmd.VTAB_TASKS, *demo_cmd.VTAB_RUN, "--lrs", "0.1", "--steps", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
-        server.stop(grace=0.5)
     summary = json.loads((tmp_path / "torch.json").read_text())
     assert summary["protocol"] == "vtab" and summary["mode"] == "finetune"
     assert summary["protocol_values"]["resize"] == "legacy_bilinear" and len(summary["run_seeds"]) == 3
-    metrics = MetricsStore(store / "metrics.sqlite")
+    metrics = demo_data.server.metrics
     runs = ["demo-vtab-torch", "demo-vtab-tf"]
     table = render_vtab_report(build_vtab_report(metrics, runs), "table")
     rows = {line.split()[1]: line for line in table.splitlines() if len(line.split()) > 2}
