@@ -61,11 +61,11 @@ chromium:
 # TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
 # Budgets on this 2-core machine: `make test` 12:00 of pytest, `make check` 3:00. `make
 # durations` records each file's seconds and each part's wall clock in tests/durations.json,
-# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, a5dec90):
-# `make test` 14:31 + 1:18, over its budget (held under its ceiling, 950 s, until it fits); `make
-# check` 2:44. The parallel part uses 1,400 s of CPU (/usr/bin/time): 11:40 of both cores
-# fully busy, before the timing part's 1:18, so the tests must do less work to fit, not be
-# spread wider (three workers took 14:45 and 1,650 s of CPU).
+# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, 20edc30):
+# `make test` 12:19 + 1:10, over its budget (held under its ceiling, 835 s, until it fits); `make
+# check` 2:34. The parallel part used 1,380 s of CPU (/usr/bin/time, 4ef9e6e): 11:30 of both
+# cores fully busy, so the tests must do less work to fit, not be spread wider (before these
+# figures, three workers took 14:45 and 1,650 s of CPU where two took 13:46 and 1,400 s).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

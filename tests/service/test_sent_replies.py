@@ -26,6 +26,7 @@ def _large_buffers() -> dict[int, int]:
     """id -> size of every bytes object of LARGE bytes or more that a gc-tracked object or
     a running thread's frame references (the replies the server still holds)."""
     found: dict[int, int] = {}
+    gc.unfreeze()  # gc.get_objects() leaves out what tests/conftest.py froze, which could hold one too
     with warnings.catch_warnings():  # some libraries' lazy attributes warn when merely looked at
         warnings.simplefilter("ignore")
         for holder in gc.get_objects():
