@@ -61,6 +61,9 @@ TRAINER_COMMANDS = (
 )
 """Each trainer command and its one-line summary, listed by the top-level ``--help``
 (``python -m clients.torch`` / ``clients.tf`` dispatch on the same names)."""
+HELP_WIDTH = 100
+_NAMES_A_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
+
 COMMAND_MODULES = {"train": "md_train", "transfer": "vtab_transfer", "cog": "cog_eval", "evaluate": "evaluate"}
 """The module of each command under ``clients.torch`` and ``clients.tf``: its ``main`` runs it."""
 
@@ -78,8 +81,6 @@ def command_main(package: str, argv: Sequence[str]) -> tuple[str, Any, list[str]
     with program_imports():
         main = importlib.import_module(f"{package}.{COMMAND_MODULES[command]}").main
     return command, main, list(argv[1:] if named else argv)
-HELP_WIDTH = 100
-_NAMES_A_DEFAULT = re.compile(r"\bdefault\b", re.IGNORECASE)
 
 
 class TrainerHelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
