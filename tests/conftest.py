@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import loader_workers
 import pytest
 from hypothesis import settings
 from prerequisites import missing
@@ -73,9 +74,11 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     """The collector was held off while the test modules imported (TensorFlow, PyTorch,
     the project): scanning that heap again and again frees nothing. It is frozen out of
     later passes, as a program's entry does (``sampler_common.startup``), then the
-    collector runs as usual for what the tests create."""
+    collector runs as usual for what the tests create. The DataLoader workers' forkserver
+    starts first (``loader_workers``): before any test's server starts it with a shorter list."""
     gc.freeze()
     gc.enable()
+    loader_workers.start_forkserver({getattr(item, "module", None) for item in session.items})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from loader_workers import loader_context
 
 from clients.core import EpisodeSpec
 
@@ -23,7 +24,7 @@ def test_two_workers_times_two_ranks_cover_every_index_once(served):
     for rank in range(2):
         dataset = EpisodeDataset(served.address, SPEC, start=5, count=23, rank=rank, world_size=2)
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn"
+            dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context()
         )
         seen.extend(int(item["index"]) for item in loader)
     assert sorted(seen) == list(range(5, 28))

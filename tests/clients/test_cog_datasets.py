@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from loader_workers import loader_context
 from conftest import generate_fixture, pack_fixture
 
 from clients.core import SamplerClient
@@ -67,11 +68,11 @@ def test_cog_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     from clients.torch import cog_dataset as torch_dataset
     from torch.utils.data import DataLoader
 
-    # The server runs in this process: forking beside its gRPC threads can crash the worker.
-    SPAWN = "spawn"  # noqa: N806
-
+    # The server runs in this process: forking beside its gRPC threads can crash the worker,
+    # so the workers come from a forkserver (loader_workers)
     dataset = torch_dataset.CogBatchDataset(address, "IN-1K", "test", batch_size=64, image_size=8)
-    assert [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=SPAWN)] == [0, 1, 2]
+    one = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=loader_context())
+    assert [b["index"] for b in one] == [0, 1, 2]
     assert [b["index"] for b in DataLoader(dataset, batch_size=None)] == [0, 1, 2]  # each pass is whole
     with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=SPAWN))
+        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context()))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from loader_workers import loader_context
 
 from clients.core import EpisodeSpec
 
@@ -51,7 +52,8 @@ def test_episode_dataset_resumes_at_the_exact_next_index(served):
 def test_episode_dataset_resumes_with_dataloader_workers(served):
     unbroken = [_key(item) for item in EpisodeDataset(served.address, SPEC, count=COUNT)]
     dataset = EpisodeDataset(served.address, SPEC, count=COUNT)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                         multiprocessing_context=loader_context())
     seen = []
     for item in loader:  # items come from worker processes: the consumer says what it took
         seen.append(_key(item))
@@ -62,7 +64,8 @@ def test_episode_dataset_resumes_with_dataloader_workers(served):
 
     again = EpisodeDataset(served.address, SPEC, count=COUNT)
     again.load_state_dict(state)
-    loader = torch.utils.data.DataLoader(again, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(again, batch_size=None, num_workers=2,
+                                         multiprocessing_context=loader_context())
     assert seen + [_key(item) for item in loader] == unbroken
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from loader_workers import loader_context
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from clients.core import SamplerClient
@@ -112,11 +113,11 @@ def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     from clients.torch import dataset as torch_dataset
     from torch.utils.data import DataLoader
 
-    # The server runs in this process: forking beside its gRPC threads can crash the worker.
-    SPAWN = "spawn"  # noqa: N806
-
+    # The server runs in this process: forking beside its gRPC threads can crash the worker,
+    # so the workers come from a forkserver (loader_workers)
     dataset = torch_dataset.TaskBatchDataset(address, "clevr_distance", "test", 16, shuffle=False, image_size=12)
-    one = [b["index"] for b in DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=SPAWN)]
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=loader_context())
+    one = [b["index"] for b in loader]
     assert one == [0, 1, 2]  # one worker reads the stream once
     with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=SPAWN))
+        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context()))
