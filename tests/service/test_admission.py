@@ -29,7 +29,7 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
 MAX_STREAMS = 64  # the server's defaults: 64 stream slots, 16 more threads for unary calls
 STALLED = 200
-IDLE_SECONDS = 15
+IDLE_SECONDS = 10
 
 
 def _cpu_seconds(pid: int) -> float:
