@@ -30,6 +30,9 @@ changes every batch and must version the batch config kind.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import numpy as np
 
 from sampler_server.core.hashing import FieldHasher
@@ -64,42 +67,61 @@ class KeyedPermutation:
             for r in range(ROUNDS)
         )
 
-    def _round(self, key: np.uint64, right: np.ndarray) -> np.ndarray:
-        x = right ^ key
-        x ^= x >> _S30
-        x *= _M1
-        x ^= x >> _S27
-        x *= _M2
-        x ^= x >> _S31
-        return x & self._mask
-
-    def _feistel(self, values: np.ndarray) -> np.ndarray:
-        left = values >> self._half
-        right = values & self._mask
-        for key in self._keys:
-            left, right = right, left ^ self._round(key, right)
-        return (left << self._half) | right
-
     def permute(self, positions: np.ndarray | list[int]) -> np.ndarray:
         """The images of ``positions`` (each in [0, size)) as int64, in the same order."""
         values = np.asarray(positions, dtype=np.int64)
-        if values.size and (int(values.min()) < 0 or int(values.max()) >= self.size):
-            raise InvalidArgument(f"positions: got {int(values.min())}..{int(values.max())}, expected [0, {self.size})")
-        out = values.astype(np.uint64)
-        limit = np.uint64(self.size)
-        with np.errstate(over="ignore"):
-            pending = np.arange(out.size)
-            while pending.size:
-                out[pending] = self._feistel(out[pending])
-                pending = pending[out[pending] >= limit]
-        return out.astype(np.int64)
+        return permute_each([self], np.zeros(values.size, dtype=np.int64), values)
 
     def __call__(self, position: int) -> int:
         return int(self.permute([position])[0])
 
 
+def permute_each(permutations: Sequence[KeyedPermutation], which: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``permutations[which[i]]`` of ``positions[i]`` for every i, as int64: permutations of one
+    size evaluated together, each round one array operation over every value. Why: a batch of
+    65,536 over a split of 21 records spans 3,121 epochs, whose values one permutation at a time
+    took 6 s of NumPy calls on arrays of 21."""
+    size = permutations[0].size
+    if any(permutation.size != size for permutation in permutations):
+        raise ValueError("permute_each: the permutations differ in size")
+    values = np.asarray(positions, dtype=np.int64)
+    if values.size and (int(values.min()) < 0 or int(values.max()) >= size):
+        raise InvalidArgument(f"positions: got {int(values.min())}..{int(values.max())}, expected [0, {size})")
+    half, mask = permutations[0]._half, permutations[0]._mask
+    keys = np.array([permutation._keys for permutation in permutations], dtype=np.uint64)[np.asarray(which)].T
+    out = values.astype(np.uint64)
+    limit = np.uint64(size)
+    with np.errstate(over="ignore"):
+        pending = np.arange(out.size)
+        while pending.size:  # cycle walking: values mapped outside [0, size) are mapped again
+            out[pending] = _feistel(out[pending], keys[:, pending], half, mask)
+            pending = pending[out[pending] >= limit]
+    return out.astype(np.int64)
+
+
+def _round(keys: np.ndarray, right: np.ndarray, mask: np.uint64) -> np.ndarray:
+    x = right ^ keys
+    x ^= x >> _S30
+    x *= _M1
+    x ^= x >> _S27
+    x *= _M2
+    x ^= x >> _S31
+    return x & mask
+
+
+def _feistel(values: np.ndarray, keys: np.ndarray, half: np.uint64, mask: np.uint64) -> np.ndarray:
+    """One pass of the network over ``values``; ``keys[r]`` holds each value's key of round r."""
+    left = values >> half
+    right = values & mask
+    for round_keys in keys:
+        left, right = right, left ^ _round(round_keys, right, mask)
+    return (left << half) | right
+
+
+@functools.lru_cache(maxsize=256)
 def epoch_permutation(
     seed: int, protocol: Protocol, source: str, split: Split, epoch: int, size: int
 ) -> KeyedPermutation:
-    """The order of epoch ``epoch``: keyed by the seeding helper's digest of (seed, protocol, source, split, epoch)."""
+    """The order of epoch ``epoch``: keyed by the seeding helper's digest of (seed, protocol, source, split, epoch).
+    Kept for the next batches of the same epoch (its keys are nine SHA-256 digests)."""
     return KeyedPermutation(size, derivation_digest(seed, protocol, source, split, epoch))

@@ -8,7 +8,7 @@ from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sampler_server.core.seeding import Protocol
-from sampler_server.core.shuffle import MAX_SIZE, KeyedPermutation, epoch_permutation
+from sampler_server.core.shuffle import MAX_SIZE, KeyedPermutation, epoch_permutation, permute_each
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
 
@@ -88,6 +88,21 @@ def test_golden_values(size: int, key: bytes) -> None:
 def test_golden_epoch_order() -> None:
     order = epoch_permutation(7, Protocol.META_DATASET_BATCHES, "quickdraw", Split.TRAIN, 2, 50_000_000)
     assert order.permute([0, 1, 49_999_999]).tolist() == [6294849, 21984786, 25636725]
+
+
+@given(size=st.integers(1, 5000), owners=st.lists(st.integers(0, 3), min_size=1, max_size=200),
+       seed=st.integers(0, 2**32))
+@settings(max_examples=examples(60), deadline=None)
+def test_permutations_of_one_size_evaluated_together_equal_each_alone(size: int, owners: list[int], seed: int) -> None:
+    orders = [KeyedPermutation(size, f"{seed}/{k}".encode()) for k in range(4)]
+    positions = np.random.default_rng(seed).integers(0, size, len(owners))
+    together = permute_each(orders, np.array(owners), positions)
+    assert together.tolist() == [orders[k](int(p)) for k, p in zip(owners, positions, strict=True)]
+
+
+def test_permute_each_refuses_permutations_of_different_sizes() -> None:
+    with pytest.raises(ValueError, match="differ in size"):
+        permute_each([KeyedPermutation(10, b"a"), KeyedPermutation(11, b"a")], np.array([0, 1]), np.array([0, 0]))
 
 
 def test_bad_sizes_and_positions() -> None:

@@ -26,7 +26,7 @@ from sampler_common.checks import MAX_INDEX, check_batch_size
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.md.presets import Benchmark
 from sampler_server.core.seeding import Protocol, check_seed_and_index
-from sampler_server.core.shuffle import epoch_permutation
+from sampler_server.core.shuffle import epoch_permutation, permute_each
 from sampler_server.core.spec import DatasetSpec
 from sampler_server.core.split import Split
 from sampler_server.errors import FailedPrecondition, InvalidArgument, field_checks
@@ -69,12 +69,9 @@ def shuffled_positions(
     first_epoch, first_step = divmod(int(index) * batch_size, size)
     steps = first_step + np.arange(batch_size, dtype=np.int64)  # < size + 65536: no overflow
     epoch_of = steps // size
-    positions = np.empty(batch_size, dtype=np.int64)
-    for extra in range(int(epoch_of[-1]) + 1):
-        chosen = epoch_of == extra
-        order = epoch_permutation(seed, protocol, source, split, first_epoch + extra, size)
-        positions[chosen] = order.permute(steps[chosen] - extra * size)
-    return first_epoch, positions
+    orders = [epoch_permutation(seed, protocol, source, split, first_epoch + extra, size)
+              for extra in range(int(epoch_of[-1]) + 1)]
+    return first_epoch, permute_each(orders, epoch_of, steps - epoch_of * size)
 
 
 class BatchSampler:
