@@ -53,8 +53,10 @@ BUILD_BACKEND = ("setuptools", "wheel")  # pyproject.toml's [build-system] requi
 
 
 def _pip(target: Path) -> list[str]:
-    """This environment's pip acting on the virtualenv ``target`` as its own pip would."""
-    return [sys.executable, "-m", "pip", "--python", str(target / "bin" / "python")]
+    """This environment's pip acting on the virtualenv ``target`` as its own pip would, with
+    no configuration of this machine's (``--isolated``): a find-links folder set there would
+    otherwise serve torch from its own compressed wheel, not the wheelhouse's."""
+    return [sys.executable, "-m", "pip", "--isolated", "--python", str(target / "bin" / "python")]
 
 
 def _install(target: Path, wheelhouse: Path, *arguments: str) -> None:

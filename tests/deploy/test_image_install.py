@@ -69,12 +69,13 @@ def image() -> Iterator[Image]:
 
 
 def _offline(argv: list[str], wheelhouse: Path) -> list[str]:
-    """The RUN command with what only an index would give replaced by local files (and no
-    bytecode compiled at install)."""
+    """The RUN command with what only an index would give replaced by local files (the
+    wheelhouse only: ``--isolated`` from this machine's pip configuration), and no bytecode
+    compiled at install."""
     if argv[:4] == [sys.executable, "-m", "pip", "wheel"]:
         return argv + ["--no-build-isolation"]  # setuptools and wheel from this venv
     if argv[0].endswith("/pip") and argv[1] == "install":
-        return argv + ["--no-compile", "--no-index", "--find-links", str(wheelhouse)]
+        return argv + ["--isolated", "--no-compile", "--no-index", "--find-links", str(wheelhouse)]
     return argv
 
 
