@@ -27,6 +27,17 @@ SIZES = {"conv4": 32, "resnet18": 32, "resnet50": 40, "tiny": 32}
 GOLDEN = {"conv4": "8cbf12428cccc06932d5a4952c7245a49a603aa289bb520618eac65854a4e5bb"}
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """One torch thread: ``make test`` runs two test processes on two cores, and on these small
+    batches a second thread only spins waiting for a core (a ResNet-50 forward took 4 times the
+    CPU time of one thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _argv(framework: str, backbone: str, *extra: str) -> list[str]:
     return ["--server", "h:1", "--run", "r", "--sources", "a", "--device", "cpu", "--backbone", backbone,
             "--image-size", str(SIZES.get(backbone, 32)), *extra]
