@@ -67,4 +67,21 @@ def derive_rng(seed: int, protocol: Protocol, source: str, split: Split, index: 
     """A fresh legacy ``RandomState`` for one unit of work (see the module docstring)."""
     digest = derivation_digest(seed, protocol, source, split, index)
     words = [int.from_bytes(digest[i : i + 4], "big") for i in range(0, len(digest), 4)]
-    return np.random.RandomState(np.array(words, dtype=np.uint32))
+    return legacy_rng(np.array(words, dtype=np.uint32))
+
+
+class _Zeros(np.random.bit_generator.ISeedSequence):
+    """An initial MT19937 state of zeros, overwritten at once by ``RandomState.seed``."""
+
+    def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
+        return np.zeros(n_words, dtype=dtype)
+
+
+def legacy_rng(words: np.ndarray) -> np.random.RandomState:
+    """``np.random.RandomState(words)``, the same state, in a third of the time: that
+    constructor first seeds its MT19937 from OS entropy (SeedSequence) and then discards it
+    for ``init_by_array(words)``; here the discarded state costs nothing (every episode and
+    batch derives one, 0.3 ms -> 0.1 ms)."""
+    rng = np.random.RandomState(np.random.MT19937(_Zeros()))
+    rng.seed(words)  # init_by_array, as the constructor seeds
+    return rng

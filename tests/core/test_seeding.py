@@ -21,6 +21,7 @@ from sampler_server.core.seeding import (
     Protocol,
     derivation_digest,
     derive_rng,
+    legacy_rng,
 )
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument
@@ -40,6 +41,16 @@ def test_golden_digest_and_stream() -> None:
     assert rng.random_sample(2).tolist() == [0.6504722961139245, 0.5015133767786532]
     assert rng.permutation(8).tolist() == [4, 3, 7, 0, 2, 6, 1, 5]
     assert rng.uniform(-0.5, 0.5, 2).tolist() == [-0.056543698352629845, -0.45789953447931975]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(words=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=16))
+def test_the_fast_constructor_is_the_legacy_constructor(words: list[int]) -> None:
+    array = np.array(words, dtype=np.uint32)
+    expected, got = np.random.RandomState(array), legacy_rng(array)
+    _, key, position, *_ = expected.get_state()
+    assert np.array_equal(got.get_state()[1], key) and got.get_state()[2] == position
+    assert got.randint(0, 2**31 - 1, size=8).tolist() == expected.randint(0, 2**31 - 1, size=8).tolist()
 
 
 def _first(rng: np.random.RandomState) -> tuple[int, ...]:
@@ -167,15 +178,17 @@ def _dotted(node: ast.AST) -> str:
 
 
 def test_no_global_or_unfrozen_randomness_in_core() -> None:
-    """Only ``np.random.RandomState`` (constructed by the seeding helper); no ``random``, no clock."""
+    """Only ``np.random.RandomState`` (constructed by the seeding helper, over the legacy MT19937
+    it seeds itself); no ``random``, no clock."""
     offenders = []
     for path in sorted(CORE.rglob("*.py")):
         tree = parse_file(path)
+        allowed = {"RandomState", "MT19937", "bit_generator"} if path.name == "seeding.py" else {"RandomState"}
         for node in ast.walk(tree):
             where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
             if isinstance(node, ast.Attribute):
                 name = _dotted(node)
-                if re.match(r"(np|numpy)\.random\.", name) and name.split(".")[2] != "RandomState":
+                if re.match(r"(np|numpy)\.random\.", name) and name.split(".")[2] not in allowed:
                     offenders.append(f"{where}: {name}")
                 if name in ("time.time", "time.monotonic", "time.perf_counter", "datetime.now"):
                     offenders.append(f"{where}: {name}")
