@@ -27,6 +27,13 @@ def nltk_wn(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return open_nltk_wordnet(tmp_path_factory.mktemp("wordnet"))
 
 
+@pytest.fixture(scope="module")
+def in21k(graph: nx.DiGraph) -> tuple[dict[str, int], Fragment]:
+    """The synthetic IN-21K counts and their fragment, built once: two tests read them, neither changes them."""
+    counts = cog_counts.synthetic_in21k_counts(graph)
+    return counts, Fragment(graph, counts)
+
+
 def _tiny() -> nx.DiGraph:
     """entity -> a, b; a -> c, d; b -> e; c -> f (an instance); d -> g; e -> g."""
     graph = nx.DiGraph()
@@ -82,10 +89,11 @@ def test_lin_equals_nltk_lin_similarity_on_the_fixture(graph: nx.DiGraph, nltk_w
         assert fragment.similarity_to([concept], seen)[concept] == max(values)
 
 
-def test_lin_equals_nltk_on_random_pairs_of_a_21841_concept_fragment(graph: nx.DiGraph, nltk_wn: Any) -> None:
+def test_lin_equals_nltk_on_random_pairs_of_a_21841_concept_fragment(in21k: tuple[dict[str, int], Fragment],
+                                                                      nltk_wn: Any) -> None:
     from nltk.corpus.reader.wordnet import information_content
 
-    fragment = Fragment(graph, cog_counts.synthetic_in21k_counts(graph))
+    _, fragment = in21k
     ic = _nltk_ic(fragment)
     rng = random.Random(11)
     pairs = [tuple(rng.sample(fragment.nodes, 2)) for _ in range(1500)]
@@ -96,9 +104,8 @@ def test_lin_equals_nltk_on_random_pairs_of_a_21841_concept_fragment(graph: nx.D
         assert information_content(a, ic) == fragment.ic[first]
 
 
-def test_fast_similarity_equals_the_pairwise_maximum(graph: nx.DiGraph) -> None:
-    counts = cog_counts.synthetic_in21k_counts(graph)
-    fragment = Fragment(graph, counts)
+def test_fast_similarity_equals_the_pairwise_maximum(in21k: tuple[dict[str, int], Fragment]) -> None:
+    counts, fragment = in21k
     seen = [w for w in in1k_wnids() if w in fragment]
     assert len(seen) == 999  # teddy bear is not in it
     concepts = random.Random(5).sample(sorted(counts), 60)
