@@ -2,15 +2,19 @@
 (a TF_CONFIG cluster on free ports) against a real server train disjoint shards that
 together are the window, keep identical variables (rank 0's checkpoint is that model),
 evaluate sharded with each episode reported once, and a resumed run continues from the
-checkpoint with the same shards. One test: a cluster takes seconds to start."""
+checkpoint with the same shards. One test: a cluster takes seconds to start. Each worker is
+a process of its own, forked from one that imported TensorFlow once (tf_trainer_cluster.py):
+four fresh interpreters would each pay that import's ~9 s of CPU."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,27 +45,35 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def cluster_run(served, directory: Path, run_id: str, *extra: str) -> tuple[list[int], str, dict]:
+@pytest.fixture
+def launcher() -> Iterator[subprocess.Popen]:
+    """The process the clusters' workers fork from (its own process group: its workers end with it)."""
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("tf_trainer_cluster.py"))],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def cluster_run(launcher, served, directory: Path, run_id: str, *extra: str) -> tuple[list[int], str, dict]:
     """Both workers of a fresh two-worker cluster: (exit statuses, their stderr, rank 0's summary)."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(WORKERS)]
     summary = directory / f"{run_id}.json"
-    processes = []
-    for index in range(WORKERS):
-        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "clients.tf", "--server", served.address, "--run", run_id, *COMMON, *ONE_THREAD,
-             "--json-summary", str(summary), *extra],
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TF_CONFIG": json.dumps(config),
-                 "TF_CPP_MIN_LOG_LEVEL": "2"},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-    errors = []
-    for process in processes:
-        try:
-            errors.append(process.communicate(timeout=300)[1])
-        finally:
-            process.kill()
-    return [p.returncode for p in processes], "".join(errors), (json.loads(summary.read_text())
-                                                                 if summary.exists() else {})
+    configs = [json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+               for index in range(WORKERS)]
+    errors = [directory / f"{run_id}-{index}.err" for index in range(WORKERS)]
+    launcher.stdin.write(json.dumps({
+        "argv": ["--server", served.address, "--run", run_id, *COMMON, *ONE_THREAD, "--json-summary", str(summary),
+                 *extra],
+        "configs": configs, "errors": [str(path) for path in errors], "timeout": 300}) + "\n")
+    launcher.stdin.flush()
+    codes = json.loads(launcher.stdout.readline())["codes"]
+    return codes, "".join(path.read_text() for path in errors), (json.loads(summary.read_text())
+                                                                  if summary.exists() else {})
 
 
 def trained(summary: dict) -> dict[int, list[int]]:
@@ -88,10 +100,10 @@ def test_tf_config_gives_the_rank(monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_workers_train_disjoint_shards_identically_and_resume_with_the_same_shards(served, tmp_path):
+def test_two_workers_train_disjoint_shards_identically_and_resume_with_the_same_shards(launcher, served, tmp_path):
     checkpoints = tmp_path / "ckpt"
-    codes, errors, first = cluster_run(served, tmp_path, "tf-workers", "--train-episodes", "8", "--eval-episodes",
-                                       "5", "--checkpoint-dir", str(checkpoints))
+    codes, errors, first = cluster_run(launcher, served, tmp_path, "tf-workers", "--train-episodes", "8",
+                                       "--eval-episodes", "5", "--checkpoint-dir", str(checkpoints))
     assert codes == [0] * WORKERS, errors[-3000:]
     assert (first["world_size"], first["start_index"], first["next_index"]) == (WORKERS, 0, 8)
     assert trained(first) == {0: [0, 2, 4, 6], 1: [1, 3, 5, 7]}
@@ -112,7 +124,7 @@ def test_two_workers_train_disjoint_shards_identically_and_resume_with_the_same_
     assert stored["ranks"] == WORKERS and framework.restore(path) == next_index == 8
     assert framework.parameter_digest() == digests.pop()
 
-    codes, errors, resumed = cluster_run(served, tmp_path, "tf-workers-resumed", "--train-episodes", "12",
+    codes, errors, resumed = cluster_run(launcher, served, tmp_path, "tf-workers-resumed", "--train-episodes", "12",
                                          "--eval-episodes", "0", "--checkpoint-dir", str(checkpoints))
     assert codes == [0] * WORKERS, errors[-3000:]
     assert resumed["resumed_from"].endswith("ckpt-8") and (resumed["start_index"], resumed["next_index"]) == (8, 12)
