@@ -208,7 +208,22 @@ def _small(served, run: str, cache: Path, backbone: str) -> list[str]:
 
 
 BACKBONES = {"torch": "evaluate_backbones:torch_backbone", "tf": "evaluate_backbones:keras_backbone"}
+# torch at one thread (the commands set it from --threads, by default this process's cores): on these tiny
+# networks a second thread only spins, and under make test the other worker has the other core. TensorFlow's
+# counts are process-wide and fixed at its first use, so its in-process runs keep the worker's
+THREADS = {"torch": ["--threads", "1"], "tf": []}
 UNITS = 2 + 1 + 4  # MD: one source x two learners; VTAB: one task; CoG: two levels x two N x one seed
+
+
+@pytest.fixture
+def one_thread():
+    """torch's thread count, restored after the test (its commands set it for the process)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield THREADS["torch"]
+    torch.set_num_threads(threads)
 
 
 def _env() -> dict[str, str]:
@@ -228,11 +243,12 @@ def _held(served, runs: list[str]) -> dict[str, Held]:
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_evaluate_runs_every_protocol_resumes_after_a_kill_and_the_card_shows_every_table(served, tmp_path,
-                                                                                         framework, capsys):
+                                                                                         framework, capsys,
+                                                                                         one_thread):
     from sampler_server.cli.main import main as server_cli
 
     run = f"e2e-{framework}"
-    argv = _small(served, run, tmp_path / "cache", BACKBONES[framework])
+    argv = [*_small(served, run, tmp_path / "cache", BACKBONES[framework]), *THREADS[framework]]
     began = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", f"clients.{framework}", "evaluate", *argv], cwd=REPO_ROOT,
                                env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -291,11 +307,11 @@ def test_evaluate_runs_every_protocol_resumes_after_a_kill_and_the_card_shows_ev
     print(f"\n{framework}: killed after {killed_at:.1f} s, rerun {rerun:.1f} s")
 
 
-def test_a_rerun_with_another_checkpoint_under_the_same_run_is_refused(served, tmp_path, capsys):
+def test_a_rerun_with_another_checkpoint_under_the_same_run_is_refused(served, tmp_path, capsys, one_thread):
     from clients.torch.evaluate import main
 
     sys.path.insert(0, str(HERE))
-    common = ["--protocols", "md", "--md-sources", "folder", "--episodes", "1", "--learners", "prototypes",
+    common = [*one_thread, "--protocols", "md", "--md-sources", "folder", "--episodes", "1", "--learners", "prototypes",
               "--device", "cpu", "--server", served[0].address, "--feature-cache", str(tmp_path / "cache")]
     assert main(["--run", "ckpt-a", "--backbone", "evaluate_backbones:torch_backbone", *common]) == 0
     capsys.readouterr()
@@ -305,7 +321,8 @@ def test_a_rerun_with_another_checkpoint_under_the_same_run_is_refused(served, t
 
 
 @pytest.mark.slow
-def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accuracies(served, tmp_path):
+def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accuracies(served, tmp_path,
+                                                                                      one_thread):
     import argparse
 
     import torch
@@ -342,7 +359,7 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
 
     common = ["--protocols", "md", "--md-sources", "folder", "--episodes", "12", "--device", "cpu", "--server",
               served[0].address, "--feature-cache", str(tmp_path / "cache")]
-    assert torch_main(["--run", "same-torch", "--backbone", BACKBONES["torch"], *common]) == 0
+    assert torch_main(["--run", "same-torch", "--backbone", BACKBONES["torch"], *common, *one_thread]) == 0
     assert tf_main(["--run", "same-tf", "--backbone", BACKBONES["tf"], *common]) == 0
     with SamplerClient(served[0].address) as client:
         for learner in ("prototypes", "logreg"):
@@ -356,12 +373,12 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
 
 
 @pytest.mark.slow
-def test_a_named_backbone_without_weights_is_one_network_in_every_protocol(served, tmp_path):
+def test_a_named_backbone_without_weights_is_one_network_in_every_protocol(served, tmp_path, one_thread):
     from clients.torch.evaluate import main
 
     run = "random-tiny"
     summary_path = tmp_path / "summary.json"
-    argv = _small(served, run, tmp_path / "cache", "tiny")
+    argv = [*_small(served, run, tmp_path / "cache", "tiny"), *one_thread]
     argv[argv.index("--levels") + 1:argv.index("--shots")] = ["L3"]
     argv[argv.index("--shots") + 1:argv.index("--seeds")] = ["2"]
     assert main([*argv, "--learners", "prototypes", "--image-size", "16", "--json-summary", str(summary_path)]) == 0
