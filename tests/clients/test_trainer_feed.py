@@ -59,7 +59,7 @@ def _run(served, tmp_path: Path, run_id: str, framework: type, *extra: str) -> t
         return made[-1]
 
     summary = tmp_path / f"{run_id}.json"
-    argv = ["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "32",
+    argv = ["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", "16",
             "--eval-episodes", "0", "--json-summary", str(summary), *extra]
     assert run_main("torch", make, argv) == 0
     return json.loads(summary.read_text()), made[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import signal
@@ -9,21 +10,40 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import process_tree
 import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture
 
 from sampler_server.errors import FailedPrecondition, NotFound
+from sampler_server.fixtures.base import Fixture
 from sampler_server.store.manifest import load_manifest
 from sampler_server.store.reader import StoreReader, find_stores
 
 
-def _kill_pack_midway(tmp_path: Path, num_classes: int, workers: int) -> tuple[Any, list[str], dict, set[int]]:
-    """Start ``pack`` in a process, SIGKILL it once it has written some data (and its
-    ``workers`` pool processes are up); (fixture, command, env, worker pids seen)."""
-    fixture = generate_fixture("image_folder", tmp_path, num_classes=num_classes, images_per_class=40)
+@pytest.fixture(scope="module")
+def sixty_classes(tmp_path_factory) -> Fixture:
+    """60 classes of 40 images, generated once: drawing them is most of this file's CPU."""
+    return generate_fixture("image_folder", tmp_path_factory.mktemp("kill"), num_classes=60, images_per_class=40)
+
+
+def _first_classes(fixture: Fixture, num_classes: int, tmp_path: Path) -> Fixture:
+    """The fixture of its first ``num_classes`` classes, hard-linked into ``tmp_path``: the
+    generator draws each class from its name alone, so these are the files (and the folder
+    layout) that generating ``num_classes`` classes writes."""
+    names = sorted(fixture.class_images)[:num_classes]
+    root = tmp_path / "original" / fixture.input_dir.name
+    for name in names:
+        (root / name).mkdir(parents=True)
+        for path in (fixture.input_dir / name).iterdir():
+            os.link(path, root / name / path.name)
+    counts = {name: fixture.class_images[name] for name in names}
+    return dataclasses.replace(fixture, input_dir=root, class_images=counts, class_splits=None, split_file=None)
+
+
+def _kill_pack_midway(tmp_path: Path, fixture: Fixture, workers: int) -> tuple[list[str], dict, set[int]]:
+    """Start ``pack`` of ``fixture`` in a process, SIGKILL it once it has written some data
+    (and its ``workers`` pool processes are up); (command, env, worker pids seen)."""
     output = tmp_path / "store"
     command = [
         sys.executable, "-m", "sampler_server", "pack", "image_folder",
@@ -47,12 +67,13 @@ def _kill_pack_midway(tmp_path: Path, num_classes: int, workers: int) -> tuple[A
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    return fixture, command, env, seen
+    return command, env, seen
 
 
 @pytest.mark.slow
-def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
-    fixture, command, env, _ = _kill_pack_midway(tmp_path, num_classes=30, workers=1)
+def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path, sixty_classes):
+    fixture = _first_classes(sixty_classes, 30, tmp_path)
+    command, env, _ = _kill_pack_midway(tmp_path, fixture, workers=1)
     output = tmp_path / "store"
 
     assert find_stores(output) == []
@@ -69,9 +90,10 @@ def test_sigkill_midway_leaves_nothing_servable_and_rerun_succeeds(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_with_workers_leaves_no_orphans_and_rerun_succeeds_at_once(tmp_path):
+def test_sigkill_with_workers_leaves_no_orphans_and_rerun_succeeds_at_once(tmp_path, sixty_classes):
     """Pool workers die with a SIGKILLed pack and never hold its lock, so the rerun is not refused."""
-    fixture, command, env, workers = _kill_pack_midway(tmp_path, num_classes=60, workers=2)
+    fixture = sixty_classes
+    command, env, workers = _kill_pack_midway(tmp_path, fixture, workers=2)
     output = tmp_path / "store"
 
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
