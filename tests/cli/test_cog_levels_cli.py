@@ -46,15 +46,21 @@ def _store(data: Path, name: str, source: str, counts: dict[str, int]) -> None:
                                        fingerprint="sha256:test"))
 
 
-def test_json_equals_the_core_and_is_reproducible_byte_for_byte(counts_file: Path, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "sampler_server", "cog", "levels", "--counts", str(counts_file), *SMALL, "--json"]
-    first = subprocess.run(command, capture_output=True, check=True).stdout
-    second = subprocess.run(command, capture_output=True, check=True).stdout
+def test_json_equals_the_core_and_is_reproducible_byte_for_byte(
+    counts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One run in a fresh interpreter, the same and the shuffled counts in this one: two
+    processes (two hash seeds) and two input orders print the same bytes."""
+    argv = ["cog", "levels", "--counts", str(counts_file), *SMALL, "--json"]
+    first = subprocess.run([sys.executable, "-m", "sampler_server", *argv], capture_output=True, check=True).stdout
+    code, second, _ = _run(capsys, *argv)
+    assert code == 0
     shuffled = tmp_path / "shuffled.json"
     shuffled.write_text(json.dumps(dict(reversed(list(cog_counts.cog_counts().items()))), indent=2))
-    command[command.index(str(counts_file))] = str(shuffled)
-    third = subprocess.run(command, capture_output=True, check=True).stdout
-    assert first == second == third
+    argv[argv.index(str(counts_file))] = str(shuffled)
+    code, third, _ = _run(capsys, *argv)
+    assert code == 0
+    assert first.decode("ascii") == second == third
     expected = compute_levels(cog_counts.cog_counts(), level_size=4, min_images=60).to_json_text()
     assert first.decode("ascii") == expected
 

@@ -1,7 +1,8 @@
 """ImageNet-CoG over gRPC on a real server: ListCogLevels, GetCogSplit and StreamCogBatches
 equal `sampler-server cog split` (records, labels, fingerprints), the images are the CoG
 preprocessing of the stored bytes, a broken stream resumes identically, and bad
-requests are one line naming the field. The IN-21K source is served as two shards."""
+requests are one line naming the field. The IN-21K source is served as two shards, packed
+from the run's shared IN-21K layout (``served_cog``)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,13 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, generate_fixture, pack_fixture
 from PIL import Image
+from served_cog import cog_layout
 
 from clients.core import RetryPolicy, SamplerClient, SamplerClientError
 from sampler_server.cli.main import main
 from sampler_server.core.cog.levels import compute_levels
 from sampler_server.core.cog.splits import batch_fingerprint
 from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
-from sampler_server.fixtures.imagenet21k import write_imagenet21k
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 
@@ -35,12 +36,11 @@ IN1K_IMAGES = 56  # train images per IN-1K class: all train (its test images are
 SMALL = pb.ImageOptions(image_size=16)
 
 
-def _pack_cog_data(root):
+def _pack_cog_data(root, layout):
     """IN-21K (the cog_counts concepts, packed as 2 shards) and a 4-class ILSVRC store."""
-    write_imagenet21k(root / "in21k", cog_counts(), sides=(16, 40), workers=2)
     data = root / "data"
     for shard in ("0/2", "1/2"):
-        assert main(["pack", "imagenet21k", "--input", str(root / "in21k"), "--output", str(data), "--shard", shard,
+        assert main(["pack", "imagenet21k", "--input", str(layout), "--output", str(data), "--shard", shard,
                      "--quiet", "--workers", "2"]) == 0
     ilsvrc = generate_fixture("ilsvrc_2012", root, num_classes=4, images_per_class=IN1K_IMAGES)
     pack_fixture(ilsvrc, data, name="ilsvrc_2012")
@@ -51,7 +51,7 @@ def _pack_cog_data(root):
 def cog(tmp_path_factory):
     from sampler_server.service.server import RunningServer, ServerConfig
 
-    data = _pack_cog_data(tmp_path_factory.mktemp("cog-service"))
+    data = _pack_cog_data(tmp_path_factory.mktemp("cog-service"), cog_layout(tmp_path_factory))
     server = RunningServer(ServerConfig(data_dir=data, port=0, workers=1, threads=8, grace_seconds=0.5)).start()
     channel = grpc.insecure_channel(server.address)
     yield data, server.address, pb_grpc.SamplerStub(channel)
@@ -364,7 +364,7 @@ def test_levels_need_a_served_store(tmp_path, capsys):
     assert f"level L2: --data {tmp_path / 'data'} has no imagenet21k store (pack it with" in capsys.readouterr().err
 
 
-def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, tmp_path):
+def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, tmp_path, tmp_path_factory):
     data, _, _ = cog
     listing = cli_split(data, capsys, "L5", "search", 8, 2)
     assert main(["cog", "split", "--data", str(data), "--level", "L5", "--split", "search", "--shots", "8", "--seed", "2",
@@ -375,8 +375,8 @@ def test_cli_text_output_and_an_unsharded_pack_give_the_same_split(cog, capsys, 
     assert [row.split() for row in rows] == [[str(r["record_id"]), str(r["label"]), r["wnid"]]
                                              for r in listing["records"]]
     whole = tmp_path / "whole"
-    assert main(["pack", "imagenet21k", "--input", str(data.parent / "in21k"), "--output", str(whole), "--quiet",
-                 "--workers", "2"]) == 0
+    assert main(["pack", "imagenet21k", "--input", str(cog_layout(tmp_path_factory)), "--output", str(whole),
+                 "--quiet", "--workers", "2"]) == 0
     assert cli_split(whole, capsys, "L5", "search", 8, 2) == listing
 
 

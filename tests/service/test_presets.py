@@ -3,20 +3,20 @@
 Every request that picks or reports classes by split names its variant: MD-v1
 splits ILSVRC 712/158/130 by WordNet, MD-v2 puts all 1000 classes in train. Batches,
 episodes, ListSources and DescribeSource must all agree with that, and
-``sampler-server batches --json`` must print exactly what StreamBatches sends.
+``sampler-server batches --json`` must print exactly what StreamBatches sends (run
+in-process: the command's output is the point, not a fresh interpreter's start-up).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import grpc
 import numpy as np
 import pytest
 from PIL import Image
 
+from sampler_server.cli.main import main
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, run_pack
 from sampler_server.pack.plan import ConverterOptions
@@ -95,16 +95,14 @@ def test_batches_cover_exactly_the_variants_train_classes(ilsvrc, preset, classe
     assert set(labels.tolist()) == set(range(classes))
 
 
-def test_batches_command_prints_what_the_server_sends(ilsvrc):
+def test_batches_command_prints_what_the_server_sends(ilsvrc, capsys):
     data, stub = ilsvrc
     for preset in ("md-v1", "md-v2"):
         sent = _epoch_of_batches(stub, preset)[3:6]
-        printed = subprocess.run(
-            [sys.executable, "-m", "sampler_server", "batches", "--data", str(data), "--source", "ilsvrc_2012",
-             "--split", "train", "--seed", "3", "--index", "3", "--count", "3", "--batch-size", "200",
-             "--preset", preset, "--json"],
-            check=True, capture_output=True, text=True,
-        ).stdout.splitlines()
+        capsys.readouterr()
+        assert main(["batches", "--data", str(data), "--source", "ilsvrc_2012", "--split", "train", "--seed", "3",
+                     "--index", "3", "--count", "3", "--batch-size", "200", "--preset", preset, "--json"]) == 0
+        printed = capsys.readouterr().out.splitlines()
         assert len(printed) == 3
         for line, message in zip(printed, sent):
             batch = json.loads(line)

@@ -1,6 +1,6 @@
 """Through real gRPC servers: the CoG demo's IN-21K data packed unsharded and packed as 3
 shards serve the same levels, split records, labels, fingerprints, stored bytes and
-pixels (the shard count never shows)."""
+pixels (the shard count never shows). Both pack the run's shared IN-21K layout (``served_cog``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from served_cog import cog_layout
 
 from clients.core import SamplerClient
 from sampler_server.cli.main import main
-from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES, cog_counts
-from sampler_server.fixtures.imagenet21k import write_imagenet21k
+from sampler_server.fixtures.cog_counts import LEVEL_SIZE, MIN_IMAGES
 from sampler_server.service.server import RunningServer, ServerConfig
 
 CONFIG = {"level_size": LEVEL_SIZE, "min_images": MIN_IMAGES}
@@ -21,7 +21,7 @@ CONFIG = {"level_size": LEVEL_SIZE, "min_images": MIN_IMAGES}
 @pytest.fixture(scope="module")
 def clients(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("sharded-cog")
-    source = write_imagenet21k(root / "fall11", cog_counts(), sides=(16, 40), workers=2).input_dir
+    source = cog_layout(tmp_path_factory)
     layouts = {"whole": [None], "sharded": ["0/3", "1/3", "2/3"]}
     servers, out = [], {}
     try:
