@@ -77,11 +77,12 @@ class _Zeros(np.random.bit_generator.ISeedSequence):
         return np.zeros(n_words, dtype=dtype)
 
 
-def legacy_rng(words: np.ndarray) -> np.random.RandomState:
-    """``np.random.RandomState(words)``, the same state, in a third of the time: that
+def legacy_rng(seed: int | np.ndarray) -> np.random.RandomState:
+    """``np.random.RandomState(seed)``, the same state, in a third of the time: that
     constructor first seeds its MT19937 from OS entropy (SeedSequence) and then discards it
-    for ``init_by_array(words)``; here the discarded state costs nothing (every episode and
-    batch derives one, 0.3 ms -> 0.1 ms)."""
+    for the legacy seeding of ``seed`` (``init_genrand`` of an integer, ``init_by_array`` of
+    an array); here the discarded state costs nothing (every episode and batch derives one,
+    0.3 ms -> 0.1 ms)."""
     rng = np.random.RandomState(np.random.MT19937(_Zeros()))
-    rng.seed(words)  # init_by_array, as the constructor seeds
+    rng.seed(seed)  # the legacy seeding, as the constructor's
     return rng
