@@ -61,11 +61,12 @@ chromium:
 # TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
 # Budgets on this 2-core machine: `make test` 12:00 of pytest, `make check` 3:00. `make
 # durations` records each file's seconds and each part's wall clock in tests/durations.json,
-# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, 20edc30):
-# `make test` 12:19 + 1:10, over its budget (held under its ceiling, 835 s, until it fits); `make
-# check` 2:34. The parallel part used 1,380 s of CPU (/usr/bin/time, 4ef9e6e): 11:30 of both
-# cores fully busy, so the tests must do less work to fit, not be spread wider (before these
-# figures, three workers took 14:45 and 1,650 s of CPU where two took 13:46 and 1,400 s).
+# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, 2f48787):
+# `make test` 12:45 + 1:13 (764.9 + 73.0 s), over its budget (held under its ceiling, 835 s, until
+# it fits); `make check` 2:16 (1dd8c11). Runs of one tree vary by up to 100 s. The whole `make
+# test`, install included, used 1,536 s of CPU (/usr/bin/time): the parallel part keeps both cores
+# busy, so the tests must do less work to fit, not be spread wider (before these figures, three
+# workers took 14:45 and 1,650 s of CPU where two took 13:46 and 1,400 s).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
