@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import generate_fixture, pack_fixture
+from trainer_threads import threads  # noqa: F401 (a fixture)
 from transfer_runs_stores import copy_in21k_stores
 
 from clients.core import SamplerClient
@@ -49,18 +50,6 @@ def _cog_table(served, run_id: str) -> dict:
     with SamplerClient(served.address) as client:
         reply = client.call("GetReport", pb.GetReportRequest(run_ids=[run_id], format="json", table="cog"))
     return json.loads(reply.text)
-
-
-@pytest.fixture
-def threads():
-    """The torch runs' --threads 1, torch's count restored after the test: on this tiny network a
-    second thread only spins, and under make test the other worker has the other core. TensorFlow's
-    counts are process-wide and fixed at its first use: its runs keep the worker's."""
-    import torch
-
-    before = torch.get_num_threads()
-    yield {"torch": ["--threads", "1"], "tf": []}
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])

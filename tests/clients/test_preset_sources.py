@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from conftest import generate_fixture, pack_fixture
+from trainer_threads import threads  # noqa: F401 (a fixture)
 from sampler_server.core.md.presets import benchmark_sources
 from sampler_server.service.server import RunningServer, ServerConfig
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
@@ -54,18 +55,6 @@ def test_the_server_lists_a_presets_sources_per_split(md_v2_server):
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     assert "source 'mscoco' is not served" in caught.value.details()
     channel.close()
-
-
-@pytest.fixture
-def threads():
-    """The torch runs' --threads 1, torch's count restored after the test: on a tiny network a
-    second thread only spins, and under make test the other worker has the other core. TensorFlow's
-    counts are process-wide and fixed at its first use: its runs keep the worker's."""
-    import torch
-
-    before = torch.get_num_threads()
-    yield {"torch": ["--threads", "1"], "tf": []}
-    torch.set_num_threads(before)
 
 
 # the three-convolution tiny backbone: the classes a baseline trains on do not depend on the network,
