@@ -1,10 +1,14 @@
-"""The one 95% confidence interval of the project (reports, ranks and both trainers).
+"""The one 95% confidence interval of Meta-Dataset's numbers (reports, ranks and both trainers).
 
-Convention, as Meta-Dataset reports it: the interval of a mean over n episodes is
-mean ± 1.96 x s / sqrt(n), with s the sample standard deviation (ddof = 1). One
-value has no sample standard deviation, so its half-width is ``None`` (written as
-JSON ``null``, shown as the episode count alone), never 0.0, which would claim
-certainty, and never NaN, which is not JSON. No values at all is an error.
+Convention, Meta-Dataset's own: the interval of a mean over n episodes is
+mean ± 1.96 x s / sqrt(n), with s the population standard deviation (NumPy's default
+ddof = 0), as the reference's ``Trainer.evaluate`` computes it (google-research/
+meta-dataset ``trainer.py``; ../shared/reference/md_learners.md, section 4, "Metric and
+CI"). One value has no spread to estimate, so its half-width is ``None`` (written as JSON
+``null``, shown as the episode count alone), never 0.0, which would claim certainty
+(the reference would print 0), and never NaN, which is not JSON. No values at all is an
+error. CoG's std over seeds and VTAB's pooled accuracies follow their own papers
+(``sampler_server.metrics.cog``, ``.vtab``).
 
 Pure Python (no NumPy): clients import this module without the server's dependencies.
 """
@@ -18,7 +22,7 @@ Z_95 = 1.96  # two-sided 95% normal quantile, as the paper uses it
 
 
 def standard_error(values: Sequence[float]) -> float | None:
-    """Sample standard deviation (ddof = 1) over sqrt(n); ``None`` for fewer than two values.
+    """Population standard deviation (ddof = 0) over sqrt(n); ``None`` for fewer than two values.
 
     Raises:
         ValueError: ``values`` is empty.
@@ -29,7 +33,7 @@ def standard_error(values: Sequence[float]) -> float | None:
     if n == 1:
         return None
     mean = math.fsum(values) / n
-    variance = math.fsum((float(v) - mean) ** 2 for v in values) / (n - 1)
+    variance = math.fsum((float(v) - mean) ** 2 for v in values) / n
     return math.sqrt(variance / n)
 
 

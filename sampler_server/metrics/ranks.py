@@ -2,7 +2,7 @@
 
 Per source, models are ordered by decreasing mean accuracy. Two models tie when a
 95% confidence test on the difference of their means cannot reject "the difference
-is 0": |m_a - m_b| <= 1.96 * sqrt(se_a^2 + se_b^2), with se = sample standard
+is 0": |m_a - m_b| <= 1.96 * sqrt(se_a^2 + se_b^2), with se = population standard
 deviation / sqrt(episodes) (``intervals.standard_error``; a one-episode estimate has
 none and enters the test with 0, so it ties only with an equal mean). Ties are resolved in a single pass down the ordering:
 a group starts at the best model not yet ranked and takes every following model

@@ -1,19 +1,78 @@
-"""Average rank with statistical ties, as Meta-Dataset's Appendix .5 defines it."""
+"""Average rank with statistical ties, as Meta-Dataset's Appendix .5 defines it, and its
+95% interval as the reference computes it (NumPy's ``np.std``, ddof = 0)."""
 
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import require_reference
 
 from sampler_server.metrics.ranks import Estimate, average_ranks, estimate, ranks_for_source, tied
+
+MD_PAPER = Path("..") / "seeds" / "002_72b7f4db231bcc11.txt"  # the Meta-Dataset paper, beside ../shared/reference
+TABLE_1 = {  # the paper's Table 1, "Avg. rank" rows: k-NN, Finetune, MatchingNet, ProtoNet, fo-MAML, RelationNet, Proto-MAML
+    "(a) Models trained on ILSVRC-2012 only.": [5.7, 2.9, 4.65, 2.65, 3.7, 6.55, 1.85],
+    "(b) Models trained on all datasets.": [5.05, 3.6, 4.95, 2.85, 4.25, 5.8, 1.5],
+}
+MODELS = ["k-NN", "Finetune", "MatchingNet", "ProtoNet", "fo-MAML", "RelationNet", "Proto-MAML"]
+EPISODES = 600  # each of Table 2's means is over 600 test episodes
 
 
 def test_estimate_is_mean_and_standard_error():
     e = estimate([0.2, 0.4, 0.6, 0.8])
     assert e.mean == pytest.approx(0.5)
-    assert e.std_error == pytest.approx(math.sqrt(((0.3**2 + 0.1**2) * 2 / 3) / 4))
+    assert e.std_error == pytest.approx(math.sqrt(((0.3**2 + 0.1**2) * 2 / 4) / 4))
     assert e.episodes == 4
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=50))
+def test_the_interval_is_the_references_numpy_formula(accuracies):
+    """``np.std(accs) * 1.96 / np.sqrt(len(accs))`` (the reference's ``Trainer.evaluate``;
+    ../shared/reference/md_learners.md, section 4): the population deviation, ddof = 0."""
+    reference = float(np.std(accuracies)) * 1.96 / math.sqrt(len(accuracies))
+    assert estimate(accuracies).ci95 == pytest.approx(reference, rel=1e-9, abs=1e-15)
+
+
+def _table_2() -> dict[str, dict[str, dict[str, tuple[float, float, float]]]]:
+    """The paper's Table 2: setting -> source -> model -> (mean %, CI %, the rank it prints)."""
+    text = require_reference(MD_PAPER).read_text(encoding="utf-8")
+    cell = re.compile(r"([\d.]+) \\pm ([\d.]+) \(([\d.]+)\)")
+    tables = {}
+    for setting in TABLE_1:
+        block = text[text.index(setting):]
+        block = block[:block.index("Avg. rank")]
+        rows = {}
+        for line in block.splitlines():
+            cells = cell.findall(line)
+            if cells:
+                assert len(cells) == len(MODELS), line
+                rows[line.split("\t")[0]] = {model: tuple(map(float, found)) for model, found in zip(MODELS, cells)}
+        tables[setting] = rows
+    return tables
+
+
+def test_the_papers_table_2_gives_its_table_1_average_ranks_exactly():
+    """Each source's means and CIs of Table 2 (standard error = CI / 1.96) ranked by this
+    module give the ranks Table 2 prints beside them, and their mean over the ten test
+    sources is Table 1's average rank, to the paper's two decimals."""
+    tables = _table_2()
+    for setting, expected in TABLE_1.items():
+        rows = tables[setting]
+        assert len(rows) == 10 and "ILSVRC" in rows and "MSCOCO" in rows, sorted(rows)
+        per_source = {source: {model: Estimate(mean, ci / 1.96, EPISODES) for model, (mean, ci, _) in cells.items()}
+                      for source, cells in rows.items()}
+        for source, results in per_source.items():
+            assert ranks_for_source(results) == {model: rank for model, (_, _, rank) in rows[source].items()}, source
+        ranks, common = average_ranks(per_source)
+        assert len(common) == 10
+        assert [round(ranks[model], 2) for model in MODELS] == expected, setting
 
 
 def test_constructed_example_with_ties():
@@ -57,6 +116,7 @@ def test_one_interval_convention_for_reports_ranks_and_trainers():
 
     values = [0.2, 0.4, 0.6, 0.8]
     mean, half = mean_ci95(values)
+    assert half == pytest.approx(1.96 * float(np.std(values)) / 2)  # NumPy's default ddof = 0, as MD
     assert (mean, half) == (pytest.approx(0.5), pytest.approx(1.96 * estimate(values).std_error))
     assert estimate(values).ci95 == pytest.approx(half)
     # one episode: no interval (None, never 0.0 or NaN); it ties only with an equal mean

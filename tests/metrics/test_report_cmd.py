@@ -54,7 +54,7 @@ def test_mean_and_ci_equal_a_direct_computation(served, runs, capsys):
         cell = data["sources"]["image_folder/test"][run]
         n = len(values)
         mean = sum(values) / n
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / n)  # np.std: ddof = 0, as MD's Trainer.evaluate
         assert cell["episodes"] == n == 12
         assert cell["mean_accuracy"] == pytest.approx(mean, abs=1e-12)
         assert cell["ci95"] == pytest.approx(1.96 * sd / math.sqrt(n), abs=1e-12)

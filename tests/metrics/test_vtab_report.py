@@ -122,7 +122,7 @@ def test_every_format_renders_the_numbers(store, fmt):
     assert "70.00 * (3/19)" in vtab and "60.00 * (2/7)" in vtab  # partial's flagged means
     assert "partial lacks tasks: caltech101" in vtab
     assert "62.50" in both  # full's md-v2 mean
-    assert "50.00 ± 19.60 (2)" in both  # aircraft: 1.96 x sd 0.1414 / sqrt 2
+    assert "50.00 ± 13.86 (2)" in both  # aircraft: 1.96 x population sd 0.1 / sqrt 2 (ddof = 0, as MD)
     assert "full: ilsvrc_2012: outside the md-v2 test sources, not counted" in both
     assert "full: dtd not in vtab-v2, not counted" in both
 

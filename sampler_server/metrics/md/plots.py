@@ -3,7 +3,7 @@ episode's ways, and per-class precision against the class's shots, one line per 
 with its 95% confidence band, per source and over all sources; in percent, as the table.
 
 The band is ``intervals.mean_ci95`` over the values at each x (episode accuracies for
-ways, class precisions for shots): 1.96 x sample standard deviation / sqrt(n), none for a
+ways, class precisions for shots): 1.96 x population standard deviation / sqrt(n), none for a
 single value (a gap in the band). A point made of fewer than ``plotting.FEW`` values is
 drawn hollow with its n (``plotting`` holds the conventions every plot shares).
 """

@@ -1,8 +1,8 @@
 """The Meta-Dataset table and the robustness data, from stored reports.
 
 Per run and source: mean query accuracy, its 95% confidence interval over episodes
-(``intervals.mean_ci95``: 1.96 x sample standard deviation / sqrt(n), as MD reports
-it; none for a single episode) and the episode
+(``intervals.mean_ci95``: 1.96 x population standard deviation / sqrt(n), NumPy's
+ddof = 0, as MD's reference computes it; none for a single episode) and the episode
 count; with several runs, each run's rank per source and its average rank
 (``ranks``: ties by the paper's 95% test). Given an ``EpisodeReplayer``, each
 reported episode's composition is recomputed from its request, seed and index: its
