@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import backbone_group, check_backbone_group
+from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import int_at_least, positive_float, seed_flag
@@ -181,6 +182,11 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="baseline: number of plain training batches"),
             option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE, help="baseline: images per batch"),
             option("--lr", type=positive_float, default=1e-3, **_RESULT, help="Adam learning rate"),
+            option("--batch-norm", choices=BATCH_NORMS, default="md", **_SEQUENCE,
+                   help="episode batch norm: md (Meta-Dataset's: the support set's moments normalise the support and "
+                        "the query, gradient through them, no running averages at training or test), transductive "
+                        "(support and query each by their own moments), running (support and query together in "
+                        "training, running averages at test); clients/batch_norm.py"),
             device_option("auto: CUDA when present, else CPU"),
             option("--shape-buckets", choices=SHAPE_BUCKETS, default="auto", **_RESULT,
                    help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "

@@ -49,6 +49,7 @@ import numpy as np
 import tensorflow as tf
 
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
+from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
@@ -142,6 +143,7 @@ class TFFramework(Framework):
                                  "expected one per worker (give each worker one GPU with CUDA_VISIBLE_DEVICES, or "
                                  "use --device cpu)")
         self.loaded: LoadedBackbone | None = None
+        self.batch_norms = 0  # the backbone's batch norms that take the episode's moments (``build``)
         if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
         self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, self.device.startswith("/GPU"))
@@ -170,6 +172,10 @@ class TFFramework(Framework):
         if self.loaded is None:
             self.loaded = self._load_backbone()
         self.backbone, self.preprocessing = self.loaded.model, self.loaded.preprocessing
+        try:
+            self.batch_norms = models.episode_batch_norms(self.backbone, args.batch_norm)
+        except ValueError as error:
+            raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
             tf.keras.utils.set_random_seed(derive_seed(args.seed, HEAD_SEED_NAME))
             self.head = models.build_head(num_classes, self.loaded.out_dim) if num_classes else None
@@ -188,7 +194,7 @@ class TFFramework(Framework):
         if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
         self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
-        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets)
+        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm)
 
     @property
     def trainable(self) -> list[tf.Variable]:
@@ -202,7 +208,7 @@ class TFFramework(Framework):
         return {**self.determinism.as_config(), **tf_record(self.device),
                 "parameter_count": self.parameter_count(), "shape_buckets": "on" if self.buckets else "off",
                 "embedding_dim": self.loaded.out_dim, "backbone_sha256": self.loaded.fingerprint,
-                "preprocessing": self.loaded.preprocessing.as_config()}
+                "preprocessing": self.loaded.preprocessing.as_config(), "batch_norm_layers": self.batch_norms}
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -245,7 +251,7 @@ class TFFramework(Framework):
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             rows = support + query
             with tf.GradientTape() as tape:
-                with models.valid_rows(self.backbone, rows if padded else None):
+                with models.episode_norm(self.backbone, self.args.batch_norm, support, query, padded):
                     embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
                 logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
                 loss = models.episode_loss(logits, labels[support:rows])
@@ -366,18 +372,31 @@ class TFFramework(Framework):
 
 class Evaluator:
     """Prototype classification of one episode with the frozen embedding (inference mode).
-    With ``buckets``, each embedding chunk is padded to a bucket (``EVAL_CHUNK`` at most);
-    inference-mode batch norm is per row, so padding changes no valid row."""
 
-    def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False) -> None:
+    Under ``batch_norm`` ``md`` or ``transductive`` (``clients.batch_norm``) the episode is
+    embedded in one pass, support then query (then padding to a bucket, with ``buckets``), its
+    batch norms taking the episode's moments as in training. Under ``running`` each set is
+    embedded in chunks of ``EVAL_CHUNK`` images (bounding memory for 500-image support sets),
+    each padded to a bucket with ``buckets``: inference-mode batch norm is per row, so padding
+    changes no valid row."""
+
+    def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False,
+                 batch_norm: str = "md") -> None:
         images = tf.TensorSpec((None, preprocessing.size, preprocessing.size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
-        self.ladder = Ladder(cap=EVAL_CHUNK) if buckets else None
+        count = tf.TensorSpec((), tf.int32)
+        self.episodic = batch_norm in EPISODE_MOMENTS
+        self.ladder = (Ladder() if self.episodic else Ladder(cap=EVAL_CHUNK)) if buckets else None
 
         @tf.function(input_signature=[images])
         def embed(batch: tf.Tensor) -> tf.Tensor:
             return backbone(to_model_input(batch, preprocessing), training=False)
+
+        @tf.function(input_signature=[images, count, count])
+        def embed_episode(batch: tf.Tensor, support: tf.Tensor, query: tf.Tensor) -> tf.Tensor:
+            with models.episode_norm(backbone, batch_norm, support, query):
+                return backbone(to_model_input(batch, preprocessing), training=False)
 
         @tf.function(input_signature=[features, labels, features, labels, tf.TensorSpec((), tf.int32)])
         def score(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, query_labels: tf.Tensor,
@@ -386,6 +405,7 @@ class Evaluator:
             return models.episode_loss(logits, query_labels), tf.argmax(logits, 1)
 
         self._embed = embed
+        self._embed_episode = embed_episode
         self._score = score
 
     def _chunk(self, images: np.ndarray) -> tf.Tensor:
@@ -400,10 +420,19 @@ class Evaluator:
         return tf.concat([self._chunk(images[i:i + EVAL_CHUNK]) for i in range(0, len(images), EVAL_CHUNK)], 0)
 
     def __call__(self, episode: EpisodeArrays) -> tuple[float, np.ndarray]:
-        loss, predicted = self._score(
-            self.embed(episode.support_images), episode.support_labels, self.embed(episode.query_images),
-            episode.query_labels, np.int32(episode.ways),
-        )
+        if self.episodic:
+            support, query = len(episode.support_images), len(episode.query_images)
+            rows = support + query
+            images = np.zeros((self.ladder.size(rows) if self.ladder is not None else rows,
+                               *episode.support_images.shape[1:]), dtype=np.uint8)
+            images[:support] = episode.support_images
+            images[support:rows] = episode.query_images
+            embedded = self._embed_episode(images, np.int32(support), np.int32(query))
+            support_embedded, query_embedded = embedded[:support], embedded[support:rows]
+        else:
+            support_embedded, query_embedded = self.embed(episode.support_images), self.embed(episode.query_images)
+        loss, predicted = self._score(support_embedded, episode.support_labels, query_embedded, episode.query_labels,
+                                      np.int32(episode.ways))
         return float(loss), predicted.numpy()
 
 

@@ -40,6 +40,12 @@ whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
 unpadded batch, updates its moving statistics from them alone, and gives zeros for
 the padding rows; every other layer treats rows independently.
 
+Episode batch norm (``clients.batch_norm``): under ``episode_norm(backbone, mode, support,
+query)`` every ``RowBatchNormalization`` takes its moments from the episode's rows as the mode
+says (``md``: the support rows' mean and biased variance normalise the support and the query,
+the gradient flowing through them, in training and inference alike; ``transductive``: each
+set its own), never its moving statistics; padding rows enter no moment and come out as zeros.
+
 Under a multi-worker strategy (``clients.tf.md_train``, TF_CONFIG) each worker
 normalises its own episode with that episode's statistics, and the moving
 statistics are averaged over the workers at every update (the variables' aggregation
@@ -53,6 +59,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
+
+from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 
 keras = tf.keras
 BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
@@ -69,6 +77,7 @@ class RowBatchNormalization(keras.layers.BatchNormalization):
     and names as ``BatchNormalization``, so checkpoints and saved weights load unchanged."""
 
     valid_rows: tf.Tensor | None = None
+    episode: tuple[str, tf.Tensor, tf.Tensor] | None = None  # ``episode_norm``: (mode, support, query)
 
     def add_weight(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("trainable") is False:  # the moving statistics: the mean over replicas (workers)
@@ -76,6 +85,8 @@ class RowBatchNormalization(keras.layers.BatchNormalization):
         return super().add_weight(*args, **kwargs)
 
     def call(self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None) -> tf.Tensor:
+        if self.episode is not None and mask is None and not self.renorm:
+            return self._episode(inputs, *self.episode, update=bool(training) and self.trainable)
         if not training or not self.trainable or mask is not None or self.renorm:
             return super().call(inputs, training=training, mask=mask)
         rows = self.valid_rows
@@ -83,6 +94,32 @@ class RowBatchNormalization(keras.layers.BatchNormalization):
             return self._train(inputs)
         valid = self._train(inputs[:rows])
         return tf.concat([valid, tf.zeros_like(inputs[rows:], dtype=valid.dtype)], 0)
+
+    def _episode(self, inputs: tf.Tensor, mode: str, support: tf.Tensor, query: tf.Tensor,
+                 update: bool) -> tf.Tensor:
+        """An episode laid out support, query, padding, normalised by its own moments (``md``:
+        the support's for both sets; ``transductive``: each set's own), the gradient through
+        them; padding rows enter no moment and come out as zeros. In training the moving
+        statistics move towards the support's moments (the variance unbiased, as ``_train``)."""
+        x = tf.cast(inputs, tf.float32)
+        rows = support + query
+        beta, gamma = self.beta if self.center else None, self.gamma if self.scale else None
+        mean, variance = tf.nn.moments(x[:support], axes=[0, 1, 2])
+        if mode == "md":
+            out = tf.nn.batch_normalization(x[:rows], mean, variance, beta, gamma, self.epsilon)
+        else:
+            query_mean, query_variance = tf.nn.moments(x[support:rows], axes=[0, 1, 2])
+            out = tf.concat([tf.nn.batch_normalization(x[:support], mean, variance, beta, gamma, self.epsilon),
+                             tf.nn.batch_normalization(x[support:rows], query_mean, query_variance, beta, gamma,
+                                                       self.epsilon)], 0)
+        out = tf.concat([out, tf.zeros_like(x[rows:])], 0)
+        if update:
+            count = tf.cast(support * tf.shape(x)[1] * tf.shape(x)[2], tf.float32)
+            unbiased = variance * count / tf.maximum(count - 1.0, 1.0)
+            keep = tf.constant(self.momentum, tf.float32)
+            self.moving_mean.assign(self.moving_mean * keep + tf.stop_gradient(mean) * (1.0 - keep))
+            self.moving_variance.assign(self.moving_variance * keep + tf.stop_gradient(unbiased) * (1.0 - keep))
+        return tf.cast(out, self.compute_dtype)
 
     def _train(self, inputs: tf.Tensor) -> tf.Tensor:
         """Keras's training step with torch's moving-variance update: normalised by the batch's
@@ -112,6 +149,50 @@ def valid_rows(model: keras.Model, rows: tf.Tensor | None) -> Iterator[None]:
     finally:
         for norm in norms:
             object.__setattr__(norm, "valid_rows", None)
+
+
+def _all_layers(model: Any) -> Iterator[Any]:
+    """Every layer of ``model``, nested models' included."""
+    for layer in getattr(model, "layers", ()):
+        yield layer
+        yield from _all_layers(layer)
+
+
+def episode_batch_norms(model: Any, mode: str) -> int:
+    """Under ``md`` or ``transductive``: the model's batch norms that take the episode's moments
+    (``RowBatchNormalization``); another kind of batch norm cannot: refused (ValueError naming it)."""
+    if check_batch_norm(mode) not in EPISODE_MOMENTS:
+        return 0
+    count = 0
+    for layer in _all_layers(model):
+        if isinstance(layer, RowBatchNormalization):
+            count += 1
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            raise ValueError(f"batch_norm: got {mode}, but layer {layer.name} is a {type(layer).__name__}, which "
+                             "cannot take an episode's moments; use running")
+    return count
+
+
+@contextlib.contextmanager
+def episode_norm(model: keras.Model, mode: str, support: tf.Tensor, query: tf.Tensor,
+                 padded: bool = True) -> Iterator[None]:
+    """Within (while a step is traced): the model's batch norms normalise each batch as one
+    episode of ``support`` then ``query`` rows (then padding) under ``mode``
+    (``clients.batch_norm``): ``md`` or ``transductive`` take the episode's moments in training
+    and inference; ``running`` is Keras's batch norm over the valid rows in training
+    (``valid_rows``, when ``padded``) and the moving statistics in inference."""
+    if check_batch_norm(mode) not in EPISODE_MOMENTS:
+        with valid_rows(model, support + query if padded else None):
+            yield
+        return
+    norms = [layer for layer in _all_layers(model) if isinstance(layer, RowBatchNormalization)]
+    for norm in norms:
+        object.__setattr__(norm, "episode", (mode, support, query))  # a plain attribute, not tracked state
+    try:
+        yield
+    finally:
+        for norm in norms:
+            object.__setattr__(norm, "episode", None)
 
 
 def _pad(x: tf.Tensor, pad: int, value: float) -> tf.Tensor:

@@ -5,7 +5,7 @@ step of conv4 or ResNet-18 is bound by memory traffic (batch norm, ReLU, pooling
 large activations), which ``torch.compile`` fuses. Compiled one shape at a time, each
 bucket would cost its own compilation (about 30 s each on an H100); here the row
 dimension is dynamic (``torch._dynamo.maybe_mark_dynamic``) and the count of valid rows is a
-0-d tensor the batch norms read (``models.counted_rows``), so ONE graph, forward and
+0-d tensors the batch norms read (``models.episode_norm``), so ONE graph, forward and
 backward, serves every bucket and every episode in it.
 
 What is compiled: uint8 NHWC images -> the model's input (``to_model_input``) -> the
@@ -31,7 +31,7 @@ from torch import nn
 from clients.backbone_contract import Preprocessing
 from clients.errors import UsageError
 from clients.torch.backbones import input_constants, to_model_input
-from clients.torch.models import RowBatchNorm2d, counted_rows
+from clients.torch.models import RowBatchNorm2d, episode_norm
 from clients.trainer_args import COMPILE_SETTINGS
 
 
@@ -48,18 +48,22 @@ def resolve_compile(setting: str, backbone: str, model: Any) -> bool:
 class CompiledEmbedding:
     """``backbone(to_model_input(images))`` in training, compiled with a dynamic batch.
 
-    ``__call__(images, rows)``: embeddings [B, D] of uint8 images [B, S, S, 3] whose first
-    ``rows`` are valid (the rest padding: zero rows into the head, no share in batch-norm
-    statistics; a backbone without batch norm, such as ``tiny``, mixes no rows). ``graphs``
+    ``__call__(images, support, query)``: embeddings [B, D] of uint8 images [B, S, S, 3] whose
+    first ``support`` then ``query`` rows are the episode (the rest padding: zero rows into
+    the head, no share in batch-norm moments; the batch norms follow ``batch_norm``,
+    ``clients.batch_norm``; a backbone without batch norm, such as ``tiny``, mixes no rows). ``graphs``
     counts this embedding's compilations: 1 for every bucket of 16 rows or more with
     dynamo and AOTAutograd (a batch under 16 is another graph: the convolution's shape
     rules guard on it); inductor's C++ code for CPU guards on size ranges and adds one
     per range."""
 
     def __init__(self, backbone: nn.Module, preprocessing: Preprocessing, device: torch.device,
-                 backend: str = "inductor", dynamic: bool = True) -> None:
+                 backend: str = "inductor", dynamic: bool = True, batch_norm: str = "md") -> None:
         self.backbone, self.preprocessing, self.device = backbone, preprocessing, device
-        self.count = torch.zeros((), dtype=torch.int64, device=device)  # filled per step: the same tensor
+        self.batch_norm = batch_norm
+        # filled per step, the same tensors every step: the support and query row counts
+        self.support = torch.zeros((), dtype=torch.int64, device=device)
+        self.query = torch.zeros((), dtype=torch.int64, device=device)
         self.counted = any(isinstance(m, RowBatchNorm2d) for m in backbone.modules())
         self.constants = input_constants(preprocessing, device)
         self.graphs = 0
@@ -81,9 +85,12 @@ class CompiledEmbedding:
     def _embed(self, images: torch.Tensor) -> torch.Tensor:
         return self.backbone(to_model_input(images, self.preprocessing, self.device, self.constants))
 
-    def __call__(self, images: torch.Tensor, rows: int) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor, support: int, query: int) -> torch.Tensor:
         if self.dynamic:
             torch._dynamo.maybe_mark_dynamic(images, 0)
-        self.count.fill_(rows)
-        with counted_rows(self.backbone, self.count if self.counted else None):
+        if not self.counted:
+            return self._compiled(images)
+        self.support.fill_(support)
+        self.query.fill_(query)
+        with episode_norm(self.backbone, self.batch_norm, self.support, self.query):
             return self._compiled(images)

@@ -10,7 +10,9 @@ model is built and before CUDA starts; a named backbone's weights start from
 training step's own draws (a user backbone's dropout) from ``derive_seed(--seed, "step",
 index)``, so a resumed run draws what an unbroken one does; evaluation runs in
 ``model.eval()`` under ``torch.inference_mode()``, so for a given checkpoint every evaluation episode's accuracy, loss and predictions are
-fixed. The run configuration records the settings, versions, device and threads. On CUDA the backbone
+fixed. Batch norms follow ``--batch-norm`` (``clients.batch_norm``): under ``md``, the default,
+each episode's support moments normalise its support and query in training and evaluation
+alike, and running statistics are never read. The run configuration records the settings, versions, device and threads. On CUDA the backbone
 runs under bf16 autocast with channels_last; CPU runs stay float32.
 
 Speed on CUDA (issue 13): episodes are padded to shape buckets (``--shape-buckets``,
@@ -70,7 +72,7 @@ from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.compiled import CompiledEmbedding, resolve_compile
-from clients.torch.models import LinearHead, ProtoNet, parameter_count, valid_rows
+from clients.torch.models import LinearHead, ProtoNet, adopt_batch_norms, episode_norm, parameter_count
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
@@ -123,10 +125,11 @@ def torchrun_ranks() -> tuple[int, int, int] | None:
 class _Trainee(nn.Module):
     """The backbone and (baseline) head as one module: what DDP wraps, so one reducer
     averages every gradient of a step. ``forward`` takes uint8 images and returns
-    (logits, their labels); ``embed(images, rows)`` is the eager or compiled embedding."""
+    (logits, their labels); ``embed(images, support, query)`` is the eager or compiled
+    embedding (a baseline batch: all rows support)."""
 
     def __init__(self, protonet: ProtoNet, head: LinearHead | None,
-                 embed: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+                 embed: Callable[[torch.Tensor, int, int], torch.Tensor]) -> None:
         super().__init__()
         self.protonet = protonet
         self.head = head
@@ -135,8 +138,8 @@ class _Trainee(nn.Module):
     def forward(self, images: torch.Tensor, labels: torch.Tensor, support: int = 0, query: int = 0,
                 ways: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         if self.head is not None:
-            return self.head(self.embed(images, images.shape[0])).float(), labels
-        embedded = self.embed(images, support + query)
+            return self.head(self.embed(images, images.shape[0], 0)).float(), labels
+        embedded = self.embed(images, support, query)
         return self.protonet.packed_logits(embedded, labels, support, query, ways)
 
 
@@ -164,6 +167,7 @@ class TorchFramework(Framework):
         cuda = self.torch_device.type == "cuda"
         self.precision = "bf16-autocast" if cuda else "float32"
         self.loaded: LoadedBackbone | None = None
+        self.batch_norms = 0  # the backbone's batch norms that take the episode's moments (``build``)
         if args.backbone not in NAMED_BACKBONES:  # its side is known, and a wrong output refused, before any request
             self.loaded = self._load_backbone()
         self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, cuda)
@@ -195,7 +199,12 @@ class TorchFramework(Framework):
             self.loaded = self._load_backbone()
         self.backbone = self.loaded.model
         self.preprocessing = self.loaded.preprocessing
-        self.protonet = ProtoNet(self.backbone)
+        try:
+            self.batch_norms = adopt_batch_norms(self.backbone, args.batch_norm) if isinstance(
+                self.backbone, nn.Module) else 0
+        except ValueError as error:
+            raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
+        self.protonet = ProtoNet(self.backbone, args.batch_norm)
         self.head = None
         if num_classes:
             with torch.random.fork_rng(devices=[]):
@@ -205,7 +214,7 @@ class TorchFramework(Framework):
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
                 self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
         if resolve_compile(args.compile, args.backbone, self.backbone):
-            self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device)
+            self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device, batch_norm=args.batch_norm)
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1:
@@ -217,8 +226,8 @@ class TorchFramework(Framework):
                 self.trainee, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
         self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
 
-    def _eager_embedding(self, images: torch.Tensor, rows: int) -> torch.Tensor:
-        with valid_rows(self.backbone, rows if images.shape[0] > rows else None):
+    def _eager_embedding(self, images: torch.Tensor, support: int, query: int) -> torch.Tensor:
+        with episode_norm(self.backbone, self.args.batch_norm, support, query):
             return self.backbone(self._input(images))
 
     def parameters(self) -> list[nn.Parameter]:
@@ -233,7 +242,8 @@ class TorchFramework(Framework):
                 "shape_buckets": "on" if self.buckets else "off", "compile": "on" if self.compiled else "off",
                 "parameter_count": self.parameter_count(),
                 "backbone_parameter_count": parameter_count(self.backbone), "embedding_dim": self.loaded.out_dim,
-                "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.loaded.preprocessing.as_config()}
+                "backbone_sha256": self.loaded.fingerprint, "preprocessing": self.loaded.preprocessing.as_config(),
+                "batch_norm_layers": self.batch_norms}
 
     def step_settings(self) -> str:
         return f"{super().step_settings()}, compile {'on' if self.compiled else 'off'}"

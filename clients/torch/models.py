@@ -20,6 +20,13 @@ autocast on CUDA; prototype distances are always computed in float32. Heads:
   - ``LinearHead``: the classifier of MD's non-episodic ('inference-only') baseline.
 Every function here is deterministic given the weights; nothing samples data.
 
+Episode batch norm (``clients.batch_norm``): under ``episode_norm(backbone, mode, support,
+query)`` every ``RowBatchNorm2d`` takes its moments from the episode's rows as the mode says
+(``md``: the support rows' mean and biased variance normalise the support and the query,
+the gradient flowing through them, in training and evaluation alike; ``transductive``: each
+set its own), never its running statistics; padding rows enter no moment and come out as
+zeros. ``running`` is the classifier's batch norm below.
+
 Shape buckets (``clients.buckets``): an episode may arrive padded to a bucket of B rows
 whose first n are valid. Under ``valid_rows(backbone, n)`` every batch norm
 (``RowBatchNorm2d``) normalises the first n rows exactly as ``nn.BatchNorm2d`` would
@@ -32,11 +39,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
+
+from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 
 BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
 
@@ -56,8 +66,11 @@ class RowBatchNorm2d(nn.BatchNorm2d):
 
     valid_rows: int | None = None
     valid_count: torch.Tensor | None = None  # the compiled step's count (``counted_rows``)
+    episode: EpisodeRows | None = None  # ``episode_norm``: the episode's own moments
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.episode is not None:
+            return self._episode(x, self.episode)
         if self.valid_count is not None and self.training:
             return self._counted(x, self.valid_count)
         rows = self.valid_rows
@@ -72,6 +85,21 @@ class RowBatchNorm2d(nn.BatchNorm2d):
         track = self.track_running_stats
         return row_batch_norm(x, rows, self.running_mean if track else None, self.running_var if track else None,
                               self.weight, self.bias, factor, self.eps)
+
+    def _episode(self, x: torch.Tensor, episode: EpisodeRows) -> torch.Tensor:
+        """The episode's rows normalised by their own moments (``episode_batch_norm``); in
+        training the running statistics move towards the support's moments (never read)."""
+        self._check_input_dim(x)
+        update = self.training and self.track_running_stats and self.running_mean is not None
+        factor: float | torch.Tensor = 0.0
+        if update:
+            factor = 0.0 if self.momentum is None else self.momentum
+            if self.num_batches_tracked is not None:
+                self.num_batches_tracked.add_(1)
+                if self.momentum is None:
+                    factor = 1.0 / self.num_batches_tracked.float()
+        return episode_batch_norm(x, episode, self.weight, self.bias, self.eps,
+                                  (self.running_mean, self.running_var, factor) if update else None)
 
     def _counted(self, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         factor = 0.0 if self.momentum is None else self.momentum
@@ -152,6 +180,78 @@ class _RowBatchNorm(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias, None, None, None, None, None
 
 
+@dataclass(frozen=True)
+class EpisodeRows:
+    """An episode's layout in a batch: ``support`` rows, then ``query`` rows, then padding;
+    ints (eager) or 0-d integer tensors (a compiled step: one graph for every count)."""
+
+    mode: str  # one of clients.batch_norm.EPISODE_MOMENTS
+    support: int | torch.Tensor
+    query: int | torch.Tensor
+
+
+def _moments(x: torch.Tensor, start: int | torch.Tensor, stop: int | torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(mean, biased variance) per channel of rows ``start:stop`` of ``x`` [N, C, H, W] and
+    the rows' mask (None for int bounds: a slice), as tensors the gradient flows through."""
+    if isinstance(start, int) and isinstance(stop, int):
+        variance, mean = torch.var_mean(x[start:stop], dim=(0, 2, 3), unbiased=False)
+        return mean, variance, None
+    rows = torch.arange(x.shape[0], device=x.device).view(-1, 1, 1, 1)
+    mask = (rows >= start) & (rows < stop)
+    values = ((stop - start) * (x.shape[2] * x.shape[3])).to(x.dtype)
+    mean = torch.where(mask, x, 0.0).sum((0, 2, 3)) / values
+    variance = torch.where(mask, x - mean.view(1, -1, 1, 1), 0.0).square().sum((0, 2, 3)) / values
+    return mean, variance, mask
+
+
+def _affine(x: torch.Tensor, mean: torch.Tensor, variance: torch.Tensor, weight: torch.Tensor | None,
+            bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    scale = torch.rsqrt(variance + eps)
+    if weight is not None:
+        scale = scale * weight.to(x.dtype)
+    shift = -mean * scale
+    if bias is not None:
+        shift = shift + bias.to(x.dtype)
+    return x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1)
+
+
+def episode_batch_norm(x: torch.Tensor, episode: EpisodeRows, weight: torch.Tensor | None,
+                       bias: torch.Tensor | None, eps: float,
+                       running: tuple[torch.Tensor, torch.Tensor, float | torch.Tensor] | None = None) -> torch.Tensor:
+    """Batch norm of an episode laid out support, query, padding (``EpisodeRows``): under
+    ``md`` the support rows' mean and biased variance normalise the support and query rows;
+    under ``transductive`` each set is normalised by its own. The gradient flows through the
+    moments (MD's ``backprop_through_moments``); padding rows enter no moment and come out
+    as zeros. Moments in float32 for half-precision inputs. ``running``: (running mean,
+    running variance, momentum factor) moved towards the support's moments (the variance
+    unbiased, as PyTorch's update), outside the graph."""
+    mode, support, query = episode.mode, episode.support, episode.query
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    mean, variance, support_mask = _moments(xf, 0, support)
+    rows = support + query
+    if mode == "md":
+        out = _affine(xf, mean, variance, weight, bias, eps)
+    else:
+        query_mean, query_variance, _ = _moments(xf, support, rows)
+        in_support = support_mask if support_mask is not None else (
+            torch.arange(x.shape[0], device=x.device) < support).view(-1, 1, 1, 1)
+        out = torch.where(in_support, _affine(xf, mean, variance, weight, bias, eps),
+                          _affine(xf, query_mean, query_variance, weight, bias, eps))
+    if isinstance(rows, int):
+        if rows < x.shape[0]:
+            out = torch.cat([out[:rows], out.new_zeros((x.shape[0] - rows, *out.shape[1:]))])
+    else:
+        out = torch.where((torch.arange(x.shape[0], device=x.device) < rows).view(-1, 1, 1, 1), out, 0.0)
+    if running is not None:
+        running_mean, running_var, factor = running
+        count = (support if isinstance(support, int) else support.to(torch.float32)) * (x.shape[2] * x.shape[3])
+        with torch.no_grad():
+            running_mean.mul_(1 - factor).add_(mean.detach() * factor)
+            running_var.mul_(1 - factor).add_(variance.detach() * (count / max(count - 1, 1) if isinstance(count, int)
+                                                                  else count / (count - 1).clamp_min(1)) * factor)
+    return out.to(x.dtype)
+
+
 def counted_batch_norm(x: torch.Tensor, count: torch.Tensor, running_mean: torch.Tensor | None,
                        running_var: torch.Tensor | None, weight: torch.Tensor | None, bias: torch.Tensor | None,
                        momentum: float | torch.Tensor, eps: float) -> torch.Tensor:
@@ -199,6 +299,38 @@ def counted_rows(module: nn.Module, count: torch.Tensor | None) -> contextlib.Ab
     """Within: the batch norms of ``module`` in training count the first ``count`` rows
     (a 0-d integer tensor on the module's device; ``counted_batch_norm``)."""
     return _norms_set(module, "valid_count", count)
+
+
+def episode_norm(module: nn.Module, mode: str, support: int | torch.Tensor,
+                 query: int | torch.Tensor) -> contextlib.AbstractContextManager[None]:
+    """Within: the batch norms of ``module`` normalise each batch as one episode of
+    ``support`` then ``query`` rows (then padding) under ``mode`` (``clients.batch_norm``):
+    ``md`` or ``transductive`` take the episode's moments (``episode_batch_norm``) in training
+    and evaluation; ``running`` is plain batch norm over the support and query rows in
+    training (``valid_rows``) and the running statistics in evaluation."""
+    if check_batch_norm(mode) in EPISODE_MOMENTS:
+        return _norms_set(module, "episode", EpisodeRows(mode, support, query))
+    if isinstance(support, int) and isinstance(query, int):
+        return _norms_set(module, "valid_rows", support + query)
+    return _norms_set(module, "valid_count", support + query)
+
+
+def adopt_batch_norms(module: nn.Module, mode: str) -> int:
+    """Under ``md`` or ``transductive``: every plain ``nn.BatchNorm2d`` of a backbone (a user's
+    or torchvision's) becomes a ``RowBatchNorm2d`` (the same parameters and buffers, one more
+    behaviour), so it takes the episode's moments too; the number of batch norms that do.
+    Another kind of batch norm cannot take them: refused (ValueError naming it)."""
+    if check_batch_norm(mode) not in EPISODE_MOMENTS:
+        return 0
+    adopted = 0
+    for name, child in module.named_modules():
+        if type(child) is nn.BatchNorm2d:
+            child.__class__ = RowBatchNorm2d
+        elif isinstance(child, nn.modules.batchnorm._BatchNorm) and not isinstance(child, RowBatchNorm2d):
+            raise ValueError(f"batch_norm: got {mode}, but layer {name or '(the model)'} is a "
+                             f"{type(child).__name__}, which cannot take an episode's moments; use running")
+        adopted += isinstance(child, RowBatchNorm2d)
+    return adopted
 
 
 def valid_rows(module: nn.Module, rows: int | None) -> contextlib.AbstractContextManager[None]:
@@ -383,25 +515,27 @@ def prototype_logits(support: torch.Tensor, support_labels: torch.Tensor, query:
 
 
 class ProtoNet(nn.Module):
-    """A backbone used as Prototypical Networks' embedding (support and query in one pass)."""
+    """A backbone used as Prototypical Networks' embedding (support and query in one pass),
+    its batch norms normalising each episode as ``batch_norm`` says (``clients.batch_norm``)."""
 
-    def __init__(self, backbone: nn.Module) -> None:
+    def __init__(self, backbone: nn.Module, batch_norm: str = "md") -> None:
         super().__init__()
         self.backbone = backbone
+        self.batch_norm = check_batch_norm(batch_norm)
 
     def forward(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
                 ways: int) -> torch.Tensor:
-        embedded = self.backbone(torch.cat([support, query], 0))
+        with episode_norm(self.backbone, self.batch_norm, support.shape[0], query.shape[0]):
+            embedded = self.backbone(torch.cat([support, query], 0))
         return self._logits(embedded, support_labels, support.shape[0], query.shape[0], ways)
 
     def packed(self, images: torch.Tensor, labels: torch.Tensor, support: int, query: int,
                ways: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [query, ways], query labels) of an episode in the bucketed layout
         (``clients.buckets``): ``images`` [B, 3, S, S] holds the support rows, the query
-        rows, then padding; ``labels`` [B] likewise. Batch norms count the valid rows only
-        and the head sees exactly the unpadded embeddings."""
-        rows = support + query
-        with valid_rows(self.backbone, rows if images.shape[0] > rows else None):
+        rows, then padding; ``labels`` [B] likewise. Batch norms take no moment from the
+        padding and the head sees exactly the unpadded embeddings."""
+        with episode_norm(self.backbone, self.batch_norm, support, query):
             embedded = self.backbone(images)
         return self.packed_logits(embedded, labels, support, query, ways)
 

@@ -104,7 +104,7 @@ EPISODES = [(13, 15, 5, 40), (7, 9, 3, 24), (20, 30, 6, 56)]  # support, query, 
 
 
 def _compare_steps(backbone: str, device: str, float64: bool, temperature: float, tolerance: float,
-                   size: int = 32) -> None:
+                   size: int = 32, gradient_tolerance: float | None = None) -> None:
     """Each episode: the unpadded eager step against the padded compiled step (fresh
     gradients, the same weights); then one compilation for all of them."""
     where = torch.device(device)
@@ -128,12 +128,12 @@ def _compare_steps(backbone: str, device: str, float64: bool, temperature: float
         padded[:support + query] = images
         padded_labels = torch.zeros(rows, dtype=torch.int64, device=where)
         padded_labels[:support + query] = labels
-        embedded = embedding(padded, support + query)
+        embedded = embedding(padded, support, query)
         compiled_logits, query_labels = compiled_net.packed_logits(embedded, padded_labels, support, query, ways)
         compiled_loss = F.cross_entropy(compiled_logits / temperature, query_labels)
         compiled_loss.backward()
         assert float(compiled_loss) == pytest.approx(float(loss), rel=tolerance)
-        assert _relative_gradient_error(reference, compiled_net) < tolerance
+        assert _relative_gradient_error(reference, compiled_net) < (gradient_tolerance or tolerance)
         assert float(embedded[support + query:].abs().max()) == 0.0  # padding rows: zero embeddings
         for (name, buffer), (_, other) in zip(reference.named_buffers(), compiled_net.named_buffers(), strict=True):
             assert torch.allclose(buffer.double(), other.double(), rtol=1e-5, atol=1e-6), name  # running statistics
@@ -145,13 +145,19 @@ def _compare_steps(backbone: str, device: str, float64: bool, temperature: float
 @pytest.mark.parametrize("device", _DEVICES)
 @pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
 def test_compiled_padded_step_equals_unpadded_eager_step(backbone: str, device: str):
-    """float32, within ``test_shape_buckets_torch``'s tolerance on CPU (the traced graph).
-    On CUDA inductor generates its own reductions: an H100 gave a relative gradient error
-    of 1.1e-4 for conv4, so there the bound is 2e-4. The logits are divided by 100 first:
-    at random initialisation they lie hundreds apart and the saturated softmax turns
-    float32 rounding (the paths' embeddings each agree with float64's to 5e-6) into
-    gradient differences of up to 3e-5 (``..._is_exact_in_float64`` checks the raw loss)."""
-    _compare_steps(backbone, device, float64=False, temperature=100.0, tolerance=2e-5 if device == "cpu" else 2e-4)
+    """float32: the loss within 2e-5 (2e-4 on CUDA, where inductor generates its own
+    reductions), the gradients within 5e-2 relative. Why so loose for gradients: under MD's
+    batch norm the support's moments normalise the query, so every row's gradient reaches the
+    whole channel through them, and a ReLU whose input lies within float32 rounding of 0 can
+    switch between the two paths' summation orders (the eager one takes its moments with
+    ``var_mean``, which on CPU accumulates in float64; the compiled one sums masked rows in
+    float32): measured 1.1e-3 (conv4) and 2.3e-2 (ResNet-18) on these episodes, 2e-6 where
+    nothing switches. That the padded compiled step IS the unpadded eager step is
+    ``..._is_exact_in_float64``'s (1e-9; measured 4e-14). The logits are divided by 100 first:
+    at random initialisation they lie hundreds apart and the saturated softmax would turn
+    float32 rounding into gradient differences of its own."""
+    _compare_steps(backbone, device, float64=False, temperature=100.0, tolerance=2e-5 if device == "cpu" else 2e-4,
+                   gradient_tolerance=5e-2)
 
 
 @pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
