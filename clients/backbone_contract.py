@@ -41,7 +41,15 @@ from clients.flag_types import field_flag, int_at_least
 from clients.trainer_options import OptionGroup, Record, Resume, option
 
 # tiny: three stride-2 convolutions, 64 features (fast on CPU: tests and the demo)
-NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
+MD_BACKBONES = ("md-conv4", "md-resnet18", "md-wrn", "md-relationnet-convnet")
+"""Meta-Dataset's own backbones, as the reference defines them (``clients.torch.md_backbones``)."""
+NAMED_BACKBONES = ("conv4", "resnet18", "resnet50", "tiny", *MD_BACKBONES)
+
+
+def md_aligned_side(side: int) -> int:
+    """The side ``md-resnet18`` resizes its input to first, as the reference's "DeepLab
+    alignment": the next 32k + 1 at or above ``side`` (84 -> 97, 126 -> 129)."""
+    return math.ceil(side / 32) * 32 + 1
 CALLABLE_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 ATTRIBUTES = ("input_size", "input_range", "mean", "std")

@@ -37,6 +37,24 @@ def positive_float(text: str) -> float:
     return value
 
 
+def float_in(low: float, high: float, low_open: bool = False) -> Any:
+    """An argparse type: a number in [low, high] (``low_open``: (low, high]), else one line
+    saying what was given and what is allowed."""
+    allowed = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a number in {allowed}") from None
+        if not (low < value if low_open else low <= value) or not value <= high:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected a number in {allowed}")
+        return value
+
+    parse.__name__ = f"number in {allowed}"
+    return parse
+
+
 def field_flag(check: Callable[[object], int], minimum: int | None = None) -> Any:
     """An argparse type: an integer that ``check`` (a ``sampler_common.checks`` function) accepts,
     and, where a trainer needs more, at least ``minimum``; else one line, the shared check's

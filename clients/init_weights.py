@@ -19,6 +19,8 @@ a draw of the same distribution as a torch run without it:
     a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)); a bias from the same bound);
   - ``resnet18`` and ``resnet50``: He (Kaiming) normal, fan-out mode, ReLU gain,
     N(0, 2 / fan_out), as torchvision's ResNets (and ours) re-initialise their convolutions;
+  - the ``md-*`` backbones: Meta-Dataset's ``weight_variable``, N(0, 0.1^2) truncated at two
+    deviations (values beyond drawn again, as TensorFlow's ``truncated_normal``);
   - batch norm: weight 1, bias 0, running mean 0, running variance 1, no batches tracked;
   - a linear head (``neutral_head``): torch's default for ``nn.Linear``, the same uniform bound.
 """
@@ -37,7 +39,7 @@ import numpy as np
 from clients.flag_types import int_at_least
 from clients.seeds import derive_seed
 
-BACKBONES = ("conv4", "resnet18", "resnet50", "tiny")
+BACKBONES = ("conv4", "resnet18", "resnet50", "tiny", "md-conv4", "md-resnet18", "md-wrn", "md-relationnet-convnet")
 BATCH_NORM_PARTS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 # the part of a torch tensor name -> the Keras variable it becomes
 KERAS_VARIABLES = {"conv.weight": "kernel", "conv.bias": "bias", "linear.weight": "kernel", "linear.bias": "bias",
@@ -132,7 +134,63 @@ def _tiny() -> list[Tensor]:
     return tensors
 
 
-_LAYOUTS = {"conv4": _conv4, "resnet18": _resnet18, "resnet50": _resnet50, "tiny": _tiny}
+def _md_conv4() -> list[Tensor]:
+    """``md-conv4`` (and, the same names, ``md-relationnet-convnet``): conv4's tensors, MD's kernels."""
+    tensors: list[Tensor] = []
+    channels = 3
+    for block in range(4):
+        tensors += _conv(f"features.{4 * block}", 64, channels, 3, "trunc_normal", f"block{block}_conv")
+        tensors += _bn(f"features.{4 * block + 1}", 64, f"block{block}_bn")
+        channels = 64
+    return tensors
+
+
+def _md_resnet18() -> list[Tensor]:
+    tensors = _conv("stem.0", 64, 3, 7, "trunc_normal", "stem_conv") + _bn("stem.1", 64, "stem_bn")
+    channels = 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            index, keras = 2 * stage + block, f"stage{stage}_{block}"
+            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, "trunc_normal", f"{keras}_a_conv")
+            tensors += _bn(f"blocks.{index}.bn1", width, f"{keras}_a_bn")
+            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, "trunc_normal", f"{keras}_b_conv")
+            tensors += _bn(f"blocks.{index}.bn2", width, f"{keras}_b_bn")
+            if block == 0:  # every stage's first block projects (MD's ResNet-18)
+                tensors += _conv(f"blocks.{index}.shortcut.0", width, channels, 1, "trunc_normal", f"{keras}_down_conv")
+                tensors += _bn(f"blocks.{index}.shortcut.1", width, f"{keras}_down_bn")
+            channels = width
+    return tensors
+
+
+def _md_wrn() -> list[Tensor]:
+    tensors = _conv("stem", 16, 3, 3, "trunc_normal", "stem_conv")
+    channels = 16
+    for group, width in enumerate((32, 64, 128)):
+        for block in range(2):
+            index, keras = 2 * group + block, f"group{group}_{block}"
+            tensors += _bn(f"blocks.{index}.bn1", channels, f"{keras}_bn1")
+            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, "trunc_normal", f"{keras}_conv1")
+            tensors += _bn(f"blocks.{index}.bn2", width, f"{keras}_bn2")
+            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, "trunc_normal", f"{keras}_conv2")
+            tensors += _conv(f"blocks.{index}.shortcut", width, channels, 1, "trunc_normal", f"{keras}_shortcut")
+            channels = width
+    return tensors + _bn("final_bn", channels, "final_bn")
+
+
+def _md_relationnet_convnet() -> list[Tensor]:
+    tensors: list[Tensor] = []
+    channels = 3
+    for block in range(4):
+        conv, bn = (4 * block, 4 * block + 1) if block < 3 else (12, 13)
+        tensors += _conv(f"features.{conv}", 64, channels, 3, "trunc_normal", f"block{block}_conv")
+        tensors += _bn(f"features.{bn}", 64, f"block{block}_bn")
+        channels = 64
+    return tensors
+
+
+_LAYOUTS = {"conv4": _conv4, "resnet18": _resnet18, "resnet50": _resnet50, "tiny": _tiny, "md-conv4": _md_conv4,
+            "md-resnet18": _md_resnet18, "md-wrn": _md_wrn, "md-relationnet-convnet": _md_relationnet_convnet}
+_LEAST_SIDE = {"conv4": 16, "md-conv4": 16, "md-relationnet-convnet": 22}
 
 
 def layout(backbone: str, image_size: int) -> list[Tensor]:
@@ -140,7 +198,7 @@ def layout(backbone: str, image_size: int) -> list[Tensor]:
     on ``image_size``; it is checked as the models check it)."""
     if backbone not in _LAYOUTS:
         raise ValueError(f"backbone: got {backbone!r}, expected one of {', '.join(BACKBONES)}")
-    least = 16 if backbone == "conv4" else 8
+    least = _LEAST_SIDE.get(backbone, 8)
     if image_size < least:
         raise ValueError(f"image_size: got {image_size}, the {backbone} backbone needs at least {least}")
     return _LAYOUTS[backbone]()
@@ -214,7 +272,14 @@ def draw(tensor: Tensor, seed: int, weight_shape: tuple[int, ...] | None = None)
         return np.full(tensor.shape, constants[tensor.init], np.float32)
     state = np.random.RandomState(derive_seed(seed, "init", tensor.name))
     fan_shape = weight_shape or tensor.shape
-    if tensor.init == "he_normal":  # N(0, 2 / fan_out), fan_out = out * kh * kw
+    if tensor.init == "trunc_normal":  # MD's kernels: N(0, 0.1^2), values beyond 2 deviations drawn again
+        values = state.standard_normal(tensor.shape)
+        outside = np.abs(values) > 2.0
+        while outside.any():
+            values[outside] = state.standard_normal(int(outside.sum()))
+            outside = np.abs(values) > 2.0
+        values = values * 0.1
+    elif tensor.init == "he_normal":  # N(0, 2 / fan_out), fan_out = out * kh * kw
         fan_out = fan_shape[0] * int(np.prod(fan_shape[2:]))
         values = state.standard_normal(tensor.shape) * math.sqrt(2.0 / fan_out)
     else:  # torch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the weight and its bias

@@ -37,7 +37,7 @@ from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
-from clients.flag_types import int_at_least, positive_float, seed_flag
+from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
 
@@ -182,6 +182,18 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="baseline: number of plain training batches"),
             option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE, help="baseline: images per batch"),
             option("--lr", type=positive_float, default=1e-3, **_RESULT, help="Adam learning rate"),
+            option("--weight-decay", type=float_in(0.0, 1.0), default=0.0, metavar="W", **_RESULT,
+                   help="an L2 penalty W x (sum of squared kernels) added to the loss, as Meta-Dataset's (coupled, "
+                        "not AdamW): convolution and linear kernels; no batch-norm parameter and no bias"),
+            option("--decay-every", type=int_at_least(0), default=0, metavar="N", **_RESULT,
+                   help="staircase learning-rate decay: lr x rate^floor(update / N) (0: a constant rate, MD's "
+                        "default)"),
+            option("--decay-rate", type=float_in(0.0, 1.0, low_open=True), default=0.5, metavar="R", **_RESULT,
+                   help="the factor of each --decay-every step"),
+            option("--init-from", default=None, metavar="CHECKPOINT", **_RESULT,
+                   help="start the backbone (only) from this trainer checkpoint (its file or --checkpoint-dir), "
+                        "with a fresh optimizer and schedule, as MD's meta-learners start from a pre-trained "
+                        "baseline; a checkpoint in --checkpoint-dir takes precedence (a resumed run)"),
             option("--batch-norm", choices=BATCH_NORMS, default="md", **_SEQUENCE,
                    help="episode batch norm: md (Meta-Dataset's: the support set's moments normalise the support and "
                         "the query, gradient through them, no running averages at training or test), transductive "

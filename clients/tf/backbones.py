@@ -34,6 +34,7 @@ operations, in the same order, as ``Preprocessing.to_float``; ``TFFeatures`` is 
 
 from __future__ import annotations
 
+import math
 import argparse
 import collections
 import contextlib
@@ -285,14 +286,13 @@ def assign_neutral(model: keras.Model, backbone: str, image_size: int, arrays: M
 def assign_neutral_head(head: keras.Model, backbone: str, image_size: int, arrays: Mapping[str, np.ndarray]) -> None:
     """A linear head's framework-neutral weights (``init_weights.neutral_head``: torch's
     [classes, features]) into the Keras head over ``backbone``'s features: transposed, and
-    over ``conv4`` its columns reordered from torch's (C, H, W) flatten to tf's (H, W, C), so
-    the head computes the same logits as torch's over the same network."""
+    over a flattened map (``conv4``, ``md-conv4``, ``md-relationnet-convnet``: 64 channels) its
+    columns reordered from torch's (C, H, W) flatten to tf's (H, W, C), so the head computes
+    the same logits as torch's over the same network."""
     weight = np.asarray(arrays["linear.weight"], np.float32)
-    if backbone == "conv4":
-        side = image_size
-        for _ in range(4):
-            side //= 2
-        weight = chw_to_hwc_rows(weight, weight.shape[1] // (side * side), side)
+    if backbone in ("conv4", "md-conv4", "md-relationnet-convnet"):
+        side = math.isqrt(weight.shape[1] // 64)
+        weight = chw_to_hwc_rows(weight, 64, side)
     dense = head.get_layer("logits")
     dense.kernel.assign(keras_value("linear", weight))
     dense.bias.assign(np.asarray(arrays["linear.bias"], np.float32))

@@ -54,6 +54,7 @@ from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, 
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
+from clients.recipe import decayed
 from clients.protocols.md import EpisodeArrays
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.tf import models
@@ -182,7 +183,10 @@ class TFFramework(Framework):
             if self.head is not None and args.init_seed is not None:  # the same head as torch's
                 assign_neutral_head(self.head, args.backbone, args.image_size,
                                     neutral_head(self.loaded.out_dim, num_classes, args.init_seed))
-            self.optimizer = TorchAdam(learning_rate=args.lr)
+            # MD's staircase decay of this run's updates (optimizer.iterations, restored with a resumed run)
+            rate = (keras.optimizers.schedules.ExponentialDecay(args.lr, args.decay_every, args.decay_rate,
+                                                                 staircase=True) if args.decay_every else args.lr)
+            self.optimizer = TorchAdam(learning_rate=rate)
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:
                 parts["optimizer"] = self.optimizer
@@ -191,10 +195,26 @@ class TFFramework(Framework):
             self.checkpointer = tf.train.Checkpoint(**parts)
             if training:
                 self.optimizer.build(self.trainable)  # slots exist before a restore fills them
+        if args.init_from is not None:  # the backbone only; a checkpoint in --checkpoint-dir still wins (restore)
+            self._init_backbone(args.init_from)
         if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
         self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
         self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm)
+
+    def _init_backbone(self, given: str) -> None:
+        """The backbone's variables from the tf trainer checkpoint ``given`` (a directory holding
+        checkpoints, or a checkpoint prefix), nothing else of it; or one line saying what it is."""
+        prefix = tf.train.latest_checkpoint(given) if os.path.isdir(given) else given
+        if prefix is None or not tf.io.gfile.exists(f"{prefix}.index"):
+            raise UsageError(f"argument --init-from: {given} is neither a tf trainer checkpoint nor a directory "
+                             "holding one")
+        try:
+            tf.train.Checkpoint(backbone=self.backbone).restore(prefix).assert_existing_objects_matched().expect_partial()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            raise UsageError(f"argument --init-from: {prefix} holds another backbone than --backbone "
+                             f"{self.args.backbone} at --image-size {self.args.image_size} "
+                             f"({' '.join(str(error).split())[:200]})") from None
 
     @property
     def trainable(self) -> list[tf.Variable]:
@@ -255,12 +275,19 @@ class TFFramework(Framework):
                     embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
                 logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
                 loss = models.episode_loss(logits, labels[support:rows])
-                replica_loss = self._replica_loss(loss)
+                replica_loss = self._replica_loss(self._regularised(loss))
             variables = self.trainable
             self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
             return loss, _accuracy(logits, labels[support:rows])
 
         return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+
+    def _regularised(self, loss: tf.Tensor) -> tf.Tensor:
+        """``loss`` plus MD's L2 regulariser of the kernels (``--weight-decay``; ``clients.recipe``)."""
+        if not self.args.weight_decay:
+            return loss
+        kernels = [v for v in self.trainable if decayed(tuple(v.shape))]
+        return loss + self.args.weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in kernels])
 
     def _replica_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """What one replica differentiates: the optimizer sums the replicas' gradients."""
@@ -287,7 +314,7 @@ class TFFramework(Framework):
                 logits = head(self.backbone(to_model_input(images, self.preprocessing), training=True),
                               training=True)
                 loss = models.episode_loss(logits, labels, classes)
-                replica_loss = self._replica_loss(loss)
+                replica_loss = self._replica_loss(self._regularised(loss))
             variables = self.trainable
             self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
             return loss, _accuracy(logits, labels)

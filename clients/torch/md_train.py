@@ -66,6 +66,7 @@ from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
+from clients.recipe import decayed, learning_rate
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
@@ -225,6 +226,31 @@ class TorchFramework(Framework):
             self._step_module = DistributedDataParallel(
                 self.trainee, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
         self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
+        self._decayed = [p for p in self.parameters() if decayed(tuple(p.shape))]  # --weight-decay's kernels
+        if args.init_from is not None:  # the backbone only; a checkpoint in --checkpoint-dir still wins (restore)
+            self.backbone.load_state_dict(self._init_state(args.init_from))
+
+    def _init_state(self, given: str) -> dict[str, Any]:
+        """The backbone state of the trainer checkpoint ``given`` (its file, or the directory
+        holding it), or one line saying what it is instead."""
+        path = Path(given) / CHECKPOINT if Path(given).is_dir() else Path(given)
+        if not path.is_file():
+            raise UsageError(f"argument --init-from: {given} is neither a torch trainer checkpoint nor a directory "
+                             f"holding {CHECKPOINT}")
+        try:
+            state = torch.load(path, map_location=self.torch_device)
+        except Exception as error:  # not a torch file
+            raise UsageError(f"argument --init-from: {path} is not a torch trainer checkpoint "
+                             f"({type(error).__name__})") from None
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or "backbone" not in state:
+            raise UsageError(f"argument --init-from: {path} is not a torch trainer checkpoint (format "
+                             f"{state.get('format') if isinstance(state, dict) else None!r}, expected "
+                             f"{CHECKPOINT_FORMAT})")
+        own = self.backbone.state_dict()
+        if set(state["backbone"]) != set(own) or any(state["backbone"][k].shape != v.shape for k, v in own.items()):
+            raise UsageError(f"argument --init-from: {path} holds another backbone than --backbone "
+                             f"{self.args.backbone} at --image-size {self.args.image_size}")
+        return state["backbone"]
 
     def _eager_embedding(self, images: torch.Tensor, support: int, query: int) -> torch.Tensor:
         with episode_norm(self.backbone, self.args.batch_norm, support, query):
@@ -313,7 +339,12 @@ class TorchFramework(Framework):
         # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them
         began = time.perf_counter()
         torch.manual_seed(derive_seed(self.args.seed, "step", self._draw_index))
+        update = (self._draw_index - self.rank) // self.world_size  # this run's schedule: resumes continue it
         self._draw_index += self.world_size
+        if self.args.decay_every:
+            rate = learning_rate(self.args.lr, update, self.args.decay_every, self.args.decay_rate)
+            for group in self.optimizer.param_groups:
+                group["lr"] = rate
         set_mode(self.backbone, True)
         with self._autocast():
             if isinstance(item, Batch):
@@ -328,8 +359,11 @@ class TorchFramework(Framework):
                 logits, labels = self._step_module(images, staged.labels, staged.support, staged.query, staged.ways)
         self.shapes.add(tuple(images.shape))
         loss = F.cross_entropy(logits, labels)
+        objective = loss
+        if self.args.weight_decay:  # MD's L2 regulariser, added to the loss (clients.recipe)
+            objective = loss + self.args.weight_decay * torch.stack([p.square().sum() for p in self._decayed]).sum()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # under DDP: the gradients are averaged over the ranks here
+        objective.backward()  # under DDP: the gradients are averaged over the ranks here
         self._average_buffers()
         self.optimizer.step()
         accuracy = (logits.detach().argmax(1) == labels).float().mean()

@@ -56,9 +56,9 @@ def _reference(backbone: str, weights: dict[str, np.ndarray], x: np.ndarray, mod
     return embedded
 
 
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("mode", ["md", "transductive"])
-@pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
+@pytest.mark.parametrize(("backbone", "mode", "training"), [
+    ("conv4", "md", True), ("conv4", "md", False), ("conv4", "transductive", True), ("conv4", "transductive", False),
+    ("resnet18", "md", True), ("resnet18", "transductive", False)])  # ResNet-18's every case: the torch test's
 def test_padded_episode_embeddings_equal_the_references_unpadded_passes(backbone, mode, training):
     weights = _weights(backbone)
     model = _model(backbone, weights)
@@ -101,11 +101,20 @@ def test_running_statistics_are_never_read_and_the_evaluator_takes_the_episodes_
     assert not np.isfinite(loss)  # under running, the NaN moving statistics do reach the embeddings
 
 
-def test_a_plain_batch_norm_is_refused_under_md():
+def test_a_plain_batch_norm_is_adopted_and_another_axis_refused_under_md():
     inputs = tf.keras.Input((SIZE, SIZE, 3))
     model = tf.keras.Model(inputs, tf.keras.layers.BatchNormalization(name="plain")(inputs))
     assert models.episode_batch_norms(model, "running") == 0
-    with pytest.raises(ValueError, match=r"batch_norm: got md, but layer plain is a BatchNormalization, which cannot "
-                                         r"take an episode's moments; use running"):
-        models.episode_batch_norms(model, "md")
+    assert type(model.get_layer("plain")) is tf.keras.layers.BatchNormalization
+    assert models.episode_batch_norms(model, "md") == 1
+    assert isinstance(model.get_layer("plain"), models.RowBatchNormalization)
+    x = np.random.RandomState(0).uniform(-1, 1, (4, SIZE, SIZE, 3)).astype(np.float32)
+    with models.episode_norm(model, "md", tf.constant(2), tf.constant(2)):
+        out = model(x, training=False).numpy()
+    mean, std = x[:2].mean((0, 1, 2)), x[:2].std((0, 1, 2))
+    assert np.allclose(out, (x - mean) / np.sqrt(std ** 2 + 1e-3), atol=1e-4)  # Keras' default epsilon
+    other = tf.keras.Model(inputs, tf.keras.layers.BatchNormalization(axis=1, name="rows")(inputs))
+    with pytest.raises(ValueError, match=r"batch_norm: got md, but layer rows is a BatchNormalization that cannot "
+                                         r"take an episode's moments \(over its last axis, without renormalisation\)"):
+        models.episode_batch_norms(other, "md")
     assert models.episode_batch_norms(models.build_backbone("resnet18", SIZE), "md") == 20

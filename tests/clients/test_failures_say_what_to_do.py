@@ -159,8 +159,8 @@ def test_keys_of_no_named_backbone_say_to_pass_the_model(tmp_path, capsys):
     path = tmp_path / "vit.pt"
     torch.save({"patch_embed.proj.weight": torch.zeros(0), "blocks.0.attn.qkv.weight": torch.zeros(0)}, path)
     line = _transfer_refusal(capsys, path)
-    assert ("its keys match no named backbone (conv4, resnet18, resnet50, tiny): pass the model they were saved "
-            "from as --backbone module:callable (") in line, line
+    assert ("its keys match no named backbone (conv4, resnet18, resnet50, tiny, md-conv4, md-resnet18, md-wrn, "
+            "md-relationnet-convnet): pass the model they were saved from as --backbone module:callable (") in line, line
 
 
 def test_tf_names_the_backbone_keras_weights_and_neutral_weights_belong_to(tmp_path):

@@ -22,7 +22,9 @@ from clients.torch import models as torch_models  # noqa: E402
 from clients.trainer_args import parse_args  # noqa: E402
 
 # sizes where the ResNets' strided layers see even sides, where Keras "same" would pad (0, 1) or (2, 3)
-SIZES = {"conv4": 32, "resnet18": 32, "resnet50": 40, "tiny": 32}
+# (md-resnet18 resizes to 33 first; md-wrn pads its strided layers as Keras "same" does, (0, 1) at 32)
+SIZES = {"conv4": 32, "resnet18": 32, "resnet50": 40, "tiny": 32, "md-conv4": 32, "md-resnet18": 32, "md-wrn": 32,
+         "md-relationnet-convnet": 32}
 # (seed 0) pinned: a change of names, order, distributions or generator fails here loudly
 GOLDEN = {"conv4": "8cbf12428cccc06932d5a4952c7245a49a603aa289bb520618eac65854a4e5bb"}
 
@@ -56,8 +58,9 @@ def _tf_model(backbone: str, weights: dict[str, np.ndarray]):
 
 
 def _as_torch_features(backbone: str, tf_output: np.ndarray, torch_output: np.ndarray) -> np.ndarray:
-    """tf's conv4 flattens (H, W, C), torch's (C, H, W): the same features, reordered."""
-    if backbone != "conv4":
+    """tf's flattened maps (conv4, md-conv4, md-relationnet-convnet) are (H, W, C), torch's (C, H,
+    W): the same features, reordered."""
+    if backbone not in ("conv4", "md-conv4", "md-relationnet-convnet"):
         return tf_output
     rows, side = len(tf_output), int(round((torch_output.shape[1] / 64) ** 0.5))
     return tf_output.reshape(rows, side, side, 64).transpose(0, 3, 1, 2).reshape(rows, -1)

@@ -117,7 +117,7 @@ def _rows(text: str, key: int = 2) -> dict[tuple[str, ...], list[str]]:
 def _md_cell(values: list[float]) -> str:
     n = len(values)
     mean = sum(values) / n
-    ci = 1.96 * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
+    ci = 1.96 * math.sqrt(sum((v - mean) ** 2 for v in values) / n) / math.sqrt(n)  # np.std: ddof = 0, as MD
     return f"{100 * mean:.2f} ± {100 * ci:.2f} ({n})"
 
 
