@@ -61,10 +61,10 @@ chromium:
 # TIMING_TESTS names (tests/test_makefile.py keeps the list whole).
 # Budgets on this 2-core machine: `make test` 12:00 of pytest, `make check` 3:00. `make
 # durations` records each file's seconds and each part's wall clock in tests/durations.json,
-# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, 2f48787):
-# `make test` 12:45 + 1:13 (764.9 + 73.0 s), over its budget (held under its ceiling, 835 s, until
-# it fits); `make check` 2:16 (1dd8c11). Runs of one tree vary by up to 100 s. The whole `make
-# test`, install included, used 1,536 s of CPU (/usr/bin/time): the parallel part keeps both cores
+# which tests/test_makefile.py holds to them. Measured idle, fresh clone (2026-11-29, 2aaa55d):
+# `make test` 13:11 + 1:16 (791.1 + 76.3 s), over its budget (held under its ceiling, 915 s, until
+# it fits); `make check` 2:19 (138.8 s). Runs of one tree vary by up to 100 s. The whole `make
+# test`, install included, used 1,577 s of CPU (/usr/bin/time): the parallel part keeps both cores
 # busy, so the tests must do less work to fit, not be spread wider (before these figures, three
 # workers took 14:45 and 1,650 s of CPU where two took 13:46 and 1,400 s).
 TEST_WORKERS ?= 2

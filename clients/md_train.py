@@ -733,7 +733,7 @@ def format_summary(summary: RunSummary) -> str:
     """The run summary as the few lines printed on stdout."""
     train = summary.train
     lines = [f"run {summary.run}: {summary.framework} {summary.model} {summary.backbone} on {summary.device}, "
-             f"{summary.parameter_count} parameters, {train.unit}s {summary.start_index}..{summary.next_index}"
+             f"{summary.parameter_count} parameters, {_PLURAL[train.unit]} {summary.start_index}..{summary.next_index}"
              + (f", {summary.world_size} ranks" if summary.world_size > 1 else "")]
     if train.steps:
         plural = _PLURAL[train.unit]

@@ -110,9 +110,10 @@ def test_resumed_run_continues_at_the_next_index(served, tmp_path, capfd):
 
 
 @pytest.mark.slow
-def test_baseline_trains_on_batches_and_reports(served, tmp_path):
+def test_baseline_trains_on_batches_and_reports(served, tmp_path, capfd):
     summary = _run(served, "torch-baseline", tmp_path, "--model", "baseline", "--sources", "folder",
                    "--train-steps", "30", "--batch-size", "32", "--eval-episodes", "10")
+    assert "parameters, batches 0..30" in capfd.readouterr().out  # the summary's plural (was "batchs")
     assert summary["train"]["unit"] == "batch" and summary["train"]["steps"] == 30
     assert summary["train"]["start_index"] == 0 and summary["next_index"] == 30
     assert summary["eval"]["folder"]["episodes"] == 10
