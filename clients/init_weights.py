@@ -80,28 +80,31 @@ def _bn(name: str, channels: int, keras_layer: str) -> list[Tensor]:
                    keras_layer) for part in BATCH_NORM_PARTS]
 
 
-def _conv4() -> list[Tensor]:
+def _conv4(init: str = "uniform") -> list[Tensor]:
+    """``conv4``; ``md-conv4`` is the same with MD's truncated-normal kernels."""
     tensors: list[Tensor] = []
     channels = 3
     for block in range(4):
-        tensors += _conv(f"features.{4 * block}", 64, channels, 3, "uniform", f"block{block}_conv")
+        tensors += _conv(f"features.{4 * block}", 64, channels, 3, init, f"block{block}_conv")
         tensors += _bn(f"features.{4 * block + 1}", 64, f"block{block}_bn")
         channels = 64
     return tensors
 
 
-def _resnet18() -> list[Tensor]:
-    tensors = _conv("stem.0", 64, 3, 7, "he_normal", "stem_conv") + _bn("stem.1", 64, "stem_bn")
+def _resnet18(init: str = "he_normal", project_every_stage: bool = False) -> list[Tensor]:
+    """``resnet18`` (a projection where the width changes); ``md-resnet18`` draws its kernels
+    from MD's truncated normal and projects in every stage's first block."""
+    tensors = _conv("stem.0", 64, 3, 7, init, "stem_conv") + _bn("stem.1", 64, "stem_bn")
     channels = 64
     for stage, width in enumerate((64, 128, 256, 512)):
         for block in range(2):
             index, keras = 2 * stage + block, f"stage{stage}_{block}"
-            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, "he_normal", f"{keras}_a_conv")
+            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, init, f"{keras}_a_conv")
             tensors += _bn(f"blocks.{index}.bn1", width, f"{keras}_a_bn")
-            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, "he_normal", f"{keras}_b_conv")
+            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, init, f"{keras}_b_conv")
             tensors += _bn(f"blocks.{index}.bn2", width, f"{keras}_b_bn")
-            if channels != width:
-                tensors += _conv(f"blocks.{index}.shortcut.0", width, channels, 1, "he_normal", f"{keras}_down_conv")
+            if channels != width or (project_every_stage and block == 0):
+                tensors += _conv(f"blocks.{index}.shortcut.0", width, channels, 1, init, f"{keras}_down_conv")
                 tensors += _bn(f"blocks.{index}.shortcut.1", width, f"{keras}_down_bn")
             channels = width
     return tensors
@@ -134,34 +137,6 @@ def _tiny() -> list[Tensor]:
     return tensors
 
 
-def _md_conv4() -> list[Tensor]:
-    """``md-conv4`` (and, the same names, ``md-relationnet-convnet``): conv4's tensors, MD's kernels."""
-    tensors: list[Tensor] = []
-    channels = 3
-    for block in range(4):
-        tensors += _conv(f"features.{4 * block}", 64, channels, 3, "trunc_normal", f"block{block}_conv")
-        tensors += _bn(f"features.{4 * block + 1}", 64, f"block{block}_bn")
-        channels = 64
-    return tensors
-
-
-def _md_resnet18() -> list[Tensor]:
-    tensors = _conv("stem.0", 64, 3, 7, "trunc_normal", "stem_conv") + _bn("stem.1", 64, "stem_bn")
-    channels = 64
-    for stage, width in enumerate((64, 128, 256, 512)):
-        for block in range(2):
-            index, keras = 2 * stage + block, f"stage{stage}_{block}"
-            tensors += _conv(f"blocks.{index}.conv1", width, channels, 3, "trunc_normal", f"{keras}_a_conv")
-            tensors += _bn(f"blocks.{index}.bn1", width, f"{keras}_a_bn")
-            tensors += _conv(f"blocks.{index}.conv2", width, width, 3, "trunc_normal", f"{keras}_b_conv")
-            tensors += _bn(f"blocks.{index}.bn2", width, f"{keras}_b_bn")
-            if block == 0:  # every stage's first block projects (MD's ResNet-18)
-                tensors += _conv(f"blocks.{index}.shortcut.0", width, channels, 1, "trunc_normal", f"{keras}_down_conv")
-                tensors += _bn(f"blocks.{index}.shortcut.1", width, f"{keras}_down_bn")
-            channels = width
-    return tensors
-
-
 def _md_wrn() -> list[Tensor]:
     tensors = _conv("stem", 16, 3, 3, "trunc_normal", "stem_conv")
     channels = 16
@@ -188,8 +163,10 @@ def _md_relationnet_convnet() -> list[Tensor]:
     return tensors
 
 
-_LAYOUTS = {"conv4": _conv4, "resnet18": _resnet18, "resnet50": _resnet50, "tiny": _tiny, "md-conv4": _md_conv4,
-            "md-resnet18": _md_resnet18, "md-wrn": _md_wrn, "md-relationnet-convnet": _md_relationnet_convnet}
+_LAYOUTS = {"conv4": _conv4, "resnet18": _resnet18, "resnet50": _resnet50, "tiny": _tiny,
+            "md-conv4": lambda: _conv4("trunc_normal"),
+            "md-resnet18": lambda: _resnet18("trunc_normal", project_every_stage=True), "md-wrn": _md_wrn,
+            "md-relationnet-convnet": _md_relationnet_convnet}
 _LEAST_SIDE = {"conv4": 16, "md-conv4": 16, "md-relationnet-convnet": 22}
 
 
