@@ -23,14 +23,6 @@ SUPPORT, QUERY = 5, 3
 SIZES = {"md-conv4": 1600, "md-resnet18": 512, "md-wrn": 128, "md-relationnet-convnet": 4096}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("backbone", sorted(SIZES))
 def test_embedding_sizes_at_84_px(backbone):
     model = build_backbone(backbone, 84)
