@@ -4,7 +4,9 @@
 - The learning rate of update u (counted from 0 in this run's schedule, which a resumed run
   continues and ``--init-from`` starts afresh) with ``--decay-every N --decay-rate R``:
   lr x R^floor(u / N), TensorFlow's ``exponential_decay(..., staircase=True)``; N = 0 keeps it
-  constant (MD's default: decay off).
+  constant (MD's default: decay off). R is taken at float32 precision, as the reference's
+  TensorFlow converts the Python float before raising it to the power (0.99999 differs from its
+  float32 value by 1e-8, which 734 updates turn into 1e-5 of the rate).
 - ``--weight-decay W``: W x the sum of the squared kernels (convolutions and linear layers;
   no batch-norm parameter, no bias) added to the loss that is differentiated, as Keras'
   ``L2(W)`` regulariser the reference binds to every backbone and head (no 1/2 factor; its
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def learning_rate(lr: float, update: int, decay_every: int, decay_rate: float) -> float:
     """The staircase rate of update ``update`` (0-based)."""
@@ -22,7 +26,7 @@ def learning_rate(lr: float, update: int, decay_every: int, decay_rate: float) -
         raise ValueError(f"update: got {update}, expected an integer >= 0")
     if not decay_every:
         return lr
-    return lr * math.pow(decay_rate, update // decay_every)
+    return lr * math.pow(float(np.float32(decay_rate)), update // decay_every)
 
 
 def decayed(shape: tuple[int, ...]) -> bool:

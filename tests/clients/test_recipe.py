@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import tensorflow as tf
@@ -27,10 +27,11 @@ ARGV = ["--server", "127.0.0.1:1", "--run", "recipe", "--sources", "a", "--backb
 
 
 @given(st.floats(1e-5, 1.0), st.integers(0, 100_000), st.integers(1, 10_000), st.floats(0.01, 1.0))
+@example(lr=0.75, update=734, every=1, rate=0.99999)  # CI: 1e-5 apart while the rate was float64's
 def test_the_staircase_is_tensorflows_exponential_decay(lr, update, every, rate):
     reference = tf.compat.v1.train.exponential_decay(lr, update, every, rate, staircase=True)
     reference = float(reference() if callable(reference) else reference)  # eager: a function of the step
-    assert learning_rate(lr, update, every, rate) == pytest.approx(reference, rel=1e-5, abs=1e-12)  # float32's
+    assert learning_rate(lr, update, every, rate) == pytest.approx(reference, rel=1e-6, abs=1e-12)  # float32 pow: 1.3e-7 at worst in 3,000 draws
     assert learning_rate(lr, update, 0, rate) == lr  # --decay-every 0: constant, MD's default
 
 
