@@ -80,16 +80,18 @@ from typing import Any
 
 import numpy as np
 
+from clients import md_presets
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.feed import Feed
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
 from clients.server_options import client_options
-from clients.trainer_args import eval_sources, parse_args, run_config, train_groups
+from clients.trainer_args import eval_sources, parse_args, run_config, train_groups, validation_sources
 from clients.trainer_options import Resume, resume_keys
 from clients.trainer_shell import Console, exit_for, parse_status, write_summary
 from clients.errors import UsageError
+from clients.validation import Validation, ValidationHistory, due
 from sampler_common.intervals import mean_ci95
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
@@ -171,6 +173,8 @@ class RunSummary:
     config: dict[str, Any] = field(default_factory=dict)  # the run configuration stored with its reports
     world_size: int = 1          # processes that trained together (torchrun ranks, TF workers)
     ranks: list[RankSummary] = field(default_factory=list)  # by rank
+    # --validate-every: each validation and the best, whose backbone was tested (``ValidationHistory.to_dict``)
+    validation: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -278,6 +282,17 @@ class Framework(abc.ABC):
         weights as evaluated, so ``--eval-only`` of the checkpoint records the same one."""
         ...
 
+    @abc.abstractmethod
+    def keep_best(self, update: int) -> None:
+        """Keep the backbone as it is now as the best validated one (in memory, and in
+        --checkpoint-dir as ``best`` where one is given, so a resumed run still has it)."""
+        ...
+
+    @abc.abstractmethod
+    def restore_best(self, update: int) -> None:
+        """Load the backbone kept by ``keep_best(update)``; a kept one of another update is refused."""
+        ...
+
     def close(self) -> None:
         """Release what the framework set up for the run (a process group)."""
 
@@ -355,6 +370,7 @@ class Run:
         self.train_ranks = self.ranks  # the ranks the model was trained by (--eval-only: its checkpoint's)
         self.trained: list[int] = []   # the indices this rank trained on, as received
         self.server_line = ""          # transport and server settings (``check_names``)
+        self.validation: ValidationHistory | None = None  # --validate-every (``execute``)
 
     def client(self, prefetch: int = 2) -> SamplerClient:
         return SamplerClient(self.args.server, prefetch=prefetch, **self.options)
@@ -383,6 +399,8 @@ class Run:
             for name in self.eval_names if args.eval_episodes else ():
                 if name not in train:
                     client.describe_source(name, args.preset or "")
+            for name in validation_sources(args):
+                client.describe_source(name, args.preset or "")
 
     def resume_config(self) -> dict[str, Any]:
         config = {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
@@ -423,6 +441,9 @@ class Run:
                  "result_sha256": self.framework.weights_sha256()}
         if self.train_ranks > 1:  # what the model is depends on it; absent means 1
             extra["train_ranks"] = self.train_ranks
+        best = self.validation.best if self.validation is not None else None
+        if best is not None:  # the backbone tested is that validation's (``clients.validation``)
+            extra["tested_update"] = best.update
         return run_config(self.args, extra)
 
     def mine(self, start: int, end: int) -> range:
@@ -531,6 +552,8 @@ class Run:
                  f"{start}..{total - 1}" + (f", {self.ranks} ranks ({self.ranks} per step)" if self.ranks > 1 else ""))
         saved = start
         in_step = False
+        if self.validation is not None and start % args.validate_every == 0 and not self.validation.done(start):
+            self.validate(start)  # MD validates the initial model too; a resume, what a fault left undone
         try:
             for position in self.mine(start, total):
                 began = time.perf_counter()
@@ -549,9 +572,6 @@ class Run:
                 if logged:  # the one wait for the device: the window's losses are read
                     timer.resolve(framework.to_floats)
                 timer.took(time.perf_counter() - began)
-                if _crossed(done, self.ranks, args.checkpoint_every) or done == total:
-                    framework.save(done, self.resume_config())
-                    saved = done
                 if logged:
                     recent = timer.window[-window:]
                     mean_loss, mean_accuracy = self._window_means(timer, window)
@@ -559,6 +579,12 @@ class Run:
                     self.log(f"{self.unit} {done}/{total}: loss {mean_loss:.4f}, accuracy {mean_accuracy:.3f}; "
                              f"{len(recent) * self.ranks / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
                              f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
+                validated = self.validation is not None and due(done, self.ranks, args.validate_every)
+                if validated:  # then a checkpoint, which the history written beside it reaches
+                    self.validate(done)
+                if _crossed(done, self.ranks, args.checkpoint_every) or done == total or validated:
+                    framework.save(done, self.resume_config())
+                    saved = done
         finally:
             # a fault mid-run keeps the progress made; but a rank that failed inside a step (the
             # others lost) may hold part of it (its own batch-norm update): the last checkpoint stays
@@ -574,6 +600,68 @@ class Run:
         recent = [float(a) for a in timer.accuracies[-window:]]
         gathered = recent if self.ranks == 1 else [a for rank in self.framework.all_gather(recent) for a in rank]
         return timer.finish(self._window_means(timer, window)[0], gathered)
+
+    # ---- validation ------------------------------------------------------------------------------
+
+    def _valid_accuracies(self, client: SamplerClient, name: str) -> list[float]:
+        """The query accuracy of each of --validate-episodes valid episodes of ``name``
+        (sharded over the ranks like the test episodes; nothing is reported)."""
+        args = self.args
+        spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split="valid", seed=args.eval_seed,
+                           image_size=args.image_size)
+        mine = self.mine(0, args.validate_episodes)
+        rows: list[tuple[int, float]] = []
+        for episode in client.episodes(spec, mine.start, len(mine), self.ranks) if len(mine) else ():
+            predictions, _ = self.framework.evaluate(episode)
+            rows.append((episode.index, float(np.mean(np.asarray(predictions) == episode.query_labels))))
+        rows = sorted(rows if self.ranks == 1 else [row for part in self.framework.all_gather(rows) for row in part])
+        if [row[0] for row in rows] != list(range(args.validate_episodes)):
+            raise SamplerClientError(f"validation stream of {name!r} ended after {len(rows)} episodes")
+        return [row[1] for row in rows]
+
+    def validate(self, update: int) -> None:
+        """One validation after ``update`` items; the best one's backbone is kept."""
+        history = self.validation
+        assert history is not None
+        began = time.perf_counter()
+        by_source: dict[str, float] = {}
+        ci95: float | None = None
+        with self.client(prefetch=4) as client:
+            for name in history.sources:
+                by_source[name], ci95 = mean_ci95(self._valid_accuracies(client, name))
+        accuracy = float(np.mean(list(by_source.values())))
+        validation = Validation(update, accuracy, ci95 if len(by_source) == 1 else None, by_source)
+        if history.add(validation):
+            self.framework.keep_best(update)
+        if self.rank == 0:
+            history.save(self.args.checkpoint_dir)
+        best = history.best
+        assert best is not None
+        self.log(f"validation at {self.unit} {update}: accuracy {accuracy:.4f}"
+                 + (f" ± {_ci(ci95)}" if len(by_source) == 1 else f" (mean of {len(by_source)} sources)")
+                 + f" over {history.episodes} valid episodes of {' '.join(history.sources)}; "
+                 + ("the best so far" if best is validation else f"the best is {best.accuracy:.4f} at {best.update}")
+                 + f" ({time.perf_counter() - began:.1f} s)")
+
+    def log_preset(self, resumed: bool) -> None:
+        """What ``--preset md/...`` set, and what the reference starts from that it cannot."""
+        name = getattr(self.args, "md_preset", None)
+        if name is None:
+            return
+        preset = md_presets.md_preset(name)
+        self.log(md_presets.describe(preset, self.args.md_preset_overridden))
+        if preset.init_from and self.args.init_from is None and not resumed and not self.args.eval_only:
+            self.log(f"note: the reference starts this learner from a pre-trained backbone ({preset.init_from}); "
+                     "without --init-from this run trains from scratch")
+
+    def test_best(self) -> None:
+        """Load the backbone of the best validation for the test episodes."""
+        best = self.validation.best if self.validation is not None else None
+        if best is None:
+            return
+        self.framework.restore_best(best.update)
+        self.log(f"testing the backbone of {self.unit} {best.update}: validation accuracy {best.accuracy:.4f}, "
+                 f"the best of {len(self.validation.validations)} validations")  # type: ignore[union-attr]
 
     # ---- evaluation and reports ---------------------------------------------------------------
 
@@ -640,6 +728,9 @@ class Run:
         found = self.find_checkpoint()
         resumed_from, start = found if found is not None else (None, 0)
         self.check_window(start)
+        if args.validate_every:
+            self.validation = ValidationHistory.load(args.checkpoint_dir, list(validation_sources(args)),
+                                                     args.validate_episodes, up_to=start)
         feed = self.feed(start)  # receiving starts now, while the model is built
         try:
             framework.build(sum(self.class_counts))
@@ -653,6 +744,7 @@ class Run:
                      + (f", {'evaluating' if args.eval_only else 'resumed from'} {resumed_from} (index {start})"
                         if resumed_from else "")
                      + (f", rank 0 of {self.ranks} ({framework.collectives})" if self.ranks > 1 else ""))
+            self.log_preset(resumed_from is not None)
             train = TrainSummary(self.unit, start, start) if args.eval_only else self.train(feed)
         finally:
             if feed is not None:
@@ -664,12 +756,14 @@ class Run:
             if train.seconds > 0:
                 train.steps_per_s, train.images_per_s = train.steps / train.seconds, train.images / train.seconds
                 train.data_wait_fraction = train.data_wait_seconds / train.seconds
+        self.test_best()
         results = self.evaluate() if args.eval_episodes else {}
         return RunSummary(
             run=args.run, framework=framework.name, model=args.model, backbone=args.backbone, device=framework.device,
             precision=framework.precision, parameter_count=framework.parameter_count(), resumed_from=resumed_from,
             start_index=start, next_index=self.next_index, train=train, eval=results, config=self.config(),
-            world_size=self.ranks, ranks=ranks)
+            world_size=self.ranks, ranks=ranks,
+            validation=self.validation.to_dict() if self.validation is not None else None)
 
 
 def _crossed(done: int, step: int, every: int) -> bool:
@@ -742,6 +836,12 @@ def format_summary(summary: RunSummary) -> str:
         hint = data_wait_hint(train)
         if hint:
             lines.append(f"  {hint}")
+    best = summary.validation["best_update"] if summary.validation else None
+    if summary.validation and best is not None:
+        validation = summary.validation
+        lines.append(f"  validation: best accuracy {validation['best_accuracy']:.4f} at {train.unit} {best}, of "
+                     f"{len(validation['validations'])} validations on {validation['episodes']} valid episodes of "
+                     f"{' '.join(validation['sources'])}; its backbone was tested")
     for name, result in summary.eval.items():
         lines.append(f"  eval {name} ({result.split}): accuracy {result.mean_accuracy:.4f} ± {_ci(result.ci95)} "
                      f"(chance {result.mean_chance:.3f}, loss {result.mean_loss:.4f}, {result.episodes} episodes)")

@@ -32,13 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clients import cog_protocol, vtab_transfer_protocols
+from clients import cog_protocol, md_presets, vtab_transfer_protocols
 from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
+from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
 
 COMPILE_SETTINGS = ("on", "off")
@@ -163,7 +164,9 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="training sources: store names or source kinds (default with --preset: its sources)"),
             option("--preset", type=_source_name, metavar="NAME", **_SEQUENCE,
                    help="benchmark variant whose class splits apply (md-v1, md-v2; the server's list); "
-                        "without --sources, protonet trains on its sources"),
+                        "without --sources, protonet trains on its sources; or one of Meta-Dataset's best "
+                        f"configurations ({', '.join(md_presets.names())}; clients/md_presets.json), which sets "
+                        "every flag of the recipe, the flags given beside it winning"),
             option("--ways", type=int_at_least(2), default=None, metavar="N", **_SEQUENCE,
                    help="fixed ways of training episodes (default: MD variable ways)"),
             option("--shots", type=int_at_least(1), default=None, metavar="K", **_SEQUENCE,
@@ -220,6 +223,17 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
             option("--report-batch", type=int_at_least(1), default=50, metavar="N", **_OPERATIONAL,
                    help="evaluation episodes per ReportMetrics call"),
         )),
+        OptionGroup("validation (which checkpoint is tested)", (
+            option("--validate-every", type=int_at_least(0), default=0, metavar="N", **_RESULT,
+                   help="validate before training and every N training episodes / steps, keep the backbone of the "
+                        "best validation accuracy and test it, as Meta-Dataset selects its checkpoints (MD: 500; "
+                        "0: no validation, the last backbone is tested)"),
+            option("--validate-episodes", type=int_at_least(1), default=600, metavar="K", **_RESULT,
+                   help="episodes of the valid split per validation source (seed --eval-seed)"),
+            option("--validate-sources", nargs="+", type=_source_name, default=None, metavar="NAME", **_RESULT,
+                   help="sources validated on; their mean accuracy selects (default: ilsvrc_2012, as MD in both "
+                        "training settings)"),
+        )),
         OptionGroup("checkpoints and output", (
             option("--checkpoint-dir", default=None, metavar="DIR", **_OPERATIONAL,
                    help="save checkpoints here; resume from the one found here"),
@@ -251,6 +265,11 @@ def build_parser(framework: str) -> argparse.ArgumentParser:
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Cross-argument checks argparse cannot express; each failure is one parser.error line."""
+    if md_presets.is_md_preset(args.preset):
+        try:
+            md_presets.md_preset(args.preset)
+        except ValueError as error:
+            parser.error(f"argument --preset: {error}")
     if args.sources is None and args.preset is None:
         parser.error("arguments --sources/--preset: expected at least one of them")
     if args.sources is not None and len(set(args.sources)) != len(args.sources):
@@ -263,13 +282,36 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("argument --eval-only: got --eval-episodes 0, so there would be nothing to do")
     if args.eval_only and args.checkpoint_dir is None:
         parser.error("argument --eval-only: expected --checkpoint-dir DIR holding the checkpoint to evaluate")
+    if args.validate_sources is not None and not args.validate_every:
+        parser.error(f"argument --validate-sources: got {' '.join(args.validate_sources)}, but validation needs "
+                     "--validate-every N (N > 0)")
+    if args.validate_sources is not None and len(set(args.validate_sources)) != len(args.validate_sources):
+        parser.error(f"argument --validate-sources: got {' '.join(args.validate_sources)}, expected each source once")
     check_server_group(parser, args)
     check_backbone_group(parser, args, MD_IMAGE_SIZE)
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Parse and validate ``argv`` (default: sys.argv[1:]); exits 2 with one line on bad input."""
-    return build_parser(framework).parse_args(list(sys.argv[1:] if argv is None else argv))
+    """Parse and validate ``argv`` (default: sys.argv[1:]); exits 2 with one line on bad input.
+    Under ``--preset md/...`` the preset's values are the defaults (``clients.md_presets``);
+    the run then records ``md_preset`` and ``md_preset_overridden``, and ``preset`` is the
+    server's benchmark variant the preset names."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(framework)
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--preset")
+    named = peek.parse_known_args(argv)[0].preset
+    if not md_presets.is_md_preset(named):
+        return parser.parse_args(argv)
+    try:
+        preset = md_presets.md_preset(named)
+    except ValueError as error:
+        parser.error(f"argument --preset: {error}")
+    parser.set_defaults(**preset.values)
+    args = parser.parse_args(argv)
+    args.md_preset, args.md_preset_overridden = preset.name, md_presets.overridden(preset, args)
+    args.preset = preset.values["preset"]
+    return args
 
 
 def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
@@ -278,6 +320,14 @@ def eval_sources(args: argparse.Namespace) -> tuple[str, ...]:
     if args.eval_sources is not None:
         return tuple(args.eval_sources)
     return tuple(args.sources or ())
+
+
+def validation_sources(args: argparse.Namespace) -> tuple[str, ...]:
+    """The sources validated on: --validate-sources, else MD's (ImageNet); none without
+    --validate-every."""
+    if not args.validate_every:
+        return ()
+    return tuple(args.validate_sources or MD_VALIDATION_SOURCES)
 
 
 # How a run was operated, not what defines its results: left out of the run configuration,

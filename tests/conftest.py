@@ -135,6 +135,19 @@ def require_reference(relative: str | Path = "") -> Path:
     return path
 
 
+@pytest.fixture
+def torch_one_thread() -> Iterator[None]:
+    """One torch thread for the test, restored after (trainer runs in it pass ``--threads 1``):
+    ``make test`` runs two test processes on two cores, and a second thread there spins waiting
+    for a core (it took a conv4 step 3 to 7 times the CPU time of one thread)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def shared_reference() -> Path:
     return require_reference()

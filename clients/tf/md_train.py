@@ -67,6 +67,7 @@ from clients.trainer_args import MD_IMAGE_SIZE
 keras = tf.keras
 EVAL_CHUNK = 256  # images embedded per call at evaluation (bounds memory for 500-image support sets)
 _CONFIG_KEY = "config/.ATTRIBUTES/VARIABLE_VALUE"
+BEST = "best.npz"  # the backbone of the best validation (``clients.validation``), as Keras' get_weights
 _NEXT_INDEX_KEY = "next_index/.ATTRIBUTES/VARIABLE_VALUE"
 
 
@@ -131,6 +132,7 @@ class TFFramework(Framework):
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before TensorFlow's runtime starts
         self.manager: tf.train.CheckpointManager | None = None
+        self._best: tuple[int, list[np.ndarray]] | None = None  # ``keep_best``
         self._ladders: dict[bytes, Ladder] = {}
         self.strategy: tf.distribute.Strategy | None = None
         self._gather: Any = None
@@ -258,6 +260,28 @@ class TFFramework(Framework):
         self.config.assign(json.dumps(resume, sort_keys=True))
         if self.manager is not None:
             self.manager.save(checkpoint_number=next_index)
+
+    def keep_best(self, update: int) -> None:
+        self._best = (update, [np.array(weight) for weight in self.backbone.get_weights()])
+        if self.manager is None:  # the chief writes; every worker keeps it in memory
+            return
+        path = os.path.join(self.args.checkpoint_dir, BEST)
+        os.makedirs(self.args.checkpoint_dir, exist_ok=True)
+        with open(path + ".partial", "wb") as file:
+            np.savez(file, update=np.int64(update), *self._best[1])
+        os.replace(path + ".partial", path)
+
+    def restore_best(self, update: int) -> None:
+        best = self._best
+        path = os.path.join(self.args.checkpoint_dir, BEST) if self.args.checkpoint_dir else None
+        if best is None and path is not None and os.path.exists(path):
+            with np.load(path) as stored:
+                best = (int(stored["update"]), [stored[f"arr_{i}"] for i in range(len(stored.files) - 1)])
+        if best is None or best[0] != update:
+            found = "none" if best is None else f"update {best[0]}'s"
+            raise UsageError(f"the best validated backbone is update {update}'s, but {found} is kept "
+                             f"({path or 'no --checkpoint-dir'})")
+        self.backbone.set_weights(best[1])
 
     # ---- compiled steps -------------------------------------------------------------------------
 

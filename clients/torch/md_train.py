@@ -79,6 +79,7 @@ from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
 CHECKPOINT = "checkpoint.pt"
+BEST = "best.pt"  # the backbone of the best validation (``clients.validation``)
 IN_FLIGHT = 2  # training steps queued on the GPU before the host waits for the oldest
 
 
@@ -178,6 +179,7 @@ class TorchFramework(Framework):
         self.receive_streams = 2 if cuda else 1
         self.path = Path(args.checkpoint_dir) / CHECKPOINT if args.checkpoint_dir else None
         self._state: dict[str, Any] | None = None
+        self._best: dict[str, Any] | None = None  # ``keep_best``
         self._feed_stager = Stager(self.torch_device, self.buckets)    # the feed's thread only
         self._inline_stager = Stager(self.torch_device, self.buckets)  # the training thread only
         self._in_flight: collections.deque = collections.deque()
@@ -309,6 +311,27 @@ class TorchFramework(Framework):
         partial = self.path.with_name(CHECKPOINT + ".partial")
         torch.save(state, partial)
         os.replace(partial, self.path)  # a crash mid-save leaves the previous checkpoint
+
+    def keep_best(self, update: int) -> None:
+        state = {"format": CHECKPOINT_FORMAT, "update": update,
+                 "backbone": {name: tensor.detach().clone() for name, tensor in self.backbone.state_dict().items()}}
+        self._best = state
+        if self.path is None or self.rank != 0:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(BEST + ".partial")
+        torch.save(state, partial)
+        os.replace(partial, self.path.with_name(BEST))
+
+    def restore_best(self, update: int) -> None:
+        state = self._best
+        if state is None and self.path is not None and self.path.with_name(BEST).exists():
+            state = torch.load(self.path.with_name(BEST), map_location="cpu")
+        if state is None or state.get("update") != update:
+            found = "none" if state is None else f"update {state.get('update')}'s"
+            raise UsageError(f"the best validated backbone is update {update}'s, but {found} is kept "
+                             f"({self.path.with_name(BEST) if self.path else 'no --checkpoint-dir'})")
+        self.backbone.load_state_dict(state["backbone"])
 
     # ---- steps ---------------------------------------------------------------------------------
 

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from conftest import served_kitti
 
-import torch
-
 from clients.tf.md_train import main as tf_md_main  # noqa: E402
 from clients.tf.vtab_transfer import main as tf_transfer_main  # noqa: E402
 from clients.torch.md_train import main as torch_md_main  # noqa: E402
@@ -28,8 +26,8 @@ TRANSFER = ["--protocol", "vtab-md", "--tasks", "kitti_distance", "--backbone", 
             "--batch-size", "32", "--eval-batch-size", "128", "--lrs", "1.0", "--steps", "30", "--log-every", "1000",
             "--device", "cpu", "--mode", "linear", "--init-seed", "0"]
 # A torch command sets torch's threads from --threads (by default, this process's cores): one, as
-# one_thread means (on these small convolutions a second only spins waiting for work, and under
-# make test the other worker has the machine's other core).
+# the torch_one_thread fixture means (on these small convolutions a second only spins waiting for
+# work, and under make test the other worker has the machine's other core).
 THREADS = {"torch": ["--threads", "1"], "tf": []}
 
 
@@ -58,17 +56,8 @@ def learnable_kitti_served(tmp_path_factory):
         yield server
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny convolutions: a second torch thread only waits on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.slow
-def test_md_untrained_and_one_step_agree_within_0_01(served, tmp_path, one_thread):
+def test_md_untrained_and_one_step_agree_within_0_01(served, tmp_path, torch_one_thread):
     for run, steps in (("untrained", "0"), ("one-step", "1")):
         accuracies = {framework: _md(framework, served, tmp_path, f"parity-{run}", "--train-episodes", steps,
                                      "--checkpoint-dir", str(tmp_path / framework / run))["mean_accuracy"]
@@ -78,7 +67,7 @@ def test_md_untrained_and_one_step_agree_within_0_01(served, tmp_path, one_threa
 
 
 @pytest.mark.slow
-def test_md_training_runs_lie_within_each_others_ci(served, tmp_path, one_thread):
+def test_md_training_runs_lie_within_each_others_ci(served, tmp_path, torch_one_thread):
     results = {framework: _md(framework, served, tmp_path, "parity-trained", "--train-episodes", "5",
                               "--checkpoint-dir", str(tmp_path / framework))
                for framework in ("torch", "tf")}
@@ -90,7 +79,7 @@ def test_md_training_runs_lie_within_each_others_ci(served, tmp_path, one_thread
 
 
 @pytest.mark.slow
-def test_vtab_linear_probe_agrees_within_0_01(learnable_kitti_served, tmp_path, one_thread):
+def test_vtab_linear_probe_agrees_within_0_01(learnable_kitti_served, tmp_path, torch_one_thread):
     accuracies = {}
     for framework, main in (("torch", torch_transfer_main), ("tf", tf_transfer_main)):
         summary = _summary(main, learnable_kitti_served.address, f"{framework}-parity-linear", tmp_path, *TRANSFER,

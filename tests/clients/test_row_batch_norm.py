@@ -22,13 +22,7 @@ from clients.torch.models import RowBatchNorm2d, row_batch_norm, valid_rows  # n
 FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one thread, so a busy machine's thread pool does not set the pace."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # conftest: one torch thread per test
 
 
 def _reference(norm: nn.BatchNorm2d, x: torch.Tensor, rows: int) -> torch.Tensor:

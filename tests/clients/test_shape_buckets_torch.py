@@ -29,15 +29,7 @@ from clients.trainer_args import parse_args  # noqa: E402
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One thread, and ``--threads 1`` for the trainer: ``make test`` runs two test processes
-    on two cores, and a second thread there spins waiting for a core (it took a conv4 step 3 to 7
-    times the CPU time of one thread)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # conftest: one torch thread per test
 
 
 def _episode(seed: int, support: int, query: int, ways: int, size: int = 32) -> tuple[torch.Tensor, ...]:

@@ -37,14 +37,7 @@ COMMON = ["--sources", "folder", "--image-size", "16", "--device", "cpu", "--see
           "--threads", "1"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The ranks run one thread each (``--threads 1``); an in-process evaluation compared with
-    theirs does too."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # conftest: one torch thread per test
 
 
 def torchrun_command(served, summary: Path, run_id: str, *extra: str, launcher: tuple[str, ...] = ()) -> list[str]:

@@ -21,15 +21,7 @@ from clients.torch.md_train import CHECKPOINT, main  # noqa: E402
 FIXED = ["--ways", "5", "--shots", "5", "--query", "5"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """One thread, and ``--threads 1`` for the runs: ``make test`` runs two test processes on
-    two cores, and a second thread there spins waiting for a core (it took a conv4 step 3 to 7
-    times the CPU time of one thread)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # conftest: one torch thread per test
 
 
 IMAGE_SIZE = 16

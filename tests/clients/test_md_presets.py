@@ -1,0 +1,134 @@
+"""``--preset md/<learner>/<setting>``: Meta-Dataset's best configurations as trainer flags
+(``clients.md_presets``, data in ``clients/md_presets.json``). Each value is checked against
+the fact sheet's table of the reference's best gin files (../shared/reference/md_learners.md,
+section 5, three significant digits there; the data keeps the files' full digits), each is a
+value the trainer's own parser accepts, a flag beside a preset wins and is recorded, and the
+torch trainer runs the ProtoNet recipe end to end (shortened) twice to the same weights."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import require_reference
+
+from clients import md_presets
+from clients.torch.md_train import main as torch_main
+from clients.trainer_args import parse_args, run_config
+
+FACT_SHEET = "md_learners.md"
+BACKBONES = {"resnet": "md-resnet18", "wide_resnet": "md-wrn", "four_layer_convnet": "md-conv4"}
+BASE = ["--server", "127.0.0.1:1", "--run", "preset", "--device", "cpu"]
+
+
+def _rounded(value: float) -> float:
+    """To the fact sheet's three significant digits."""
+    return float(f"{value:.3g}")
+
+
+def _table_row(text: str, setting: str, learner: str) -> list[str]:
+    """The cells of ``learner``'s row in the fact sheet's best-hyperparameter table of ``setting``."""
+    section = text.split(f"**{setting}**", 1)[1]
+    row = next(line for line in section.splitlines() if line.startswith(f"| {learner} |"))
+    return [cell.strip() for cell in row.strip("|").split("|")]
+
+
+@pytest.mark.parametrize(("name", "setting"), [("md/protonet/imagenet", "ImageNet-only"),
+                                              ("md/protonet/all", "All datasets")])
+def test_protonet_presets_are_the_reference_best_files(name, setting):
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    _, backbone, px, init, lr, decay, weight_decay, _ = _table_row(text, setting, "ProtoNet")
+    values = md_presets.md_preset(name).values
+    every, rate = decay.split("/")
+    assert values["backbone"] == BACKBONES[backbone] and values["image_size"] == int(px)
+    assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
+    assert values["decay_every"] == int(every) and _rounded(values["decay_rate"]) == float(rate)
+    assert init == "pretrained" and md_presets.md_preset(name).init_from  # said, since a preset cannot hold it
+    assert values["train_episodes"] == 75000 and values["validate_every"] == 500 and values["validate_episodes"] == 600
+    assert values["validate_sources"] == ["ilsvrc_2012"] and values["batch_norm"] == "md"  # MD validates on ImageNet
+    assert len(values["eval_sources"]) == 10
+    all_datasets = "ilsvrc_2012, aircraft, cu_birds, omniglot, quickdraw, vgg_flower, dtd, fungi"
+    if setting == "All datasets":
+        assert ", ".join(values["sources"]) == all_datasets and all_datasets in text
+    else:
+        assert values["sources"] == ["ilsvrc_2012"]
+
+
+def test_the_baseline_preset_is_the_resnet_pretraining():
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    line = text[text.index("**Pre-training"):].split("\n\n", 1)[0]  # its paragraph
+    resnet = re.search(r"resnet (\d+) px, lr ([\d.e-]+), wd ([\d.e-]+), linear head", line)
+    assert resnet is not None and "50k updates, decay off, from scratch" in line
+    preset = md_presets.md_preset("md/baseline/imagenet")
+    values = preset.values
+    assert (values["model"], values["backbone"], values["image_size"]) == ("baseline", "md-resnet18",
+                                                                          int(resnet.group(1)))
+    assert _rounded(values["lr"]) == float(resnet.group(2)) and _rounded(values["weight_decay"]) == float(resnet.group(3))
+    assert (values["train_steps"], values["decay_every"], values["batch_size"]) == (50000, 0, 256)
+    assert preset.init_from is None and preset.differs  # 1-NN cosine evaluation is said to differ
+
+
+@pytest.mark.parametrize("name", md_presets.names())
+def test_every_value_is_one_the_parser_takes_from_the_command_line(name):
+    preset = md_presets.md_preset(name)
+    assert set(preset.values) == set(preset.origins) and all(preset.origins.values())
+    args = parse_args("torch", [*BASE, "--preset", name])
+    assert args.md_preset == name and args.md_preset_overridden == [] and args.preset == preset.values["preset"]
+    spelled = [*BASE]
+    for key, value in preset.values.items():
+        flag = f"--{key.replace('_', '-')}"
+        spelled += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
+        assert (list(getattr(args, key)) if isinstance(getattr(args, key), tuple) else getattr(args, key)) == \
+            (value if key != "preset" else preset.values["preset"]), key
+    given = parse_args("torch", spelled)  # the same values typed as flags parse to the same arguments
+    assert {key: getattr(given, key) for key in preset.values} == {key: getattr(args, key) for key in preset.values}
+
+
+def test_flags_beside_a_preset_win_and_are_recorded(capsys):
+    args = parse_args("tf", [*BASE, "--preset", "md/protonet/all", "--lr", "0.01", "--train-episodes", "20"])
+    assert (args.lr, args.train_episodes, args.decay_every) == (0.01, 20, 100)
+    config = run_config(args, {})
+    assert config["md_preset"] == "md/protonet/all" and config["md_preset_overridden"] == ["lr", "train_episodes"]
+    assert config["preset"] == "md-v1" and config["weight_decay"] == md_presets.md_preset("md/protonet/all").values[
+        "weight_decay"]
+    for bad, said in (("md/maml/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
+                                           "md/protonet/imagenet, md/protonet/all, md/baseline/imagenet"),
+                      ("md/baseline/all", "cosine classifier")):
+        with pytest.raises(SystemExit) as stop:
+            parse_args("torch", [*BASE, "--preset", bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"argument --preset: got {bad}" in err and said in err
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torch_one_thread")
+def test_the_protonet_recipe_runs_end_to_end_and_again_to_the_same_weights(served, tmp_path: Path, capfd):
+    """md-resnet18 with the recipe's schedule, weight decay and validation, on the fixture's
+    store, its sources and sizes given beside the preset (the store is not ImageNet)."""
+    summaries = []
+    for attempt in range(2):
+        summary = tmp_path / f"{attempt}.json"
+        argv = ["--server", served.address, "--run", f"preset-{attempt}", "--preset", "md/protonet/imagenet",
+                "--sources", "folder", "--validate-sources", "folder", "--eval-sources", "folder", "--image-size", "16",
+                "--ways", "3", "--shots", "2", "--query", "2", "--train-episodes", "2", "--validate-every", "2",
+                "--validate-episodes", "2", "--eval-episodes", "2", "--decay-every", "1", "--threads", "1",
+                "--json-summary", str(summary), "--device", "cpu"]
+        assert torch_main(argv) == 0
+        summaries.append(json.loads(summary.read_text()))
+    first, second = summaries
+    assert first["ranks"][0]["parameter_digest"] == second["ranks"][0]["parameter_digest"]
+    assert first["config"]["result_sha256"] == second["config"]["result_sha256"]
+    assert first["validation"] == second["validation"]
+    assert [v["update"] for v in first["validation"]["validations"]] == [0, 2]
+    config = first["config"]
+    assert (config["backbone"], config["batch_norm"], config["md_preset"]) == ("md-resnet18", "md", "md/protonet/imagenet")
+    assert config["lr"] == md_presets.md_preset("md/protonet/imagenet").values["lr"]
+    assert config["tested_update"] == first["validation"]["best_update"]
+    err = capfd.readouterr().err
+    assert "preset md/protonet/imagenet: meta-dataset learn/gin/best/prototypical_imagenet.gin; given beside it: " \
+           "--decay-every, --eval-episodes" in err
+    assert "without --init-from this run trains from scratch" in err
