@@ -234,6 +234,16 @@ class FeatureExtractor(Protocol):
     def features(self, images: np.ndarray) -> np.ndarray:
         """uint8 [N, S, S, 3] -> float32 [N, D], inference mode, no gradient."""
 
+    def episode_features(self, support: np.ndarray, query: np.ndarray,
+                         batch_norm: str) -> tuple[np.ndarray, np.ndarray]:
+        """(support, query) features of one episode under ``batch_norm`` (``clients.batch_norm``):
+        ``running`` embeds them as ``features`` does; ``md`` and ``transductive`` embed them in
+        one pass whose batch norms take the episode's moments, so a query's features depend on
+        its episode's support set, as Meta-Dataset's learners embed an episode at test."""
+
+    def episode_norms(self, batch_norm: str) -> int:
+        """The backbone's batch norms that take an episode's moments under ``batch_norm``."""
+
 
 # ---- what the model returns -------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ A framework supplies an ``EvaluateFramework``: the backbone loaded by the contra
 to the server as it finishes:
 
 - Meta-Dataset (preset, source, learner): test episodes 0..``--episodes``-1 of the source
-  under the preset's class splits, embedded once by the frozen backbone (features cached
+  under the preset's class splits, embedded once by the frozen backbone, its batch norms
+  taking each episode's support moments under ``--batch-norm md`` (the default, as
+  Meta-Dataset's learners at test; ``running``: the stored statistics) (features cached
   on disk per episode, ``clients.feature_cache``: the second learner reads the first's),
   classified by a fixed-feature learner (``clients.md_fixed_features``), each episode
   reported as the MD trainer reports it (``clients.reporting.Reporter``).
@@ -143,6 +145,14 @@ def parse_held(text: str) -> dict[str, Held]:
 def foreign_runs(held: Mapping[str, Held], fingerprint: str) -> list[str]:
     """The runs holding a configuration that does not name this checkpoint's fingerprint."""
     return [run for run, h in held.items() if h.config is not None and fingerprint not in json.dumps(h.config)]
+
+
+def other_batch_norm(held: Mapping[str, Held], md_runs: Iterable[str], batch_norm: str) -> list[tuple[str, str]]:
+    """(run, its batch norm) of the Meta-Dataset runs held under another ``--batch-norm`` (a
+    configuration from before the flag existed embedded with running statistics)."""
+    return [(run, held[run].config.get("batch_norm", "running")) for run in sorted(md_runs)
+            if run in held and held[run].config is not None
+            and held[run].config.get("batch_norm", "running") != batch_norm]
 
 
 def missing_episodes(held: Held, names: Iterable[str], seed: int, episodes: int) -> list[int]:
@@ -323,17 +333,23 @@ class EvaluateJob:
     def episode_features(self, episode: EpisodeArrays) -> tuple[np.ndarray, np.ndarray]:
         """(support, query) features of an episode, from the cache or embedded once."""
         preprocessing = self.backbone.preprocessing
+        batch_norm = self.batch_norm()
         key = key_text(self.fingerprint, episode.fingerprint, preprocessing.key(),
-                       {"resize": episode.resize, "image_size": episode.image_size})
+                       {"resize": episode.resize, "image_size": episode.image_size, "batch_norm": batch_norm})
 
         def embed() -> dict[str, np.ndarray]:
-            images = np.concatenate([episode.support_images, episode.query_images])
-            features = np.asarray(self.extractor().features(images), np.float32)
-            return {"support": features[:len(episode.support_images)],
-                    "query": features[len(episode.support_images):]}
+            support, query = self.extractor().episode_features(episode.support_images, episode.query_images,
+                                                               batch_norm)
+            return {"support": np.asarray(support, np.float32), "query": np.asarray(query, np.float32)}
 
         arrays = self.cache.get_or_compute(key, embed)
         return arrays["support"], arrays["query"]
+
+    def batch_norm(self) -> str:
+        """The embedding's batch norm as it acts: ``--batch-norm``, or ``running`` (the features of
+        each image alone, cacheable per image) where the backbone has no batch norm that takes an
+        episode's moments."""
+        return self.args.batch_norm if self.extractor().episode_norms(self.args.batch_norm) else "running"
 
     def md_config(self, preset: str, learner: str) -> dict[str, Any]:
         """``RUN/<preset>/<learner>``'s configuration: what defines its numbers (not which sources
@@ -344,6 +360,8 @@ class EvaluateJob:
                             else {"distance": "squared euclidean", "features": "raw"})
         return {"command": "evaluate", "protocol": "md", "preset": preset, "split": "test",
                 "eval_seed": self.args.md_seed, "learner": learner, "learner_settings": learner_settings,
+                "batch_norm": self.args.batch_norm, "episode_batch_norms": self.extractor().episode_norms(
+                    self.args.batch_norm),
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,
                 "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, **backbone.preprocessing.as_config(),
                 **self.framework.describe()}
@@ -431,6 +449,11 @@ class EvaluateJob:
             raise UsageError(f"argument --run: run {foreign[0]!r} holds results of another checkpoint (its "
                              f"configuration lacks sha256 {self.fingerprint[:16]}...); evaluate this checkpoint under "
                              "another --run")
+        mixed = other_batch_norm(held, {u.run_id for u in units if u.protocol == "md"}, args.batch_norm)
+        if mixed:
+            raise UsageError(f"argument --batch-norm: run {mixed[0][0]!r} holds Meta-Dataset results embedded under "
+                             f"--batch-norm {mixed[0][1]}, this job's is {args.batch_norm}; give that one or another "
+                             "--run")
         pending = [u for u in units if not self.finished(u, held.get(u.run_id, Held()), context)]
         skipped = [u for u in units if u not in pending]
         self.log(f"{len(units)} units ({len(skipped)} held by the server, {len(pending)} to run); checkpoint sha256 "

@@ -41,8 +41,8 @@ from clients.flag_types import int_at_least
 from clients.md_fixed_features import LEARNERS
 from clients.server_options import MAX_RUN_ID, SERVER_GROUP, check_server_group
 from clients.trainer_args import (FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
-                                  TrainerHelpFormatter, build_cog_parser, build_transfer_parser, describe,
-                                  device_option)
+                                  TrainerHelpFormatter, batch_norm_option, build_cog_parser, build_transfer_parser,
+                                  describe, device_option)
 from clients.trainer_options import OptionGroup, add_groups, handed_on, option
 
 PROTOCOLS = ("md", "vtab", "cog")
@@ -119,6 +119,7 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
                    help="prototypes: nearest centroid; logreg: logistic regression on L2-normalised features "
                         "(RFS: lbfgs, C=1, 1000 iterations)"),
             option("--md-seed", type=int_at_least(0), default=0, help="seed of the test episodes"),
+            batch_norm_option("md", "the embedding's "),
         )),
         OptionGroup("VTAB-1k (the transfer command's protocol)", (
             # handed on as the tasks evaluate runs: these, else every task the server lists

@@ -150,6 +150,16 @@ _MODEL = {"record": Record.RESULT, "resume": Resume.MODEL}  # and fixes the mode
 _OPERATIONAL = {"record": Record.OPERATIONAL, "resume": Resume.FREE}
 
 
+def batch_norm_option(default: str | None, scope: str = "", **record: Any) -> Option:
+    """``--batch-norm``, declared once for the trainers, ``transfer --mode protonet`` and
+    ``evaluate``'s Meta-Dataset learners (``clients.batch_norm``)."""
+    return option("--batch-norm", choices=BATCH_NORMS, default=default, **record,
+                  help=f"{scope}episode batch norm: md (Meta-Dataset's: the support set's moments normalise the "
+                       "support and the query, gradient through them, no running averages at training or test), "
+                       "transductive (support and query each by their own moments), running (support and query "
+                       "together in training, running averages at test); clients/batch_norm.py")
+
+
 def train_groups(framework: str) -> tuple[OptionGroup, ...]:
     """The train command's options of ``framework`` (``--compile``: torch only)."""
     compile_option = () if framework != "torch" else (
@@ -197,11 +207,7 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="start the backbone (only) from this trainer checkpoint (its file or --checkpoint-dir), "
                         "with a fresh optimizer and schedule, as MD's meta-learners start from a pre-trained "
                         "baseline; a checkpoint in --checkpoint-dir takes precedence (a resumed run)"),
-            option("--batch-norm", choices=BATCH_NORMS, default="md", **_SEQUENCE,
-                   help="episode batch norm: md (Meta-Dataset's: the support set's moments normalise the support and "
-                        "the query, gradient through them, no running averages at training or test), transductive "
-                        "(support and query each by their own moments), running (support and query together in "
-                        "training, running averages at test); clients/batch_norm.py"),
+            batch_norm_option("md", **_SEQUENCE),
             device_option("auto: CUDA when present, else CPU"),
             option("--shape-buckets", choices=SHAPE_BUCKETS, default="auto", **_RESULT,
                    help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
@@ -413,6 +419,7 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
                    help="seed of the weights and the batch order (the first final run; the others' are hashed "
                         "from it)"),
             device_option("auto: a GPU when present, else CPU"),
+            batch_norm_option(None, "--mode protonet's ", **_RESULT),
         )),
         backbone_group("resnet18", TRANSFER_IMAGE_SIZE, "image side the tasks are served at (resized as "
                        "task_adaptation resizes)"),
@@ -535,6 +542,11 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
                          "without a sweep; add --select-split val or val200 to choose among them")
     for key, value in values.items():
         setattr(args, key, value)
+    if args.batch_norm is not None and args.mode != "protonet":
+        parser.error(f"argument --batch-norm: got {args.batch_norm}, but --mode {args.mode} trains with the model's "
+                     "own batch norm; it applies to --mode protonet's episodes")
+    if args.mode == "protonet" and args.batch_norm is None:
+        args.batch_norm = "md"  # as Meta-Dataset's learners embed an episode
     args.overridden = overridden
     args.regimes = sorted(regimes)
     args.regime_seed = args.regime_seed or 0

@@ -48,6 +48,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from clients.backbone_contract import FeatureExtractor
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
@@ -55,6 +56,7 @@ from clients.seeds import derive_seed
 from clients.trainer_args import TRANSFER_OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
+from clients.md_fixed_features import prototype_predictions
 from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
 
 MAX_SPLITS = ("train", "val", "trainval", "test")
@@ -144,6 +146,18 @@ def choose(val: Mapping[str, Mapping[str, float]], settings: Sequence[Setting], 
     return {task: best for task in val}
 
 
+def episode_embedding(extractor: FeatureExtractor, episode: TaskEpisodeArrays, batch_norm: str,
+                      chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(support, query) features of a task episode whose batch norms take its moments: the query
+    in chunks of ``chunk``, each embedded with the whole support set as one episode, as the
+    reference reads VTAB as episodes (meta-dataset ``data/read_episodes.py``). Under ``md`` the
+    query rows enter no moment, so the chunking changes nothing; under ``transductive`` each
+    chunk is normalised by its own moments."""
+    parts = [extractor.episode_features(episode.support_images, episode.query_images[start:start + chunk], batch_norm)
+             for start in range(0, max(len(episode.query_images), 1), chunk)]
+    return parts[0][0], np.concatenate([query for _, query in parts])
+
+
 class TransferLearner(abc.ABC):
     """A framework's model for the transfer learner; images arrive uint8 NHWC from the wire."""
 
@@ -170,7 +184,12 @@ class TransferLearner(abc.ABC):
 
     @abc.abstractmethod
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
-        """Query predictions from support prototypes of the initial embedding."""
+        """Query predictions from support prototypes of the initial embedding (its batch norms'
+        stored statistics: ``--batch-norm running``)."""
+
+    @abc.abstractmethod
+    def episode_extractor(self) -> FeatureExtractor:
+        """The frozen backbone's extractor of episodes (``FeatureExtractor.episode_features``)."""
 
     @abc.abstractmethod
     def weights_sha256(self) -> str:
@@ -282,10 +301,17 @@ class TransferRun:
 
     def _protonet(self) -> dict[str, Any]:
         args, results = self.args, {}
-        config = self.config({"protocol": "full-way episode: support train800val200, query test"})
+        extractor = self.learner.episode_extractor()
+        moments = extractor.episode_norms(args.batch_norm)  # 0: the stored statistics (running, or none to adopt)
+        config = self.config({"protocol": "full-way episode: support train800val200, query test",
+                              "episode_batch_norms": moments})
         for task in args.tasks:
             episode = self.client.task_episode(task, image_size=args.image_size)
-            predicted = np.asarray(self.learner.protonet_predict(episode))
+            if moments:
+                support, query = episode_embedding(extractor, episode, args.batch_norm, args.eval_batch_size)
+                predicted = prototype_predictions(support, episode.support_labels, query, episode.num_classes)
+            else:
+                predicted = np.asarray(self.learner.protonet_predict(episode))
             accuracy = float(np.mean(predicted == episode.query_labels)) if len(predicted) else 0.0
             self.client.report_task(args.run, task, "test", accuracy, len(predicted), run_config=config)
             results[task] = {"test_accuracy": accuracy, "test_examples": len(predicted),

@@ -50,6 +50,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, LoadedBackbone, Preprocessing,
                                        backbone_spec, check_features, describe_output, load_callable,
                                        resolve_preprocessing)
+from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 from clients.errors import UsageError
 from clients.init_weights import (backbone_of_keras_shapes, backbone_of_names, chw_to_hwc_rows, layout, neutral_weights,
                                   read_npz, what_to_change)
@@ -438,6 +439,8 @@ class TFFeatures:
         if batch_size < 1:
             raise ValueError(f"batch_size: got {batch_size}, expected an integer >= 1")
         self.backbone, self.batch_size, self.device = backbone, batch_size, device
+        self._episode_norms: int | None = None  # ``episode_norms``
+        self._episode_embed: dict[str, Callable[..., Any]] = {}  # by batch-norm mode
         size = backbone.preprocessing.size
         forward, preprocessing = inference(backbone.model), backbone.preprocessing
         self._embed = tf.function(lambda images: forward(to_model_input(images, preprocessing)),
@@ -454,6 +457,43 @@ class TFFeatures:
         if not out:
             return np.zeros((0, self.backbone.out_dim), np.float32)
         return np.concatenate(out)
+
+    def episode_features(self, support: np.ndarray, query: np.ndarray,
+                         batch_norm: str) -> tuple[np.ndarray, np.ndarray]:
+        """``FeatureExtractor.episode_features``: under ``md`` and ``transductive`` one pass
+        (the model's plain Keras batch norms adopted on first use)."""
+        if not self.episode_norms(batch_norm):
+            return self.features(support), self.features(query)
+        if batch_norm not in self._episode_embed:
+            model, preprocessing = self.backbone.model, self.backbone.preprocessing
+            forward = inference(model)
+
+            def embed(images: tf.Tensor, support: tf.Tensor, query: tf.Tensor) -> Any:
+                with models.episode_norm(model, batch_norm, support, query, padded=False):
+                    return forward(to_model_input(images, preprocessing))
+
+            size = self.backbone.preprocessing.size
+            count = tf.TensorSpec((), tf.int32)
+            self._episode_embed[batch_norm] = tf.function(
+                embed, input_signature=[tf.TensorSpec((None, size, size, 3), tf.uint8), count, count])
+        pixels = np.concatenate([support, query])
+        with tf.device(self.device) if self.device else contextlib.nullcontext():
+            output = self._episode_embed[batch_norm](pixels, tf.constant(len(support), tf.int32),
+                                                     tf.constant(len(query), tf.int32))
+            features = np.asarray(tf.cast(checked(self.backbone.spec, output, len(pixels)), tf.float32))
+        return features[:len(support)], features[len(support):]
+
+    def episode_norms(self, batch_norm: str) -> int:
+        """The model's batch norms that take an episode's moments under ``batch_norm`` (0 under
+        ``running``): its plain Keras batch norms adopted on first use; another kind refused."""
+        if check_batch_norm(batch_norm) not in EPISODE_MOMENTS:
+            return 0
+        if self._episode_norms is None:
+            try:
+                self._episode_norms = models.episode_batch_norms(self.backbone.model, batch_norm)
+            except ValueError as error:
+                raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
+        return self._episode_norms
 
 
 __all__ = ["SavedModelFunction", "TFFeatures", "assign_neutral", "assign_neutral_head", "checkpoint_prefix", "fingerprint", "inference",

@@ -27,7 +27,7 @@ import tensorflow as tf
 from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.tf import models
-from clients.tf.backbones import inference, load_backbone, to_model_input
+from clients.tf.backbones import TFFeatures, inference, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
 from clients.tf.optimizers import TorchSGD
@@ -64,6 +64,7 @@ class TFTransferLearner(TransferLearner):
         forward = inference(self.backbone)
         self._embed = tf.function(lambda x: forward(self._input(x)), input_signature=[images])
         self._built: dict[int, tuple[keras.Model, TorchSGD, Any]] = {}  # per class count: head, optimizer, step
+        self._episodes: TFFeatures | None = None  # ``episode_extractor``
 
     def _input(self, images: tf.Tensor) -> tf.Tensor:
         """uint8 -> what the backbone declares (``clients.tf.backbones.to_model_input``)."""
@@ -155,6 +156,11 @@ class TFTransferLearner(TransferLearner):
         step = self.args.eval_batch_size
         with tf.device(self.device):
             return tf.concat([self._embed(images[i:i + step]) for i in range(0, len(images), step)], 0)
+
+    def episode_extractor(self) -> TFFeatures:
+        if self._episodes is None:
+            self._episodes = TFFeatures(self.loaded, self.args.eval_batch_size, self.device)
+        return self._episodes
 
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
         support, query = self._embed_all(episode.support_images), self._embed_all(episode.query_images)

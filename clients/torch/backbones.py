@@ -49,7 +49,8 @@ from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, Loaded
 from clients.errors import UsageError
 from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
 from clients.seeds import backbone_seed
-from clients.torch.models import ResNet18, build_backbone
+from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
+from clients.torch.models import ResNet18, adopt_batch_norms, build_backbone, episode_norm
 
 PROBE_ROWS = 2
 CHECKPOINT_FORMAT = 2  # the MD trainer's checkpoint.pt layout (written by clients.torch.md_train, read by --weights)
@@ -380,6 +381,7 @@ class TorchFeatures:
         if batch_size < 1:
             raise ValueError(f"batch_size: got {batch_size}, expected an integer >= 1")
         self.backbone, self.device, self.batch_size = backbone, torch.device(device), batch_size
+        self._episode_norms: int | None = None  # ``episode_norms``
 
     def features(self, images: np.ndarray) -> np.ndarray:
         """uint8 [N, S, S, 3] -> float32 [N, D]."""
@@ -395,6 +397,32 @@ class TorchFeatures:
         if not out:
             return np.zeros((0, self.backbone.out_dim), np.float32)
         return torch.cat(out).cpu().numpy()
+
+    def episode_features(self, support: np.ndarray, query: np.ndarray,
+                         batch_norm: str) -> tuple[np.ndarray, np.ndarray]:
+        """``FeatureExtractor.episode_features``: under ``md`` and ``transductive`` one pass
+        (the backbone's plain ``nn.BatchNorm2d`` adopted on first use)."""
+        if not self.episode_norms(batch_norm):
+            return self.features(support), self.features(query)
+        model, spec = self.backbone.model, self.backbone.spec
+        set_mode(model, False)
+        pixels = np.concatenate([support, query])
+        with torch.inference_mode(), autocast(self.device), episode_norm(model, batch_norm, len(support), len(query)):
+            output = model(to_model_input(torch.from_numpy(pixels), self.backbone.preprocessing, self.device))
+            features = checked(spec, output, len(pixels)).float().cpu().numpy()
+        return features[:len(support)], features[len(support):]
+
+    def episode_norms(self, batch_norm: str) -> int:
+        """The backbone's batch norms that take an episode's moments under ``batch_norm`` (0 under
+        ``running``): its plain ``nn.BatchNorm2d`` adopted on first use; another kind refused."""
+        if check_batch_norm(batch_norm) not in EPISODE_MOMENTS:
+            return 0
+        if self._episode_norms is None:
+            try:
+                self._episode_norms = adopt_batch_norms(self.backbone.model, batch_norm)
+            except ValueError as error:
+                raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
+        return self._episode_norms
 
     def features_stream(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """``features`` of each batch in order. On CUDA one batch runs ahead: batch i+1 is

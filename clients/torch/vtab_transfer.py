@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from clients.determinism import weights_sha256
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
-from clients.torch.backbones import load_backbone, set_mode, to_model_input
+from clients.torch.backbones import TorchFeatures, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.models import parameter_count, prototype_logits
 from clients.torch.md_train import select_device
@@ -59,6 +59,7 @@ class TorchTransferLearner(TransferLearner):
         self.initial = copy.deepcopy(self.backbone.state_dict()) if self.module else {}
         self.features: dict[tuple[str, str, int], torch.Tensor] = {}
         self.head = nn.Linear(self.loaded.out_dim, 1).to(self.device)
+        self._episodes: TorchFeatures | None = None  # ``episode_extractor``
 
     def describe(self) -> dict[str, Any]:
         return {"framework": self.name, **self.determinism.as_config(), **torch_record(self.device),
@@ -136,6 +137,11 @@ class TorchTransferLearner(TransferLearner):
         with torch.inference_mode():
             return torch.cat([self.backbone(self._input(images[i:i + step]))
                               for i in range(0, len(images), step)]).float()
+
+    def episode_extractor(self) -> TorchFeatures:
+        if self._episodes is None:
+            self._episodes = TorchFeatures(self.loaded, self.device, self.args.eval_batch_size)
+        return self._episodes
 
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
         support = self._embed(episode.support_images)
