@@ -7,6 +7,10 @@
   constant (MD's default: decay off). R is taken at float32 precision, as the reference's
   TensorFlow converts the Python float before raising it to the power (0.99999 differs from its
   float32 value by 1e-8, which 734 updates turn into 1e-5 of the rate).
+- ``--optimizer``: ``adam`` (torch's Adam: beta 0.9 / 0.999, eps 1e-8; every learner of
+  Meta-Dataset trains with Adam, ``trainer.py``), ``sgd`` (plain) or ``momentum`` (SGD with
+  momentum 0.9, torch's form: the buffer starts at the first gradient). The TensorFlow trainer
+  runs torch's update rules (``clients.tf.optimizers``), so both frameworks take the same steps.
 - ``--weight-decay W``: W x the sum of the squared kernels (convolutions and linear layers;
   no batch-norm parameter, no bias) added to the loss that is differentiated, as Keras'
   ``L2(W)`` regulariser the reference binds to every backbone and head (no 1/2 factor; its
@@ -18,6 +22,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+OPTIMIZERS = ("adam", "sgd", "momentum")
+MOMENTUM = 0.9  # --optimizer momentum's
 
 
 def learning_rate(lr: float, update: int, decay_every: int, decay_rate: float) -> float:

@@ -39,6 +39,7 @@ from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
+from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
 
@@ -194,7 +195,10 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
             option("--train-steps", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
                    help="baseline: number of plain training batches"),
             option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE, help="baseline: images per batch"),
-            option("--lr", type=positive_float, default=1e-3, **_RESULT, help="Adam learning rate"),
+            option("--optimizer", choices=OPTIMIZERS, default="adam", **_SEQUENCE,
+                   help="adam (Meta-Dataset's, for every learner), sgd, or momentum (SGD with momentum 0.9); "
+                        "torch's update rules in both frameworks"),
+            option("--lr", type=positive_float, default=1e-3, **_RESULT, help="the optimizer's learning rate"),
             option("--weight-decay", type=float_in(0.0, 1.0), default=0.0, metavar="W", **_RESULT,
                    help="an L2 penalty W x (sum of squared kernels) added to the loss, as Meta-Dataset's (coupled, "
                         "not AdamW): convolution and linear kernels; no batch-norm parameter and no bias"),

@@ -8,8 +8,9 @@ Determinism (``clients.tf.determinism``, before any model is built): with
 ``--deterministic`` on (the default on CPU) op determinism is on; thread counts are
 fixed and the weights seeded from --seed by name (the baseline's head from
 ``clients.seeds.HEAD_SEED_NAME``, as torch's), so the same command gives the same weights
-and evaluating the same checkpoint again gives the same metrics. The optimizer is ``TorchAdam``: torch's Adam
-step (``clients.tf.optimizers``), as the torch trainer takes it. Training and evaluation take
+and evaluating the same checkpoint again gives the same metrics. The optimizer takes torch's
+update rule of ``--optimizer`` (``TorchAdam``, ``TorchSGD``: ``clients.tf.optimizers``), as the
+torch trainer takes it. Training and evaluation take
 episodes from ``clients.core.SamplerClient`` (through ``clients.md_train``) rather than
 ``clients.tf.EpisodeSource``: episodes vary in shape (handled here by
 ``tf.function`` input signatures with unknown dimensions), and inside ``tf.data`` a
@@ -54,13 +55,13 @@ from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, 
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
-from clients.recipe import decayed
+from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.tf import models
 from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
-from clients.tf.optimizers import TorchAdam
+from clients.tf.optimizers import TorchAdam, TorchSGD
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
@@ -188,7 +189,8 @@ class TFFramework(Framework):
             # MD's staircase decay of this run's updates (optimizer.iterations, restored with a resumed run)
             rate = (keras.optimizers.schedules.ExponentialDecay(args.lr, args.decay_every, args.decay_rate,
                                                                  staircase=True) if args.decay_every else args.lr)
-            self.optimizer = TorchAdam(learning_rate=rate)
+            self.optimizer = (TorchAdam(learning_rate=rate) if args.optimizer == "adam" else
+                              TorchSGD(learning_rate=rate, momentum=MOMENTUM if args.optimizer == "momentum" else 0.0))
             parts: dict[str, Any] = {"backbone": self.backbone, "next_index": self.next_index, "config": self.config}
             if training:
                 parts["optimizer"] = self.optimizer

@@ -66,7 +66,7 @@ from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
 from clients.md_train import Batch, Framework, run_main
-from clients.recipe import decayed, learning_rate
+from clients.recipe import MOMENTUM, decayed, learning_rate
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
@@ -227,7 +227,10 @@ class TorchFramework(Framework):
             no_sync = "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
             self._step_module = DistributedDataParallel(
                 self.trainee, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
-        self.optimizer = torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
+        self.optimizer = (torch.optim.Adam(self.parameters(), lr=args.lr, fused=device.type == "cuda")
+                          if args.optimizer == "adam" else
+                          torch.optim.SGD(self.parameters(), lr=args.lr,
+                                          momentum=MOMENTUM if args.optimizer == "momentum" else 0.0))
         self._decayed = [p for p in self.parameters() if decayed(tuple(p.shape))]  # --weight-decay's kernels
         if args.init_from is not None:  # the backbone only; a checkpoint in --checkpoint-dir still wins (restore)
             self.backbone.load_state_dict(self._init_state(args.init_from))

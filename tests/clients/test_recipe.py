@@ -94,6 +94,24 @@ def test_tf_weight_decay_and_rate_are_the_recipes():
     assert float(framework.optimizer.learning_rate) == pytest.approx(learning_rate(1e-3, 9, 4, 0.5), rel=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_both_frameworks_take_the_same_steps_with_each_optimizer(optimizer):
+    """Three steps on one episode from the same --init-seed: the second loss shows the first
+    update, the third the momentum buffer; torch's optimizer is the one named."""
+    argv = [*ARGV, "--optimizer", optimizer, "--lr", "0.05"]
+    losses = {}
+    for name, framework in (("torch", TorchFramework(parse_args("torch", argv))),
+                            ("tf", TFFramework(parse_args("tf", argv)))):
+        framework.build(0)
+        losses[name] = [framework.to_floats([framework.train_step(framework.stage(_episode()))[0]])[0]
+                        for _ in range(3)]
+        if name == "torch":
+            assert type(framework.optimizer) is torch.optim.SGD
+            assert framework.optimizer.param_groups[0]["momentum"] == (0.9 if optimizer == "momentum" else 0.0)
+    assert losses["torch"] == pytest.approx(losses["tf"], rel=1e-4), losses
+    assert len(set(losses["torch"])) == 3  # each step moved the weights
+
+
 def test_init_from_restores_the_backbone_only_and_refuses_what_is_not_a_checkpoint(tmp_path):
     # torch: a checkpoint of another seed's weights becomes the backbone; the head and optimizer stay fresh
     donor = TorchFramework(parse_args("torch", [*ARGV, "--init-seed", "5", "--checkpoint-dir", str(tmp_path / "t")]))
