@@ -11,7 +11,7 @@ evaluation forward pass and checkpoint files.
 Guarantees:
 
 - Resume is exact. Training item i is the server's pure function of (request, seed,
-  i): episode i, or for the baseline batch t // S of source t % S (S sources). A
+  i): episode i, or for the baseline the next batch of the source drawn for step i. A
   checkpoint holds the model, the optimizer and the next index, and records the
   arguments that fix the model and that sequence (``RESUME_KEYS``); resuming with
   other values is refused (exit 2) rather than silently mixed. On any fault the
@@ -72,7 +72,6 @@ from __future__ import annotations
 import abc
 import argparse
 import json
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -86,6 +85,7 @@ from clients.errors import SamplerClientError
 from clients.feed import Feed
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
+from clients.seeds import batch_sources
 from clients.server_options import client_options
 from clients.trainer_args import eval_sources, parse_args, run_config, train_groups, validation_sources
 from clients.trainer_options import Resume, resume_keys
@@ -475,34 +475,34 @@ class Run:
                 client.close()
 
     def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
-        """Step t takes batch t // S of source t % S (S sources), its labels offset by the
-        classes of the sources before it, so one head spans the union of the train classes.
-        This rank's steps of one source are every (N / gcd(N, S))-th batch of it (N ranks)."""
+        """Step t takes a batch of source s(t), drawn uniformly per step (``seeds.batch_sources``,
+        as MD draws each batch's source), its labels offset by the classes of the sources before
+        it, so one head spans the union of the train classes. Each source's batches are read in
+        order: rank r of N takes batches r, r + N, r + 2N, ... of it as its steps meet that source
+        (one process: the source's batches 0, 1, 2, ...)."""
         args, names, classes = self.args, list(self.train_names), self.class_counts
-        period = len(names)
+        ranks, rank = self.ranks, self.rank
         offsets = np.cumsum([0, *classes[:-1]])
-        mine = self.mine(start, total)
-        cycle = period // math.gcd(period, self.ranks)  # this rank's positions repeat their source every cycle
+        drawn = batch_sources(args.seed, len(names), total)
+        own, indices = drawn[rank::ranks], source_batch_indices(drawn, rank, ranks)  # this rank's steps
+        earlier = len(range(rank, start, ranks))  # of them before this run's start
         clients = [self.client() for _ in names]
         streams: list[Iterator[Any] | None] = []
-        for residue, (client, name) in enumerate(zip(clients, names, strict=True)):
-            first = next((q for q in range(min(cycle, len(mine))) if mine[q] % period == residue), None)
-            count = steps_before(len(mine), first, cycle) if first is not None else 0
-            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed,
-                                          start=mine[first] // period, count=count,
-                                          step=self.ranks // math.gcd(period, self.ranks),
-                                          image_size=args.image_size, preset=args.preset or "")
-                           if first is not None and count > 0 else None)
+        for source, (client, name) in enumerate(zip(clients, names, strict=True)):
+            ahead = indices[earlier:][own[earlier:] == source]
+            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed, start=int(ahead[0]),
+                                          count=len(ahead), step=ranks, image_size=args.image_size,
+                                          preset=args.preset or "") if len(ahead) else None)
         try:
-            for position in mine:
-                residue = position % period
-                stream = streams[residue]
+            for position in self.mine(start, total):
+                source, expected = int(drawn[position]), int(indices[(position - rank) // ranks])
+                stream = streams[source]
                 assert stream is not None
                 batch = next(stream)
-                if batch.index != position // period or batch.num_classes != classes[residue]:
-                    raise SamplerClientError(f"{names[residue]}: batch {batch.index} of {batch.num_classes} classes, "
-                                             f"expected batch {position // period} of {classes[residue]}")
-                yield position, Batch(batch.images, batch.labels + offsets[residue]), len(batch.images)
+                if batch.index != expected or batch.num_classes != classes[source]:
+                    raise SamplerClientError(f"{names[source]}: batch {batch.index} of {batch.num_classes} classes, "
+                                             f"expected batch {expected} of {classes[source]}")
+                yield position, Batch(batch.images, batch.labels + offsets[source]), len(batch.images)
         finally:
             for stream in streams:
                 if stream is not None:
@@ -786,6 +786,20 @@ def index_runs(indices: Sequence[int]) -> list[list[int]]:
                 continue
         runs.append([index, 1, 1])
     return runs
+
+
+def source_batch_indices(drawn: np.ndarray, rank: int, ranks: int) -> np.ndarray:
+    """For each step rank, rank + N, ... of ``drawn`` (the source of every step), the index of
+    the batch of its source that rank ``rank`` of ``ranks`` (N) reads there: rank + N k at its
+    k-th step on that source. The ranks read disjoint batches of each source, each in order,
+    and a resumed run continues every source where it stopped."""
+    own = np.asarray(drawn, np.int64)[rank::ranks]
+    seen = np.zeros(int(own.max()) + 1 if len(own) else 0, np.int64)
+    indices = np.empty(len(own), np.int64)
+    for step, source in enumerate(own):
+        indices[step] = rank + ranks * seen[source]
+        seen[source] += 1
+    return indices
 
 
 def steps_before(limit: int, residue: int, period: int) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+import numpy as np
+
 MD_BACKBONE_SEED_NAME = "backbone"
 """The MD trainer's backbone weights: ``backbone_seed(--seed, MD_BACKBONE_SEED_NAME, name)``."""
 TRANSFER_BACKBONE_SEED_NAME = "scratch"
@@ -22,6 +24,9 @@ EVALUATE_BACKBONE_SEED_NAME = "evaluate"
 """The evaluate command's (seed 0), saved once and loaded by each protocol it runs."""
 HEAD_SEED_NAME = "head"
 """The MD baseline's linear head: ``derive_seed(--seed, HEAD_SEED_NAME)``."""
+BATCH_SOURCES_SEED_NAME = "batch-sources"
+"""The MD baseline's source of each training batch: ``batch_sources``."""
+_SOURCE_BLOCK = 4096
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -35,3 +40,19 @@ def backbone_seed(seed: int, seed_name: str, target: str) -> int:
     ``seed``, its ``seed_name`` and the backbone (``BackboneSpec.target``), the same in both
     frameworks."""
     return derive_seed(int(seed), seed_name, target)
+
+
+def batch_sources(seed: int, sources: int, end: int) -> np.ndarray:
+    """The source (0 .. sources - 1) of each training batch 0 .. end - 1 of the MD baseline,
+    drawn uniformly and independently per batch, as Meta-Dataset draws each batch's source
+    (``data/pipeline.py``). A pure function of (seed, batch index): blocks of 4096 draws, each
+    from a generator keyed by (``derive_seed(seed, BATCH_SOURCES_SEED_NAME)``, block), so a longer
+    run extends a shorter one's sequence."""
+    if sources < 1 or end < 0:
+        raise ValueError(f"sources, end: got {sources}, {end}, expected sources >= 1 and end >= 0")
+    if sources == 1 or end == 0:
+        return np.zeros(end, np.int64)
+    key = derive_seed(seed, BATCH_SOURCES_SEED_NAME)
+    blocks = [np.random.default_rng([key, block]).integers(0, sources, _SOURCE_BLOCK)
+              for block in range(-(-end // _SOURCE_BLOCK))]
+    return np.concatenate(blocks)[:end].astype(np.int64)
