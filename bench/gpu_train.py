@@ -1,7 +1,9 @@
 """Episodic training on one GPU: what the model allows against what the trainer gets.
 
 For ProtoNet conv4 at 84 px and ResNet-18 at 126 px (MD variable-way variable-shot
-training episodes; bf16 autocast on CUDA), in the configurations ``--configs``
+training episodes; bf16 autocast on CUDA; the trainer's ``--batch-norm``, by default md:
+the support set's moments normalise the episode, Meta-Dataset's step; ``--models`` also
+takes md-conv4 and md-resnet18), in the configurations ``--configs``
 (``BUCKETS:COMPILE`` pairs of the trainer's ``--shape-buckets`` and ``--compile``; by
 default on:on, on:off and off:off, the last being the loop a user writes), it prints per
 configuration:
@@ -107,14 +109,14 @@ def start_server(data: Path, workers: int, lookahead_mb: int, replicas: int = 1)
 
 
 def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: int, device: str,
-                 log_every: int) -> list[str]:
+                 log_every: int, batch_norm: str) -> list[str]:
     buckets, compiled = config.split(":")
     # --run-id, not --run: under torchrun, its own parser would take --run for an abbreviation of --run-path
     return ["--server", address, "--run-id", f"gpu-bench-{backbone}-{size}-{buckets}-{compiled}-{time.time_ns()}",
             "--sources", STORE.format(size=size),
             "--image-size", str(size), "--backbone", backbone, "--train-episodes", str(episodes),
             "--eval-episodes", "0", "--shape-buckets", buckets, "--compile", compiled, "--device", device,
-            "--log-every", str(log_every)]
+            "--log-every", str(log_every), "--batch-norm", batch_norm]
 
 
 # ---- children: one measurement each, in a fresh process -----------------------------------
@@ -129,7 +131,8 @@ def child_model(args: argparse.Namespace) -> dict:
     from clients.trainer_args import parse_args
 
     framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config,
-                                                                args.episodes, args.device, args.episodes)))
+                                                                args.episodes, args.device, args.episodes,
+                                                                args.batch_norm)))
     spec = EpisodeSpec(sources=(STORE.format(size=args.size),), split="train", seed=0, image_size=args.size)
     with SamplerClient(args.address, prefetch=4) as client:
         staged = [framework.stage(episode) for episode in client.episodes(spec, 0, args.episodes)]
@@ -163,7 +166,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
         summary_path = Path(scratch) / "summary.json"
         argv = [sys.executable, "-m", "clients.torch",
                 *trainer_argv(args.address, args.backbone, args.size, args.config, args.episodes, args.device,
-                              args.window), "--json-summary", str(summary_path)]
+                              args.window, args.batch_norm), "--json-summary", str(summary_path)]
         done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                               check=False)
         if done.returncode != 0:
@@ -185,7 +188,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
 def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, size: int, config: str) -> dict:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
             backbone, "--size", str(size), "--config", config, "--episodes", str(args.episodes), "--device",
-            args.device, "--window", str(args.window)]
+            args.device, "--window", str(args.window), "--batch-norm", args.batch_norm]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
     if done.returncode != 0:
@@ -208,7 +211,7 @@ def run_ranks(args: argparse.Namespace, data: Path, backbone: str, size: int, gp
             summary_path = Path(scratch) / "summary.json"
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                     "-m", "clients.torch", *trainer_argv(address, backbone, size, args.configs[0], args.episodes,
-                                                         args.device, args.window),
+                                                         args.device, args.window, args.batch_norm),
                     "--json-summary", str(summary_path)]
             cpu_before, started = tree_cpu_seconds(process.pid), time.perf_counter()
             done = subprocess.run(argv, capture_output=True, text=True, env=_env(), check=False)
@@ -268,6 +271,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", nargs="+", type=int, metavar="N",
                         help="several GPUs of this host: one torchrun per N (include 1: the scaling's base)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--batch-norm", default="md", choices=["md", "transductive", "running"],
+                        help="the trainer's --batch-norm (md: the support set's moments, Meta-Dataset's)")
     parser.add_argument("--classes", type=int, default=200)
     parser.add_argument("--per-class", type=int, default=40)
     parser.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 1), help="serve --workers (in all)")
@@ -284,8 +289,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--episodes/--window: got {args.episodes}/{args.window}, expected at least 1")
     for model in args.models:
         backbone, _, size = model.partition(":")
-        if backbone not in ("conv4", "resnet18") or not size.isdigit():
-            parser.error(f"--models: got {model!r}, expected conv4:PX or resnet18:PX")
+        if backbone not in ("conv4", "resnet18", "md-conv4", "md-resnet18") or not size.isdigit():
+            parser.error(f"--models: got {model!r}, expected conv4:PX, resnet18:PX, md-conv4:PX or md-resnet18:PX")
     for config in args.configs:
         if config.count(":") != 1 or not set(config.split(":")) <= {"on", "off"}:
             parser.error(f"--configs: got {config!r}, expected BUCKETS:COMPILE, each on or off (e.g. on:on)")
@@ -320,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(map(str, sorted(sizes)))} px, packed in "
               f"{time.perf_counter() - started:.1f} s; serve --workers {args.workers} --lookahead-mb "
               f"{args.lookahead_mb} on {os.cpu_count()} cores; "
-              f"{args.episodes} MD variable training episodes per measurement", flush=True)
+              f"{args.episodes} MD variable training episodes per measurement, --batch-norm {args.batch_norm}",
+              flush=True)
         if args.gpus:
             main_gpus(args, data)
             return 0
