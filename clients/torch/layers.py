@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.autograd.function import once_differentiable
 
 from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
@@ -192,6 +194,8 @@ def episode_batch_norm(x: torch.Tensor, episode: EpisodeRows, weight: torch.Tens
     running variance, momentum factor) moved towards the support's moments (the variance
     unbiased, as PyTorch's update), outside the graph."""
     mode, support, query = episode.mode, episode.support, episode.query
+    if isinstance(support, int) and isinstance(query, int):
+        return _sliced_episode_batch_norm(x, mode, support, query, weight, bias, eps, running)
     xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
     mean, variance, support_mask = _moments(xf, 0, support)
     rows = support + query
@@ -216,6 +220,86 @@ def episode_batch_norm(x: torch.Tensor, episode: EpisodeRows, weight: torch.Tens
             running_var.mul_(1 - factor).add_(variance.detach() * (count / max(count - 1, 1) if isinstance(count, int)
                                                                   else count / (count - 1).clamp_min(1)) * factor)
     return out.to(x.dtype)
+
+
+def _sliced_episode_batch_norm(x: torch.Tensor, mode: str, support: int, query: int, weight: torch.Tensor | None,
+                               bias: torch.Tensor | None, eps: float,
+                               running: tuple[torch.Tensor, torch.Tensor, float | torch.Tensor] | None) -> torch.Tensor:
+    """``episode_batch_norm`` of int row counts (the eager step). ``md``: ``_SupportMomentsNorm``,
+    native kernels on slices; ``transductive`` (RelationNet's, rarer): reductions over slices
+    in float32 for half-precision inputs."""
+    rows = support + query
+    if mode == "md":
+        out, mean, variance = _SupportMomentsNorm.apply(x, weight, bias, support, rows, eps)
+    else:
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        mean, variance, _ = _moments(xf, 0, support)
+        query_mean, query_variance, _ = _moments(xf, support, rows)
+        pieces = [_affine(xf[:support], mean, variance, weight, bias, eps),
+                  _affine(xf[support:rows], query_mean, query_variance, weight, bias, eps)]
+        if rows < x.shape[0]:
+            pieces.append(xf.new_zeros((x.shape[0] - rows, *x.shape[1:])))
+        out = torch.cat(pieces).to(x.dtype)
+    if running is not None:
+        running_mean, running_var, factor = running
+        count = support * (x.shape[2] * x.shape[3])
+        with torch.no_grad():
+            running_mean.mul_(1 - factor).add_(mean.detach() * factor)
+            running_var.mul_(1 - factor).add_(variance.detach() * (count / max(count - 1, 1)) * factor)
+    return out
+
+
+class _SupportMomentsNorm(torch.autograd.Function):
+    """Meta-Dataset's batch norm of one episode in native kernels: the support rows' mean and
+    biased variance (float32 for half-precision inputs) normalise the support and query rows,
+    padding rows come out as zeros. Forward: ``var_mean`` of the support slice, then
+    ``F.batch_norm`` in inference mode with those moments (one fused pass, x's dtype and memory
+    format). Backward: the inference-mode batch-norm backward gives the query rows' gradient
+    (w / sigma dy) and the sums the moments need (sum dy, sum dy x-hat over the valid rows);
+    the support rows' gradient, which also flows through the moments, is
+    w / sigma (dy - (sum dy + x-hat sum dy x-hat) / n), n the support's values per channel,
+    computed in float32 and rounded once (a sum of separately rounded bf16 terms cancels
+    badly). Not twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, support: int,
+                rows: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = _dense(x)
+        half = x.dtype in (torch.float16, torch.bfloat16)
+        variance, mean = torch.var_mean(x[:support].float() if half else x[:support], dim=(0, 2, 3), unbiased=False)
+        out = F.batch_norm(x, mean, variance, weight, bias, False, 0.0, eps)
+        if rows < x.shape[0]:
+            out[rows:] = 0.0
+        ctx.save_for_backward(x, weight, mean, variance)
+        ctx.support, ctx.rows, ctx.eps = support, rows, eps
+        ctx.mark_non_differentiable(mean, variance)
+        return out, mean, variance
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: torch.Tensor, _mean: torch.Tensor, _variance: torch.Tensor) -> tuple[Any, ...]:
+        x, weight, mean, variance = ctx.saved_tensors
+        support, rows, eps = ctx.support, ctx.rows, ctx.eps
+        invstd = torch.rsqrt(variance + eps)
+        grad_valid, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
+            grad_out[:rows], x[:rows], weight, mean, variance, mean, invstd, False, eps, [True, True, True])
+        # grad_weight = sum dy x-hat and grad_bias = sum dy over the valid rows (with no weight, their sums too)
+        wide = mean.dtype  # float32 for half-precision inputs, else x's own
+        sum_dy = grad_bias if grad_bias is not None else grad_out[:rows].to(wide).sum((0, 2, 3))
+        sum_dy_xhat = grad_weight if grad_weight is not None else (
+            grad_out[:rows].to(wide) * (x[:rows].to(wide) - mean.view(1, -1, 1, 1)) * invstd.view(1, -1, 1, 1)).sum(
+                (0, 2, 3))
+        values = support * x.shape[2] * x.shape[3]
+        scale = invstd * (weight.to(wide) if weight is not None else 1.0)
+        xhat = (x[:support].to(wide) - mean.view(1, -1, 1, 1)) * invstd.view(1, -1, 1, 1)
+        support_grad = (grad_out[:support].to(wide) - (sum_dy.view(1, -1, 1, 1) + xhat * sum_dy_xhat.view(1, -1, 1, 1))
+                        / values) * scale.view(1, -1, 1, 1)
+        grad_x = torch.empty_like(x)
+        grad_x[:support] = support_grad
+        grad_x[support:rows] = grad_valid[support:]
+        grad_x[rows:] = 0.0
+        needs = ctx.needs_input_grad
+        return (grad_x, grad_weight if needs[1] else None, grad_bias if needs[2] else None, None, None, None)
 
 
 def counted_batch_norm(x: torch.Tensor, count: torch.Tensor, running_mean: torch.Tensor | None,
