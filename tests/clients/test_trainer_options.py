@@ -35,7 +35,8 @@ TARGETS: dict[str, Callable[[str], argparse.ArgumentParser]] = {"transfer": buil
                                                                  "cog": build_cog_parser}
 PREFIXES = {"transfer": "--vtab-", "cog": "--cog-"}
 # evaluate's options that the commands have too but that are evaluate's own, and why
-OWN = {"--json-summary": "the job writes one summary holding every protocol's"}
+OWN = {"--json-summary": "the job writes one summary holding every protocol's",
+       "--batch-norm": "it embeds the Meta-Dataset episodes; transfer's is --mode protonet's, which evaluate never runs"}
 # given in an argv of their own (with the required options): each excludes another
 # (--weights and --init-seed both say where the weights come from)
 APART = ("--weights",)
