@@ -350,9 +350,15 @@ class WatchedStream:
         self._what, self._address = what, address
         self._next_index, self._step = start, step
         self._expired = False
+        self._closed = False
 
     def cancel(self) -> bool:
         return self._call.cancel()
+
+    def close(self) -> None:
+        """Cancel it for a consumer that stopped reading: not a break, so nothing is logged."""
+        self._closed = True
+        self._call.cancel()
 
     def _expire(self) -> None:
         self._expired = True
@@ -370,7 +376,8 @@ class WatchedStream:
         except grpc.RpcError as error:
             if self._expired:
                 error = MessageWaitExceeded(f"no message from the server for {self._wait:g} s")
-            self._log(error)
+            if not self._closed:
+                self._log(error)
             if self._expired:
                 raise error from None
             raise

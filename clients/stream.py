@@ -68,6 +68,18 @@ def resumable(channel: Channel, method: str, request_for: RequestFor, parse: Cal
     buffer: queue.Queue = queue.Queue(maxsize=channel.prefetch)
     stop = threading.Event()
     done = object()
+    open_calls: list[Any] = []  # the pump's current stream, cancelled when the consumer stops early
+
+    def deliver(item: Any) -> bool:
+        """``item`` into the buffer unless the consumer stopped reading (its buffer may be full
+        for good): whether it went in."""
+        while not stop.is_set():
+            try:
+                buffer.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def pump() -> None:
         next_index, delivered, attempt = start, 0, 0
@@ -79,6 +91,10 @@ def resumable(channel: Channel, method: str, request_for: RequestFor, parse: Cal
                     call = open_stream(channel, method, request, parse)
                     stream = watch_stream(call, channel.liveness, what=method, address=channel.address,
                                           start=next_index, step=step)
+                    open_calls[:] = [stream]
+                    if stop.is_set():  # the consumer stopped while this one opened
+                        stream.cancel()
+                        return
                     lost = False
                     for message in stream:
                         if isinstance(message, LostReply):  # reclaimed before we mapped it: ask again
@@ -90,20 +106,14 @@ def resumable(channel: Channel, method: str, request_for: RequestFor, parse: Cal
                             raise SamplerClientError(
                                 f"{method}: server sent index {message.index}, expected {next_index}")
                         attempt = 0
-                        while not stop.is_set():
-                            try:
-                                buffer.put(message, timeout=0.1)
-                                break
-                            except queue.Full:
-                                continue
-                        if stop.is_set():
+                        if not deliver(message):
                             stream.cancel()
                             return
                         delivered += 1
                         next_index += step
                         channel.delivered()
                         if until_last and message.last:
-                            buffer.put(done)
+                            deliver(done)
                             return
                     if lost:
                         continue
@@ -115,9 +125,9 @@ def resumable(channel: Channel, method: str, request_for: RequestFor, parse: Cal
                     if stop.is_set():
                         return
                     attempt = channel.backoff(error, attempt, method, STREAM_RETRYABLE)
-            buffer.put(done)
-        except BaseException as error:  # delivered to the consumer, raised there
-            buffer.put(error)
+            deliver(done)
+        except BaseException as error:  # delivered to the consumer, raised there (if it still reads)
+            deliver(error)
 
     worker = threading.Thread(target=pump, name="sampler-prefetch", daemon=True)
     worker.start()
@@ -130,5 +140,9 @@ def resumable(channel: Channel, method: str, request_for: RequestFor, parse: Cal
                 raise item
             yield item
     finally:
+        # A consumer that stops early (a break, close()) must not wait for the server's next
+        # message: the pump may be blocked reading it, so its stream is cancelled, not drained.
         stop.set()
+        for call in list(open_calls):
+            call.close()
         worker.join(timeout=5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loader_workers import loader_context
+from loader_workers import loader_context, loader_iterator
 from conftest import generate_fixture, pack_fixture
 
 from clients.core import SamplerClient
@@ -74,5 +74,6 @@ def test_cog_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     one = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=loader_context())
     assert [b["index"] for b in one] == [0, 1, 2]
     assert [b["index"] for b in DataLoader(dataset, batch_size=None)] == [0, 1, 2]  # each pass is whole
-    with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context()))
+    two = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context())
+    with loader_iterator(two) as batches, pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
+        list(batches)

@@ -7,9 +7,11 @@ from another request or window is refused with a message naming what differs."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
-from loader_workers import loader_context
+from loader_workers import loader_context, loader_iterator
 
 from clients.core import EpisodeSpec
 
@@ -55,11 +57,12 @@ def test_episode_dataset_resumes_with_dataloader_workers(served):
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
                                          multiprocessing_context=loader_context())
     seen = []
-    for item in loader:  # items come from worker processes: the consumer says what it took
-        seen.append(_key(item))
-        if len(seen) == STOP:
-            state = dataset.state_dict(last_index=int(item["index"]))
-            break
+    with loader_iterator(loader) as items:
+        for item in items:  # items come from worker processes: the consumer says what it took
+            seen.append(_key(item))
+            if len(seen) == STOP:
+                state = dataset.state_dict(last_index=int(item["index"]))
+                break
     assert seen == unbroken[:STOP] and state["next_index"] == STOP
 
     again = EpisodeDataset(served.address, SPEC, count=COUNT)
@@ -67,6 +70,16 @@ def test_episode_dataset_resumes_with_dataloader_workers(served):
     loader = torch.utils.data.DataLoader(again, batch_size=None, num_workers=2,
                                          multiprocessing_context=loader_context())
     assert seen + [_key(item) for item in loader] == unbroken
+
+
+def _assert_no_reader_left() -> None:
+    """A loop that stopped early (close(), a break) leaves no prefetch thread reading its
+    stream: before, one blocked on the server's next message, or on a full buffer, outlived
+    close() (which waited 5 s for it first)."""
+    deadline = time.monotonic() + 1.0  # a thread already told to stop may take a moment to end
+    while any(t.name == "sampler-prefetch" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [t.name for t in threading.enumerate() if t.name == "sampler-prefetch"] == []
 
 
 def test_two_ranks_in_lockstep_resume_from_one_state(served):
@@ -81,6 +94,7 @@ def test_two_ranks_in_lockstep_resume_from_one_state(served):
     for stream in streams:
         stream.close()
     assert states[0] == states[1] and states[0]["next_index"] == 4
+    _assert_no_reader_left()
     single = EpisodeDataset(served.address, SPEC, count=COUNT)  # resumed on one process: the rest, in order
     single.load_state_dict(states[0])
     assert [int(item["index"]) for item in single] == list(range(4, COUNT))

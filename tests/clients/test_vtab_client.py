@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from loader_workers import loader_context
+from loader_workers import loader_context, loader_iterator
 from tfds_builders import tfds_dir  # noqa: F401  (the shared prepared datasets)
 
 from clients.core import SamplerClient
@@ -119,5 +119,6 @@ def test_task_batch_dataset_refuses_workers_that_would_repeat_batches(address):
     loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context=loader_context())
     one = [b["index"] for b in loader]
     assert one == [0, 1, 2]  # one worker reads the stream once
-    with pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
-        list(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context()))
+    two = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=loader_context())
+    with loader_iterator(two) as batches, pytest.raises(ValueError, match="num_workers=2 would repeat every batch"):
+        list(batches)
