@@ -87,6 +87,24 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     loader_workers.start_forkserver({getattr(item, "module", None) for item in session.items})
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A pytest-xdist worker ends here, at once: its reports and "workerfinished" are sent
+    (pytest_sessionfinish), after which the controller takes its exit for a normal one. The
+    interpreter's own teardown of a heap that holds TensorFlow, PyTorch and every module the
+    tests imported kept one core busy for 10-32 s while the run waited for it (measured on
+    `make test`'s parallel part); the processes a test left are this process's children and
+    end with it (the forkserver and the resource tracker read EOF)."""
+    if hasattr(config, "workerinput"):
+        import logging
+        import sys
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In a pytest-xdist worker, the longest files first (their seconds in tests/durations.json,
     for this part): `--dist loadfile` hands each worker the next whole file as it frees up, in
