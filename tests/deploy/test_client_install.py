@@ -1,8 +1,10 @@
 """The README's two installs, from a clone of this checkout (its tracked and unignored files):
 ``python -m build`` then ``pip install 'dist/sampler_server-*.whl[torch]'`` (a client-only wheel),
-and ``pip install -e '.[torch]'``. Each goes into a fresh virtualenv, offline (from wheels packed
-back out of this one), brings no LMDB, OpenCV or SciPy, nor any other module of the ``[server]``
-extra, and its torch adapter streams from a server installed separately (this checkout's),
+and ``pip install -e '.[torch]'``. The wheel goes into a fresh virtualenv, offline (from wheels
+packed back out of this one); once it is checked, the editable install replaces it there (one
+copy of PyTorch written, not two: 750 MB). Each brings no LMDB, OpenCV or SciPy, nor any other
+module of the ``[server]`` extra (the wheelhouse holds none: pip would fail to find one asked
+for), and its torch adapter streams from a server installed separately (this checkout's),
 episode for episode what this environment's client gets. The wheel without extras asks for the
 client's dependencies only (grpcio, protobuf, NumPy).
 
@@ -103,21 +105,27 @@ def wheelhouse(built_wheel, tmp_path_factory) -> Path:
     return house
 
 
+def _listed(target: Path) -> set[str]:
+    listing = subprocess.run([*_pip(target), "list", "--format", "json"],
+                             capture_output=True, text=True, check=True).stdout
+    return {canonical(row["name"]) for row in json.loads(listing)}
+
+
 @pytest.fixture(scope="module")
-def client_venv(built_wheel, wheelhouse, tmp_path_factory) -> Path:
+def installs(built_wheel, clone, wheelhouse, served, tmp_path_factory) -> dict[str, dict]:
+    """What each install gives, in one virtualenv: the wheel's (its distributions, its
+    ``sampler-server serve``, its stream), then the editable install's over it."""
     target = tmp_path_factory.mktemp("client-install") / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     _install(target, wheelhouse, f"{built_wheel}[torch]")
-    return target
-
-
-@pytest.fixture(scope="module")
-def editable_venv(clone, wheelhouse, tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("editable-install") / "venv"
-    venv.EnvBuilder(with_pip=False).create(target)
+    serve = subprocess.run([str(target / "bin" / "sampler-server"), "serve", "--data", "x"],
+                           capture_output=True, text=True, cwd=target)
+    wheel = {"installed": _listed(target), "serve": serve, "stream": _stream_in(target, served.address),
+             "venv": target}
     _install(target, wheelhouse, *BUILD_BACKEND)
     _install(target, wheelhouse, "--no-build-isolation", "-e", f"{clone}[torch]")
-    return target
+    editable = {"installed": _listed(target), "stream": _stream_in(target, served.address)}
+    return {"wheel": wheel, "editable": editable}
 
 
 def _stream_in(target: Path, address: str) -> dict:
@@ -146,33 +154,28 @@ def test_the_wheel_without_extras_asks_for_the_client_dependencies_only(built_wh
 
 
 @pytest.mark.slow
-def test_the_torch_extra_installs_no_server_dependency(client_venv):
-    listing = subprocess.run([*_pip(client_venv), "list", "--format", "json"],
-                             capture_output=True, text=True, check=True).stdout
-    installed = {canonical(row["name"]) for row in json.loads(listing)}
+def test_the_torch_extra_installs_no_server_dependency(installs):
+    installed = installs["wheel"]["installed"]
     assert {"sampler-server", "torch", "grpcio", "protobuf", "numpy"} <= installed
     assert not SERVER_ONLY & installed, sorted(SERVER_ONLY & installed)
     # the server's command is there (one set of scripts) and says in one line what it lacks
-    done = subprocess.run([str(client_venv / "bin" / "sampler-server"), "serve", "--data", "x"],
-                          capture_output=True, text=True, cwd=client_venv)
+    done = installs["wheel"]["serve"]
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "sampler-server[server]" in done.stderr
 
 
 @pytest.mark.slow
-def test_the_alone_installed_torch_adapter_streams_from_a_separate_server(client_venv, served):
-    got = _stream_in(client_venv, served.address)
-    assert got["loaded"] == [] and Path(got["torch"]).is_relative_to(client_venv)  # the installed copy
+def test_the_alone_installed_torch_adapter_streams_from_a_separate_server(installs, served):
+    got = installs["wheel"]["stream"]
+    assert got["loaded"] == [] and Path(got["torch"]).is_relative_to(installs["wheel"]["venv"])  # the installed copy
     assert {key: got[key] for key in ("fingerprints", "indices", "sums")} == _here(served.address)
 
 
 @pytest.mark.slow
-def test_the_editable_install_from_a_clone_streams_from_a_separate_server(editable_venv, clone, served):
-    listing = subprocess.run([*_pip(editable_venv), "list", "--format", "json"],
-                             capture_output=True, text=True, check=True).stdout
-    installed = {canonical(row["name"]) for row in json.loads(listing)}
+def test_the_editable_install_from_a_clone_streams_from_a_separate_server(installs, clone, served):
+    installed = installs["editable"]["installed"]
     assert {"sampler-server", "torch"} | CLIENT_ONLY <= installed
     assert not SERVER_ONLY & installed, sorted(SERVER_ONLY & installed)
-    got = _stream_in(editable_venv, served.address)
+    got = installs["editable"]["stream"]
     assert got["loaded"] == [] and Path(got["torch"]).is_relative_to(clone)  # the clone's files, editable
     assert {key: got[key] for key in ("fingerprints", "indices", "sums")} == _here(served.address)
