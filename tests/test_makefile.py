@@ -76,10 +76,10 @@ def test_make_check_collects_no_file_that_imports_a_framework():
 
 TEST_BUDGET, CHECK_BUDGET = 12 * 60, 3 * 60
 """Seconds of pytest on this project's 2-core machine: `make test` (both parts), `make check`."""
-TEST_CEILING = 915
-"""What `make test` may take until it fits TEST_BUDGET: its last quiet measurement (814 + 74 s,
-tests/durations.json, 2026-11-29: Meta-Dataset's episode batch norm, backbones and recipe
-added 46 s of new test files) and 3 %, so that the suite can only shrink towards the budget;
+TEST_CEILING = 900
+"""What `make test` may take until it fits TEST_BUDGET: its last quiet measurement in this tree
+(814.7 + 60.4 s, tests/durations.json, 2026-11-30; the same commit from a fresh clone: 737.7 +
+61.6 s) and 3 %, so that the suite can only shrink towards the budget;
 lower it with each measurement, down to TEST_BUDGET."""
 
 
