@@ -90,7 +90,9 @@ def test_running_statistics_are_never_read_and_the_evaluator_takes_the_episodes_
     preprocessing = named_preprocessing(SIZE)
     results = [Evaluator(model, preprocessing, buckets, "md")(episode) for model in (clean, poisoned)
                for buckets in (False, True)]
-    assert np.isfinite(results[0][0]) and all(r[0] == pytest.approx(results[0][0], rel=1e-6) for r in results)
+    # rel 1e-5: with and without padding rows the convolutions sum in other orders, which
+    # differ between CPUs; one gave 1.1e-6 on this loss of 187, another under 1e-6
+    assert np.isfinite(results[0][0]) and all(r[0] == pytest.approx(results[0][0], rel=1e-5) for r in results)
     assert all(np.array_equal(r[1], results[0][1]) for r in results)
     # what it computes: the reference's prototypes over the reference's embeddings
     reference = _reference("resnet18", weights, to_model_input(images, preprocessing).numpy(), "md")

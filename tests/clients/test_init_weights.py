@@ -97,6 +97,11 @@ def test_distributions_are_torch_defaults_and_he_normal():
 # ---- the same function in both frameworks ---------------------------------------------------------
 
 
+# ResNet-50's 53 layers in float32, batch statistics of 8 images: 1.1e-4 of the features' scale
+# on one CPU (training mode), under 1e-4 on another; each framework sums in its own order
+FEATURE_TOLERANCE = {"resnet50": 3e-4}
+
+
 @pytest.mark.parametrize("backbone", tf_models.BACKBONES)
 def test_torch_and_tf_compute_the_same_function_from_the_same_weights(backbone):
     weights = neutral_weights(backbone, SIZES[backbone], 3)
@@ -115,7 +120,8 @@ def test_torch_and_tf_compute_the_same_function_from_the_same_weights(backbone):
             expected = torch_model(torch.from_numpy(images).permute(0, 3, 1, 2)).numpy()
         seen = _as_torch_features(backbone, tf_model(images, training=training).numpy(), expected)
         scale = float(np.abs(expected).max())
-        assert np.abs(seen - expected).max() <= 1e-4 * scale, (training, np.abs(seen - expected).max(), scale)
+        assert np.abs(seen - expected).max() <= FEATURE_TOLERANCE.get(backbone, 1e-4) * scale, \
+            (training, np.abs(seen - expected).max(), scale)
     # one training step's moving statistics: torch's update (unbiased variance, momentum 0.1)
     for tensor in layout(backbone, SIZES[backbone]):
         if tensor.keras_variable in ("moving_mean", "moving_variance"):

@@ -96,12 +96,14 @@ def _exact_float32_on_cuda():
 
 @pytest.mark.parametrize("device", _DEVICES)
 @pytest.mark.parametrize("backbone", ["conv4", "resnet18"])
-@pytest.mark.parametrize(("autocast", "tolerance"), [(False, 2e-5), (True, 2e-3)])
+@pytest.mark.parametrize(("autocast", "tolerance"), [(False, 2e-5), (True, 5e-2)])
 def test_padded_step_equals_unpadded_step(backbone: str, autocast: bool, tolerance: float, device: str,
                                           _exact_float32_on_cuda):
     """The same tolerances on CUDA (an H100 gave relative errors of at most 1e-5 for
     either backbone, float32 or bf16 autocast, though cuDNN may pick other kernels for
-    the padded shape)."""
+    the padded shape). bf16 autocast: 5e-2, a dozen of bf16's rounding steps (2**-8): on a CPU
+    with bf16 units (AMX) ResNet-18's gradients differed by 8e-3 to 1.6e-2 (conv4's by 5e-9);
+    without counting only the valid rows, by more than 1."""
     torch.manual_seed(0)
     where = torch.device(device)
     # bf16 on a CPU without bf16 units is emulated and slow (a minute for ResNet-18 at 32 px):

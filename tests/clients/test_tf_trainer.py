@@ -37,7 +37,9 @@ SMALLER = ["--image-size", "16"]
 FEW = ["--ways", "5", "--shots", "2", "--query", "2"]
 # The learning run: 24-pixel images (a step costs about half a 32-pixel one) in episodes of
 # 25 (5 ways of 3 shots and 2 queries: half the images of 5 shots and 5 queries, which reach
-# 0.56): its 80 episodes still lift conv4 from 0.34 (untrained) to 0.57 on the test episodes.
+# 0.56): its 80 episodes still lift conv4 from 0.34 (untrained) to 0.57 on the test episodes on
+# one CPU and 0.49 (± 0.04) on another (the two CPUs' float32 kernels round
+# differently, and 80 steps carry that on): 0.45 is over two of those intervals above the untrained 0.34.
 LEARN_SIZE = 24
 LEARN = ["--ways", "5", "--shots", "3", "--query", "2", "--image-size", str(LEARN_SIZE)]
 
@@ -58,7 +60,7 @@ def test_short_protonet_run_learns_and_its_reports_land(served, tmp_path, capsys
     assert (train["start_index"], train["next_index"], train["steps"]) == (0, 80, 80)
     assert train["steps_per_s"] > 0 and 0 <= train["data_wait_fraction"] < 1
     # Test episodes have 5 or 6 ways (6 test classes), so chance is at most 1/5.
-    assert result["mean_accuracy"] > 0.5, result
+    assert result["mean_accuracy"] > 0.45, result
     assert (result["episodes"], result["stored"], result["duplicates"]) == (20, 20, 0)
 
     with SamplerClient(served.address) as client:
