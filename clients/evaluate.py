@@ -61,7 +61,7 @@ from clients.errors import SamplerClientError, UsageError
 from clients.evaluate_args import (MD_EXTRACT_BATCH_SIZE, cog_namespace, parse_evaluate_args,
                                    transfer_namespace)
 from clients.feature_cache import FeatureCache, key_text
-from clients.md_fixed_features import LOGREG_C, LOGREG_MAX_ITER, predict
+from clients.md_fixed_features import learner_settings, predict
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
 from clients.trainer_shell import run_command
@@ -355,11 +355,8 @@ class EvaluateJob:
         """``RUN/<preset>/<learner>``'s configuration: what defines its numbers (not which sources
         or how many episodes, so a run may be completed over several invocations)."""
         backbone = self.backbone
-        learner_settings = ({"solver": "lbfgs", "C": LOGREG_C, "max_iter": LOGREG_MAX_ITER, "penalty": "l2",
-                             "features": "l2-normalised"} if learner == "logreg"
-                            else {"distance": "squared euclidean", "features": "raw"})
         return {"command": "evaluate", "protocol": "md", "preset": preset, "split": "test",
-                "eval_seed": self.args.md_seed, "learner": learner, "learner_settings": learner_settings,
+                "eval_seed": self.args.md_seed, "learner": learner, "learner_settings": learner_settings(learner),
                 "batch_norm": self.args.batch_norm, "episode_batch_norms": self.extractor().episode_norms(
                     self.args.batch_norm),
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,

@@ -38,7 +38,7 @@ from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.determinism import reproducibility_group
 from clients.flag_types import int_at_least
-from clients.md_fixed_features import LEARNERS
+from clients.md_fixed_features import DEFAULT_LEARNERS, LEARNERS
 from clients.server_options import MAX_RUN_ID, SERVER_GROUP, check_server_group
 from clients.trainer_args import (FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
                                   TrainerHelpFormatter, batch_norm_option, build_cog_parser, build_transfer_parser,
@@ -115,9 +115,11 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
                    help="test sources (default: every test source of each preset, as the server lists it)"),
             option("--episodes", type=int_at_least(1), default=MD_EPISODES, metavar="N",
                    help="test episodes per source (indices 0..N-1)"),
-            option("--learners", nargs="+", choices=LEARNERS, default=list(LEARNERS),
+            option("--learners", nargs="+", choices=LEARNERS, default=list(DEFAULT_LEARNERS),
                    help="prototypes: nearest centroid; logreg: logistic regression on L2-normalised features "
-                        "(RFS: lbfgs, C=1, 1000 iterations)"),
+                        "(RFS: lbfgs, C=1, 1000 iterations); knn: MD's k-NN baseline, the nearest support image "
+                        "by cosine distance; matchingnet: MD's Matching Networks, attention over the support "
+                        "images (semi-cosine); default: prototypes logreg"),
             option("--md-seed", type=int_at_least(0), default=0, help="seed of the test episodes"),
             batch_norm_option("md", "the embedding's "),
         )),

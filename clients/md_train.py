@@ -83,6 +83,7 @@ from clients import md_presets
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.feed import Feed
+from clients.md_learners import episodic
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
 from clients.seeds import batch_sources
@@ -108,7 +109,7 @@ _PLURAL = {"episode": "episodes", "batch": "batches"}
 
 @dataclass
 class TrainSummary:
-    unit: str                    # "episode" (protonet) or "batch" (baseline)
+    unit: str                    # "episode" (protonet, matchingnet) or "batch" (baseline, knn)
     start_index: int             # the index training (re)started at
     next_index: int              # the index a resumed run would start at
     steps: int = 0               # items trained on in this run (by all ranks)
@@ -194,8 +195,8 @@ class Batch:
 
 class Framework(abc.ABC):
     """The framework part of a trainer. ``build`` seeds and builds the model (with a linear
-    head over ``num_classes`` classes for the baseline); ``train_step`` takes what
-    ``stage`` made of an ``EpisodeArrays`` (protonet) or a ``Batch`` (baseline) and returns
+    head over ``num_classes`` classes for a batch-trained model); ``train_step`` takes what
+    ``stage`` made of an ``EpisodeArrays`` (an episodic model) or a ``Batch`` (baseline, knn) and returns
     (loss, accuracy), as floats or as device scalars ``to_floats`` reads later;
     ``evaluate`` returns an episode's query predictions and loss in inference mode."""
 
@@ -361,8 +362,8 @@ class Run:
         self.log_rank = log                                          # this rank's own lines
         self.log = log if self.rank == 0 else (lambda message: None)  # the run's lines: rank 0's
         self.options = client_options(args)
-        self.protonet = args.model == "protonet"
-        self.unit = "episode" if self.protonet else "batch"
+        self.episodic = episodic(args.model)
+        self.unit = "episode" if self.episodic else "batch"
         self.class_counts: list[int] = []
         self.train_names: tuple[str, ...] = tuple(args.sources or ())
         self.eval_names: tuple[str, ...] = eval_sources(args)
@@ -384,14 +385,14 @@ class Run:
             if args.preset:
                 client.list_sources(args.preset)  # INVALID_ARGUMENT for an unknown preset
                 # what the preset means comes from the server: its sources for each split
-                if not self.train_names and not self.protonet:
+                if not self.train_names and not self.episodic:
                     self.train_names = client.preset_sources(args.preset, "train")
                 if not self.eval_names and args.eval_episodes:
                     self.eval_names = client.preset_sources(args.preset, args.eval_split)
             train = list(self.train_names) if not args.eval_only else []
             for name in train:
                 described = client.describe_source(name, args.preset or "")
-                if not self.protonet:
+                if not self.episodic:
                     count = sum(1 for c in described.classes if c.split == pb.SPLIT_TRAIN)
                     if count == 0:
                         raise SamplerClientError(f"source {name!r} has no train classes to train the baseline on")
@@ -511,13 +512,13 @@ class Run:
                 client.close()
 
     def total(self) -> int:
-        return self.args.train_episodes if self.protonet else self.args.train_steps
+        return self.args.train_episodes if self.episodic else self.args.train_steps
 
     def check_window(self, start: int) -> None:
         """A step takes one item per rank: the window must hold whole steps."""
         total = self.total()
         if self.ranks > 1 and not self.args.eval_only and start < total and (total - start) % self.ranks:
-            flag = "--train-episodes" if self.protonet else "--train-steps"
+            flag = "--train-episodes" if self.episodic else "--train-steps"
             raise UsageError(f"argument {flag}: got {total}, expected a multiple of the {self.ranks} ranks "
                              f"(each step trains one {self.unit} per rank; {_PLURAL[self.unit]} {start}..{total - 1} "
                              "are left)")
@@ -528,7 +529,7 @@ class Run:
         total = self.total()
         if self.args.eval_only or start >= total:
             return None
-        items = self._episodes(start, total) if self.protonet else self._batches(start, total)
+        items = self._episodes(start, total) if self.episodic else self._batches(start, total)
         return Feed(items, self.framework.stage)
 
     def _window_means(self, timer: _Timer, size: int) -> tuple[float, float]:

@@ -54,6 +54,7 @@ from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
+from clients.md_learners import eval_head, md_learner
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
@@ -204,7 +205,8 @@ class TFFramework(Framework):
         if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
         self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
-        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm)
+        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
+                                    eval_head(args.model, args.eval_learner))
 
     def _init_backbone(self, given: str) -> None:
         """The backbone's variables from the tf trainer checkpoint ``given`` (a directory holding
@@ -292,6 +294,7 @@ class TFFramework(Framework):
         trace it with batch norms counting the valid rows (without, it is the plain step)."""
         images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
         count = tf.TensorSpec((), tf.int32)
+        head = models.EPISODE_HEADS[md_learner(self.args.model).head]
 
         def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -299,7 +302,7 @@ class TFFramework(Framework):
             with tf.GradientTape() as tape:
                 with models.episode_norm(self.backbone, self.args.batch_norm, support, query, padded):
                     embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
-                logits = models.prototype_logits(embedded[:support], labels[:support], embedded[support:rows], ways)
+                logits = head(embedded[:support], labels[:support], embedded[support:rows], ways)
                 loss = models.episode_loss(logits, labels[support:rows])
                 replica_loss = self._replica_loss(self._regularised(loss))
             variables = self.trainable
@@ -424,7 +427,8 @@ class TFFramework(Framework):
 
 
 class Evaluator:
-    """Prototype classification of one episode with the frozen embedding (inference mode).
+    """Classification of one episode with the frozen embedding (inference mode) by ``head``
+    (``models.EPISODE_HEADS``: prototypes by default).
 
     Under ``batch_norm`` ``md`` or ``transductive`` (``clients.batch_norm``) the episode is
     embedded in one pass, support then query (then padding to a bucket, with ``buckets``), its
@@ -434,7 +438,7 @@ class Evaluator:
     changes no valid row."""
 
     def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False,
-                 batch_norm: str = "md") -> None:
+                 batch_norm: str = "md", head: str = "protonet") -> None:
         images = tf.TensorSpec((None, preprocessing.size, preprocessing.size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
@@ -454,7 +458,7 @@ class Evaluator:
         @tf.function(input_signature=[features, labels, features, labels, tf.TensorSpec((), tf.int32)])
         def score(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, query_labels: tf.Tensor,
                   ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            logits = models.prototype_logits(support, support_labels, query, ways)
+            logits = models.EPISODE_HEADS[head](support, support_labels, query, ways)
             return models.episode_loss(logits, query_labels), tf.argmax(logits, 1)
 
         self._embed = embed

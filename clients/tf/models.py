@@ -59,6 +59,7 @@ from typing import Any
 import tensorflow as tf
 
 from clients.backbone_contract import MD_BACKBONES
+from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
 from clients.tf.layers import RowBatchNormalization, episode_batch_norms, episode_norm, valid_rows
 from clients.tf.md_backbones import build_md_backbone
 
@@ -228,6 +229,37 @@ def prototype_logits(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Te
         + tf.reduce_sum(prototypes * prototypes, axis=1)[None, :]
     )
     return -distances
+
+
+def matching_logits(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
+                    exact_cosine: bool = False) -> tf.Tensor:
+    """Logits [num query, ways]: Meta-Dataset's Matching Networks, as
+    ``clients.torch.models.matching_logits``."""
+    support = tf.math.l2_normalize(support, axis=1, epsilon=MATCHING_EPSILON)
+    if exact_cosine:
+        query = tf.math.l2_normalize(query, axis=1, epsilon=MATCHING_EPSILON)
+    attention = tf.nn.softmax(tf.matmul(query, support, transpose_b=True), axis=1)
+    return tf.math.log(tf.matmul(attention, tf.one_hot(support_labels, ways, dtype=attention.dtype)))
+
+
+def nearest_neighbour_logits(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
+                             distance: str = KNN_DISTANCE) -> tf.Tensor:
+    """Logits [num query, ways]: the one-hot label of each query's nearest support row, as
+    ``clients.torch.models.nearest_neighbour_logits``."""
+    if distance == "l2":
+        squared = (tf.reduce_sum(query * query, axis=1, keepdims=True)
+                   - 2.0 * tf.matmul(query, support, transpose_b=True)
+                   + tf.reduce_sum(support * support, axis=1)[None, :])
+        distances = tf.sqrt(tf.maximum(squared, 0.0))
+    else:
+        distances = -tf.matmul(tf.math.l2_normalize(query, axis=1, epsilon=REFERENCE_EPSILON),
+                               tf.math.l2_normalize(support, axis=1, epsilon=REFERENCE_EPSILON), transpose_b=True)
+    nearest = tf.math.top_k(-distances, k=1).indices[:, 0]  # the reference's lookup: the first on ties
+    return tf.one_hot(tf.gather(support_labels, nearest), ways, dtype=query.dtype)
+
+
+EPISODE_HEADS = {"protonet": prototype_logits, "matchingnet": matching_logits, "knn": nearest_neighbour_logits}
+"""Each episode head of ``clients.md_learners``, as ``clients.torch.models.EPISODE_HEADS``."""
 
 
 def episode_loss(logits: tf.Tensor, labels: tf.Tensor, classes: int | None = None) -> tf.Tensor:

@@ -65,6 +65,7 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
+from clients.md_learners import eval_head, md_learner
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed, learning_rate
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
@@ -207,7 +208,7 @@ class TorchFramework(Framework):
                 self.backbone, nn.Module) else 0
         except ValueError as error:
             raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
-        self.protonet = ProtoNet(self.backbone, args.batch_norm)
+        self.protonet = ProtoNet(self.backbone, args.batch_norm, md_learner(args.model).head)
         self.head = None
         if num_classes:
             with torch.random.fork_rng(devices=[]):
@@ -359,7 +360,7 @@ class TorchFramework(Framework):
 
     def _logits(self, staged: StagedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
         return self.protonet.packed(self._input(staged.images), staged.labels, staged.support, staged.query,
-                                    staged.ways)
+                                    staged.ways, eval_head(self.args.model, self.args.eval_learner))
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
         # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them

@@ -37,12 +37,15 @@ the valid rows' embeddings are the unpadded ones (up to float summation order).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from clients.backbone_contract import MD_BACKBONES
 from clients.batch_norm import check_batch_norm
+from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
 from clients.torch.layers import (EpisodeRows, GlobalAverage, RowBatchNorm2d, adopt_batch_norms, counted_batch_norm,
                                   counted_rows, episode_batch_norm, episode_norm, global_average, row_batch_norm,
                                   valid_rows)
@@ -217,43 +220,80 @@ def prototype_logits(support: torch.Tensor, support_labels: torch.Tensor, query:
     return -distances
 
 
-class ProtoNet(nn.Module):
-    """A backbone used as Prototypical Networks' embedding (support and query in one pass),
-    its batch norms normalising each episode as ``batch_norm`` says (``clients.batch_norm``)."""
+def matching_logits(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor, ways: int,
+                    exact_cosine: bool = False) -> torch.Tensor:
+    """Logits [Nq, ways]: Meta-Dataset's Matching Networks (``clients.md_fixed_features``
+    says what and why): the log of each class's share of a softmax attention over the support
+    rows, the support normalised as ``tf.nn.l2_normalize(..., epsilon=1e-3)``, the query not."""
+    support = support * torch.rsqrt((support * support).sum(1, keepdim=True).clamp_min(MATCHING_EPSILON))
+    if exact_cosine:
+        query = query * torch.rsqrt((query * query).sum(1, keepdim=True).clamp_min(MATCHING_EPSILON))
+    attention = torch.softmax(query @ support.t(), dim=1)                  # [Nq, Ns]
+    return torch.log(attention @ F.one_hot(support_labels, ways).to(attention.dtype))
 
-    def __init__(self, backbone: nn.Module, batch_norm: str = "md") -> None:
+
+def nearest_neighbour_logits(support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor, ways: int,
+                             distance: str = KNN_DISTANCE) -> torch.Tensor:
+    """Logits [Nq, ways]: Meta-Dataset's k-NN baseline at test time, the one-hot label of each
+    query's nearest support row (the first on ties); no gradient reaches the features."""
+    if distance == "l2":
+        distances = torch.cdist(query, support)
+    else:
+        normalised = [x * torch.rsqrt((x * x).sum(1, keepdim=True).clamp_min(REFERENCE_EPSILON))
+                      for x in (query, support)]
+        distances = -(normalised[0] @ normalised[1].t())
+    nearest = torch.argmin(distances, dim=1)
+    return F.one_hot(support_labels[nearest], ways).to(query.dtype)
+
+
+EPISODE_HEADS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+    "protonet": prototype_logits, "matchingnet": matching_logits, "knn": nearest_neighbour_logits}
+"""Each episode head of ``clients.md_learners`` as a function of (support embeddings, their
+labels, query embeddings, ways) -> logits."""
+
+
+class ProtoNet(nn.Module):
+    """A backbone used as an episodic learner's embedding (support and query in one pass), its
+    batch norms normalising each episode as ``batch_norm`` says (``clients.batch_norm``), the
+    embeddings classified by ``head`` (one of ``EPISODE_HEADS``; Prototypical Networks' by default)."""
+
+    def __init__(self, backbone: nn.Module, batch_norm: str = "md", head: str = "protonet") -> None:
         super().__init__()
         self.backbone = backbone
         self.batch_norm = check_batch_norm(batch_norm)
+        if head not in EPISODE_HEADS:
+            raise ValueError(f"head: got {head!r}, expected one of {', '.join(EPISODE_HEADS)}")
+        self.head = head
 
     def forward(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
                 ways: int) -> torch.Tensor:
         with episode_norm(self.backbone, self.batch_norm, support.shape[0], query.shape[0]):
             embedded = self.backbone(torch.cat([support, query], 0))
-        return self._logits(embedded, support_labels, support.shape[0], query.shape[0], ways)
+        return self._logits(embedded, support_labels, support.shape[0], query.shape[0], ways, self.head)
 
     def packed(self, images: torch.Tensor, labels: torch.Tensor, support: int, query: int,
-               ways: int) -> tuple[torch.Tensor, torch.Tensor]:
+               ways: int, head: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits [query, ways], query labels) of an episode in the bucketed layout
         (``clients.buckets``): ``images`` [B, 3, S, S] holds the support rows, the query
         rows, then padding; ``labels`` [B] likewise. Batch norms take no moment from the
-        padding and the head sees exactly the unpadded embeddings."""
+        padding and the head (``head``, else the model's) sees exactly the unpadded embeddings."""
         with episode_norm(self.backbone, self.batch_norm, support, query):
             embedded = self.backbone(images)
-        return self.packed_logits(embedded, labels, support, query, ways)
+        return self.packed_logits(embedded, labels, support, query, ways, head)
 
     def packed_logits(self, embedded: torch.Tensor, labels: torch.Tensor, support: int, query: int,
-                      ways: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      ways: int, head: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``packed``'s head on embeddings [B, D] of the bucketed layout (eager or compiled)."""
-        return self._logits(embedded, labels[:support], support, query, ways), labels[support:support + query]
+        return (self._logits(embedded, labels[:support], support, query, ways, head or self.head),
+                labels[support:support + query])
 
     @staticmethod
     def _logits(embedded: torch.Tensor, support_labels: torch.Tensor, support: int, query: int,
-                ways: int) -> torch.Tensor:
-        # distances in float32 even under autocast: bf16 differences of large squared norms lose the signal
+                ways: int, head: str = "protonet") -> torch.Tensor:
+        # the head in float32 even under autocast: bf16 differences of large squared norms lose the signal
         with torch.autocast(device_type=embedded.device.type, enabled=False):
             embedded = embedded.float()
-            return prototype_logits(embedded[:support], support_labels, embedded[support:support + query], ways)
+            return EPISODE_HEADS[head](embedded[:support], support_labels, embedded[support:support + query], ways)
 
 
 class LinearHead(nn.Module):
@@ -272,6 +312,7 @@ def parameter_count(module: nn.Module) -> int:
 
 
 __all__ = ["BACKBONES", "BasicBlock", "Bottleneck", "Conv4", "EpisodeRows", "GlobalAverage", "LinearHead", "ProtoNet",
-           "ResNet18", "ResNet50", "RowBatchNorm2d", "Tiny", "adopt_batch_norms", "build_backbone",
+           "ResNet18", "ResNet50", "RowBatchNorm2d", "Tiny", "EPISODE_HEADS", "adopt_batch_norms", "build_backbone",
            "counted_batch_norm", "counted_rows", "episode_batch_norm", "episode_norm", "global_average",
-           "parameter_count", "prototype_logits", "row_batch_norm", "valid_rows"]
+           "matching_logits", "nearest_neighbour_logits", "parameter_count", "prototype_logits", "row_batch_norm",
+           "valid_rows"]

@@ -25,7 +25,7 @@ from transfer_runs_stores import copy_in21k_stores
 from clients.evaluate import (Held, Unit, cog_units, foreign_runs, md_units, missing_episodes, parse_held,
                               stable_vtab_config, sub_runs, vtab_keys, vtab_units)
 from clients.feature_cache import FeatureCache, key_text
-from clients.md_fixed_features import logreg_predictions, prototype_distances, prototype_predictions
+from clients.md_fixed_features import LEARNERS, logreg_predictions, prototype_distances, prototype_predictions
 from sampler_server.metrics.held.report import index_ranges
 
 HERE = Path(__file__).resolve().parent
@@ -358,11 +358,11 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
             assert a.shape == b.shape and np.abs(a - b).max() < 1e-4
 
     common = ["--protocols", "md", "--md-sources", "folder", "--episodes", "12", "--device", "cpu", "--server",
-              served[0].address, "--feature-cache", str(tmp_path / "cache")]
+              served[0].address, "--feature-cache", str(tmp_path / "cache"), "--learners", *LEARNERS]
     assert torch_main(["--run", "same-torch", "--backbone", BACKBONES["torch"], *common, *one_thread]) == 0
     assert tf_main(["--run", "same-tf", "--backbone", BACKBONES["tf"], *common]) == 0
     with SamplerClient(served[0].address) as client:
-        for learner in ("prototypes", "logreg"):
+        for learner in LEARNERS:
             runs = [f"same-torch/md-v1/{learner}", f"same-tf/md-v1/{learner}"]
             table = json.loads(client.call("GetReport", pb.GetReportRequest(run_ids=runs, format="json")).text)
             (cells,) = table["sources"].values()

@@ -1,0 +1,121 @@
+"""The MD trainers' learners (``--model``, ``--eval-learner``; ``clients.md_learners``) against a
+real server: each framework's evaluation classifies an episode's embeddings with the named
+head exactly as the NumPy reference does; an episodic Matching Network trains in both
+frameworks to the same first loss from the same ``--init-seed``; the batch-trained k-NN
+baseline and the inference-only variants run end to end, their heads recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorflow as tf  # noqa: F401  (before torch, as every tf test file)
+import torch
+
+from clients.core import EpisodeSpec, SamplerClient
+from clients.md_fixed_features import matching_predictions, nearest_neighbour_predictions, prototype_predictions
+from clients.md_learners import EPISODE_HEADS
+from clients.tf.md_train import TFFramework
+from clients.tf.md_train import main as tf_main
+from clients.tf import models as tf_models
+from clients.torch.backbones import to_model_input
+from clients.torch.md_train import TorchFramework
+from clients.torch.md_train import main as torch_main
+from clients.torch.models import episode_norm
+from clients.trainer_args import parse_args
+
+SIZE = 16
+REFERENCES = {
+    "protonet": lambda s, labels, q, ways: prototype_predictions(s, labels, q, ways),
+    "matchingnet": lambda s, labels, q, ways: matching_predictions(s, labels, q, ways),
+    "knn": lambda s, labels, q, ways: nearest_neighbour_predictions(s, labels, q),
+}
+# Meta-Dataset's four_layer_convnet at 16 pixels (tests/clients/test_framework_parity.py says why)
+MD = ["--sources", "folder", "--image-size", str(SIZE), "--backbone", "md-conv4", "--device", "cpu",
+      "--init-seed", "0", "--log-every", "1"]
+THREADS = {"torch": ["--threads", "1"], "tf": []}
+
+
+def _test_episodes(served, count: int = 4):
+    with SamplerClient(served.address) as client:
+        return list(client.episodes(EpisodeSpec(sources=("folder",), split="test", image_size=SIZE), 0, count))
+
+
+def _argv(served, *extra: str) -> list[str]:
+    return ["--server", served.address, "--run", "r", *MD, *extra]
+
+
+def _embedded(framework: str, built, episode) -> np.ndarray:
+    """The episode embedded in one pass, its batch norms taking the support's moments."""
+    images = np.concatenate([episode.support_images, episode.query_images])
+    support, query = len(episode.support_images), len(episode.query_images)
+    if framework == "torch":
+        with torch.inference_mode(), episode_norm(built.backbone, "md", support, query):
+            return built.backbone(to_model_input(torch.from_numpy(images), built.preprocessing,
+                                                 torch.device("cpu"))).numpy()
+    from clients.tf.backbones import to_model_input as tf_input
+
+    with tf_models.episode_norm(built.backbone, "md", tf.constant(support), tf.constant(query)):
+        return built.backbone(tf_input(tf.constant(images), built.preprocessing), training=False).numpy()
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_evaluation_classifies_with_the_named_head_as_the_reference(served, framework, torch_one_thread):
+    episodes = _test_episodes(served)
+    predictions: dict[str, list[np.ndarray]] = {}
+    for head in EPISODE_HEADS:
+        make = TorchFramework if framework == "torch" else TFFramework
+        built = make(parse_args(framework, _argv(served, "--eval-learner", head, *THREADS[framework])))
+        built.build(0)
+        predictions[head] = []
+        for episode in episodes:
+            predicted, loss = built.evaluate(episode)
+            embedded = _embedded(framework, built, episode)
+            support = len(episode.support_images)
+            expected = REFERENCES[head](embedded[:support], episode.support_labels, embedded[support:], episode.ways)
+            agree = np.mean(np.asarray(predicted) == expected)
+            assert agree >= 0.95, (head, episode.index, agree)  # float32 here, float64 there: near-ties may flip
+            assert np.isfinite(loss)
+            predictions[head].append(np.asarray(predicted))
+    # the three heads disagree on these episodes: a head swapped for another fails above
+    flat = {head: np.concatenate(found) for head, found in predictions.items()}
+    assert not np.array_equal(flat["protonet"], flat["matchingnet"])
+    assert not np.array_equal(flat["protonet"], flat["knn"])
+    assert not np.array_equal(flat["matchingnet"], flat["knn"])
+
+
+def _summary(main, served, tmp_path: Path, run: str, *extra: str) -> dict:
+    path = tmp_path / f"{run}.json"
+    assert main(["--server", served.address, "--run", run, *MD, "--json-summary", str(path), *extra]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.slow
+def test_matchingnet_trains_to_the_same_first_loss_in_both_frameworks(served, tmp_path, torch_one_thread):
+    fixed = ["--model", "matchingnet", "--ways", "5", "--shots", "3", "--query", "3", "--train-episodes", "3",
+             "--eval-episodes", "10"]
+    results = {framework: _summary(main, served, tmp_path, f"matchingnet-{framework}", *fixed, *THREADS[framework])
+               for framework, main in (("torch", torch_main), ("tf", tf_main))}
+    first = {framework: result["train"]["curve"][0][1] for framework, result in results.items()}
+    assert first["torch"] == pytest.approx(first["tf"], rel=1e-4), first
+    evaluated = {framework: result["eval"]["folder"] for framework, result in results.items()}
+    gap = abs(evaluated["torch"]["mean_accuracy"] - evaluated["tf"]["mean_accuracy"])
+    assert gap <= max(evaluated["torch"]["ci95"], evaluated["tf"]["ci95"]), evaluated
+
+
+@pytest.mark.slow
+def test_knn_and_the_inference_only_variants_train_on_batches(served, tmp_path, torch_one_thread):
+    common = ["--train-steps", "2", "--batch-size", "16", "--eval-episodes", "4", *THREADS["torch"]]
+    runs = {"knn": ["--model", "knn"], "inference-matchingnet": ["--model", "baseline", "--eval-learner",
+                                                                  "matchingnet"]}
+    with SamplerClient(served.address) as client:
+        for run, flags in runs.items():
+            summary = _summary(torch_main, served, tmp_path, run, *flags, *common)
+            assert summary["train"]["unit"] == "batch" and summary["eval"]["folder"]["episodes"] == 4
+            held = json.loads(client.get_report([run], "json"))
+            assert run in json.dumps(held)
+    with pytest.raises(SystemExit):  # batches have no ways
+        parse_args("torch", _argv(served, "--model", "knn", "--ways", "5"))
