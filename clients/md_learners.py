@@ -11,6 +11,17 @@ references of ``clients.md_fixed_features``.
   classified with prototypes, MD's "ProtoNet inference" (section 5, "Effect of meta-training").
 - ``knn``: the k-NN baseline: trained as ``baseline``, its episodes classified by the nearest
   support image (cosine distance, the best configurations').
+- ``maml``: first-order MAML (``MAMLLearner``, meta_dataset/learners/optimization_learners.py):
+  a linear head zeroed in every episode; ``--maml-steps`` SGD steps of size ``--maml-alpha`` on
+  the support set's mean cross-entropy, each re-embedding the support set, updating the whole
+  backbone (batch-norm scale and offset included: the reference's ``adapt_batch_norm`` check
+  never matches inside its loop, md_learners.md 1.6) and the head; ``--maml-eval-steps`` more at
+  validation and test; the query classified by the adapted weights, its batch norms taking the
+  moments of the support set re-embedded with them. First order: the outer gradient reaches the
+  initial weights through the identity of theta - alpha g alone.
+- ``protomaml``: first-order Proto-MAML: ``maml`` with the head initialised in every episode
+  from the support prototypes c (computed with the initial weights) as W = 2c, b = -||c||^2, the
+  outer gradient flowing through that initialisation into the backbone.
 
 ``--eval-learner`` names another head for the validation and test episodes: the inference-only
 variants are ``--model baseline --eval-learner protonet|matchingnet``.
@@ -18,7 +29,9 @@ variants are ``--model baseline --eval-learner protonet|matchingnet``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -35,9 +48,16 @@ LEARNERS: dict[str, MDLearner] = {learner.name: learner for learner in (
     MDLearner("baseline", "batches", "protonet", "baseline_learners.py: BaselineLearner, evaluated as "
               "PrototypicalNetworkLearner (learn/gin/default/prototypical_inference_*.gin)"),
     MDLearner("knn", "batches", "knn", "baseline_learners.py: BaselineLearner (1-NN, knn_distance 'cosine')"),
+    MDLearner("maml", "episodes", "maml", "optimization_learners.py: MAMLLearner (first_order, zero_fc_layer)"),
+    MDLearner("protomaml", "episodes", "protomaml",
+              "optimization_learners.py: MAMLLearner (first_order, proto_maml_fc_layer_init)"),
 )}
+ADAPTING = ("maml", "protomaml")
+"""The learners that adapt the backbone on each episode's support set (``InnerLoop``)."""
+MAML_STEPS, MAML_EVAL_STEPS, MAML_ALPHA = 5, 0, 0.01
+"""learners/maml_config.gin: num_update_steps, additional_evaluation_update_steps, alpha."""
 MODELS = tuple(LEARNERS)
-EPISODE_HEADS = ("protonet", "matchingnet", "knn")
+EPISODE_HEADS = ("protonet", "matchingnet", "knn", "maml", "protomaml")
 """The heads an episode can be classified with (``--eval-learner``)."""
 
 
@@ -59,3 +79,61 @@ def eval_head(model: str, eval_learner: str | None) -> str:
     if eval_learner not in EPISODE_HEADS:
         raise ValueError(f"eval learner: got {eval_learner!r}, expected one of {', '.join(EPISODE_HEADS)}")
     return eval_learner
+
+
+# ---- the MAML family's episode: once, for both frameworks ---------------------------------------
+
+
+@dataclass(frozen=True)
+class InnerLoop:
+    """fo-MAML's inner loop as a run's flags set it."""
+
+    steps: int          # SGD steps on the support set in training (--maml-steps)
+    extra_eval_steps: int  # more at validation and test (--maml-eval-steps)
+    alpha: float        # their step size (--maml-alpha)
+    prototype_head: bool  # Proto-MAML's head initialisation (else zeros)
+
+    def steps_for(self, training: bool) -> int:
+        return self.steps + (0 if training else self.extra_eval_steps)
+
+
+def inner_loop(args: Any, head: str) -> InnerLoop | None:
+    """The inner loop of an episode classified by ``head`` (the model's in training, the
+    evaluation's at validation and test) under the run's flags; None for a head that does not adapt."""
+    if head not in ADAPTING:
+        return None
+    return InnerLoop(args.maml_steps, args.maml_eval_steps, args.maml_alpha, head == "protomaml")
+
+
+class Adaptation(Protocol):
+    """What a framework supplies for one episode of the MAML family: functions of explicit
+    weights (a list of tensors in the backbone's parameter order), so the loop below is the
+    same code in torch and tf."""
+
+    def initial_weights(self) -> list[Any]: ...
+    def zero_head(self) -> tuple[Any, Any]: ...
+    def prototype_head(self, weights: list[Any]) -> tuple[Any, Any]: ...
+    def support_gradients(self, weights: list[Any], head: tuple[Any, Any]) -> tuple[list[Any], tuple[Any, Any]]: ...
+    def query_logits(self, weights: list[Any], head: tuple[Any, Any]) -> Any: ...
+
+
+def descend(values: Sequence[Any], gradients: Sequence[Any], alpha: float) -> list[Any]:
+    """One plain SGD step, theta - alpha g (the gradients carry no graph: first order)."""
+    return [value - alpha * gradient for value, gradient in zip(values, gradients, strict=True)]
+
+
+def adapted_query_logits(adaptation: Adaptation, loop: InnerLoop, training: bool,
+                         on_step: Callable[[int, list[Any], tuple[Any, Any]], None] | None = None) -> Any:
+    """The query logits of one episode after the inner loop (``MAMLLearner.forward_pass``):
+    the head zeroed or set from the prototypes of the initial weights, ``steps_for(training)``
+    first-order SGD steps on the backbone and the head, the query through the adapted weights.
+    ``on_step`` sees each step's weights and head (tests)."""
+    weights = adaptation.initial_weights()
+    head = adaptation.prototype_head(weights) if loop.prototype_head else adaptation.zero_head()
+    for step in range(loop.steps_for(training)):
+        weight_gradients, head_gradients = adaptation.support_gradients(weights, head)
+        weights = descend(weights, weight_gradients, loop.alpha)
+        head = tuple(descend(head, head_gradients, loop.alpha))  # type: ignore[assignment]
+        if on_step is not None:
+            on_step(step, weights, head)
+    return adaptation.query_logits(weights, head)

@@ -39,7 +39,7 @@ from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
-from clients.md_learners import EPISODE_HEADS, MODELS, episodic
+from clients.md_learners import ADAPTING, EPISODE_HEADS, MAML_ALPHA, MAML_EVAL_STEPS, MAML_STEPS, MODELS, episodic
 from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
@@ -189,18 +189,27 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
         OptionGroup("model and optimisation", (
             option("--model", choices=MODELS, default="protonet", **_MODEL,
                    help="protonet: episodic Prototypical Networks; matchingnet: episodic Matching Networks "
-                        "(MD's: semi-cosine attention, no full-context embeddings); baseline: a classifier trained "
-                        "on plain batches, evaluated with prototypes (MD's inference-only baseline); knn: "
-                        "trained as baseline, evaluated by the nearest support image (MD's k-NN baseline)"),
+                        "(MD's: semi-cosine attention, no full-context embeddings); maml, protomaml: first-order "
+                        "MAML (a zeroed head) and Proto-MAML (the head from the prototypes), adapting the whole "
+                        "backbone on each support set; baseline: a classifier trained on plain batches, evaluated "
+                        "with prototypes (MD's inference-only baseline); knn: trained as baseline, evaluated by "
+                        "the nearest support image (MD's k-NN baseline)"),
             option("--eval-learner", choices=EPISODE_HEADS, default=None, **_RESULT,
                    help="classify the validation and test episodes with this learner's head instead of the "
                         "model's own (MD's inference-only variants: --model baseline --eval-learner "
-                        "protonet|matchingnet)"),
+                        "protonet|matchingnet|protomaml)"),
+            option("--maml-steps", type=int_at_least(0), default=MAML_STEPS, metavar="N", **_RESULT,
+                   help="maml, protomaml: inner SGD steps on each training episode's support set"),
+            option("--maml-eval-steps", type=int_at_least(0), default=MAML_EVAL_STEPS, metavar="N", **_RESULT,
+                   help="maml, protomaml: inner steps added at validation and test"),
+            option("--maml-alpha", type=positive_float, default=MAML_ALPHA, metavar="A", **_RESULT,
+                   help="maml, protomaml: the inner steps' size"),
             option("--train-episodes", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
-                   help="protonet, matchingnet: training episodes (indices 0..T-1)"),
+                   help="protonet, matchingnet, maml, protomaml: training episodes (indices 0..T-1)"),
             option("--train-steps", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
                    help="baseline, knn: number of plain training batches"),
-            option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE, help="baseline, knn: images per batch"),
+            option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE,
+                   help="baseline, knn: images per batch"),
             option("--optimizer", choices=OPTIMIZERS, default="adam", **_SEQUENCE,
                    help="adam (Meta-Dataset's, for every learner), sgd, or momentum (SGD with momentum 0.9); "
                         "torch's update rules in both frameworks"),
@@ -292,6 +301,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"argument --sources: got {' '.join(args.sources)}, expected each source once")
     if args.eval_sources is not None and len(set(args.eval_sources)) != len(args.eval_sources):
         parser.error(f"argument --eval-sources: got {' '.join(args.eval_sources)}, expected each source once")
+    adapting = [name for name in (args.model, args.eval_learner) if name in ADAPTING]
+    if adapting and args.batch_norm == "running":
+        parser.error(f"argument --batch-norm: got running, but {adapting[0]} normalises each support and query pass "
+                     "with its own episode's moments, as Meta-Dataset's MAML; expected md or transductive")
     if not episodic(args.model) and any(v is not None for v in (args.ways, args.shots, args.query)):
         parser.error(f"arguments --ways/--shots/--query: shape training episodes, which --model {args.model} "
                      "(trained on plain batches) does not use")

@@ -54,12 +54,13 @@ from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import eval_head, md_learner
+from clients.md_learners import InnerLoop, adapted_query_logits, eval_head, inner_loop, md_learner
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.tf import models
+from clients.tf.adaptation import TFAdaptation
 from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.optimizers import TorchAdam, TorchSGD
@@ -204,9 +205,16 @@ class TFFramework(Framework):
             self._init_backbone(args.init_from)
         if args.checkpoint_dir is not None and self.rank == 0:  # every worker holds the same variables
             self.manager = tf.train.CheckpointManager(self.checkpointer, args.checkpoint_dir, max_to_keep=3)
-        self._step = self._baseline_step() if self.head is not None else self._protonet_step(self.buckets)
-        self._evaluator = Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
-                                    eval_head(args.model, args.eval_learner))
+        head = md_learner(args.model).head
+        self.train_loop = inner_loop(args, head)  # the MAML family's inner loop, else None
+        self.eval_head = eval_head(args.model, args.eval_learner)
+        self.eval_loop = inner_loop(args, self.eval_head)
+        self._step = (self._baseline_step() if self.head is not None else
+                      self._adapted_step(self.train_loop, self.buckets) if self.train_loop is not None else
+                      self._protonet_step(self.buckets))
+        self._evaluator = (self._adapted_evaluator(self.eval_loop) if self.eval_loop is not None else
+                           Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
+                                     self.eval_head))
 
     def _init_backbone(self, given: str) -> None:
         """The backbone's variables from the tf trainer checkpoint ``given`` (a directory holding
@@ -310,6 +318,53 @@ class TFFramework(Framework):
             return loss, _accuracy(logits, labels[support:rows])
 
         return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+
+    def _adaptation(self, images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
+                    ways: tf.Tensor, padded: bool, paused: Callable[[], Any] | None = None) -> TFAdaptation:
+        """``paused``: the training step's tape's ``stop_recording`` (None: an evaluation)."""
+        assert self.loaded is not None
+        return TFAdaptation(self.backbone, to_model_input(images, self.preprocessing), labels, support, query, ways,
+                            self.args.batch_norm, self.loaded.out_dim, padded, paused is not None, paused)
+
+    def _adapted_step(self, loop: InnerLoop, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+        """The MAML family's step (``md_learners.adapted_query_logits``) on an episode in the
+        bucketed layout; the outer gradient first order."""
+        images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
+        count = tf.TensorSpec((), tf.int32)
+
+        def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
+                 ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            rows = support + query
+            with tf.GradientTape() as tape:
+                adaptation = self._adaptation(images, labels, support, query, ways, padded, tape.stop_recording)
+                logits = adapted_query_logits(adaptation, loop, training=True)
+                loss = models.episode_loss(logits, labels[support:rows])
+                replica_loss = self._replica_loss(self._regularised(loss))
+            variables = self.trainable
+            self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
+            return loss, _accuracy(logits, labels[support:rows])
+
+        return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+
+    def _adapted_evaluator(self, loop: InnerLoop) -> Callable[[EpisodeArrays], tuple[float, np.ndarray]]:
+        """(loss, predictions) of an episode after the inner loop's evaluation steps; no update kept."""
+        images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
+        count = tf.TensorSpec((), tf.int32)
+
+        @tf.function(input_signature=[images, tf.TensorSpec((None,), tf.int64), count, count, count])
+        def evaluate(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
+                     ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            logits = adapted_query_logits(self._adaptation(images, labels, support, query, ways, self.buckets),
+                                          loop, training=False)
+            return models.episode_loss(logits, labels[support:support + query]), tf.argmax(logits, 1)
+
+        def run(episode: EpisodeArrays) -> tuple[float, np.ndarray]:
+            packed = pack_episode(episode, self.ladder(episode) if self.buckets else None)
+            loss, predicted = evaluate(packed.images, packed.labels, np.int32(packed.support),
+                                       np.int32(packed.query), np.int32(packed.ways))
+            return float(loss), predicted.numpy()
+
+        return run
 
     def _regularised(self, loss: tf.Tensor) -> tf.Tensor:
         """``loss`` plus MD's L2 regulariser of the kernels (``--weight-decay``; ``clients.recipe``)."""

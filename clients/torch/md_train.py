@@ -65,7 +65,7 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import eval_head, md_learner
+from clients.md_learners import InnerLoop, adapted_query_logits, eval_head, inner_loop, md_learner
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed, learning_rate
 from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
@@ -74,7 +74,9 @@ from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.compiled import CompiledEmbedding, resolve_compile
-from clients.torch.models import LinearHead, ProtoNet, adopt_batch_norms, episode_norm, parameter_count
+from clients.torch.adaptation import TorchAdaptation
+from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, adopt_batch_norms, episode_norm,
+                                  parameter_count)
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
@@ -208,7 +210,14 @@ class TorchFramework(Framework):
                 self.backbone, nn.Module) else 0
         except ValueError as error:
             raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
-        self.protonet = ProtoNet(self.backbone, args.batch_norm, md_learner(args.model).head)
+        head = md_learner(args.model).head
+        self.protonet = ProtoNet(self.backbone, args.batch_norm, head if head in EPISODE_HEADS else "protonet")
+        self.train_loop = inner_loop(args, head)  # the MAML family's inner loop (``_adapted``), else None
+        self.eval_head = eval_head(args.model, args.eval_learner)
+        self.eval_loop = inner_loop(args, self.eval_head)
+        if (self.train_loop or self.eval_loop) and args.compile == "on":
+            raise UsageError(f"argument --compile: got {args.compile}, but the inner loop of {args.model} / "
+                             f"{self.eval_head} calls the backbone with each step's own weights; use --compile off")
         self.head = None
         if num_classes:
             with torch.random.fork_rng(devices=[]):
@@ -221,7 +230,7 @@ class TorchFramework(Framework):
             self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device, batch_norm=args.batch_norm)
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
         self._step_module: nn.Module = self.trainee
-        if self.world_size > 1:
+        if self.world_size > 1 and self.train_loop is None:  # the inner loop averages its own (``_average_gradients``)
             # buffers: averaged after each backward pass (``_average_buffers``), never synced in forward;
             # PyTorch before 2.13 spells that option broadcast_buffers
             parameters = inspect.signature(DistributedDataParallel.__init__).parameters
@@ -360,7 +369,15 @@ class TorchFramework(Framework):
 
     def _logits(self, staged: StagedEpisode) -> tuple[torch.Tensor, torch.Tensor]:
         return self.protonet.packed(self._input(staged.images), staged.labels, staged.support, staged.query,
-                                    staged.ways, eval_head(self.args.model, self.args.eval_learner))
+                                    staged.ways, self.eval_head)
+
+    def _adapted(self, staged: StagedEpisode, loop: InnerLoop, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(query logits, query labels) of the MAML family's episode (``md_learners.adapted_query_logits``)."""
+        assert self.loaded is not None
+        adaptation = TorchAdaptation(self.backbone, self._input(staged.images), staged.labels, staged.support,
+                                     staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim)
+        logits = adapted_query_logits(adaptation, loop, training)
+        return logits, staged.labels[staged.support:staged.support + staged.query]
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
         # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them
@@ -380,6 +397,10 @@ class TorchFramework(Framework):
                     item = self.stage(item)
                 images = item.images
                 logits, labels = self._step_module(images, item.labels)
+            elif self.train_loop is not None:
+                staged = self._staged(item)
+                images = staged.images
+                logits, labels = self._adapted(staged, self.train_loop, training=True)
             else:
                 staged = self._staged(item)
                 images = staged.images
@@ -391,6 +412,8 @@ class TorchFramework(Framework):
             objective = loss + self.args.weight_decay * torch.stack([p.square().sum() for p in self._decayed]).sum()
         self.optimizer.zero_grad(set_to_none=True)
         objective.backward()  # under DDP: the gradients are averaged over the ranks here
+        if self.train_loop is not None:
+            self._average_gradients()  # the inner loop calls the backbone itself, not through DDP
         self._average_buffers()
         self.optimizer.step()
         accuracy = (logits.detach().argmax(1) == labels).float().mean()
@@ -413,6 +436,19 @@ class TorchFramework(Framework):
         self._in_flight.append(event)
         if len(self._in_flight) > IN_FLIGHT:
             self._in_flight.popleft().synchronize()
+
+    def _average_gradients(self) -> None:
+        """The parameters' gradients: the mean over the ranks (one collective)."""
+        if self.world_size == 1:
+            return
+        parameters = [p for p in self.parameters() if p.grad is not None]
+        flat = torch.cat([p.grad.reshape(-1) for p in parameters])
+        dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        offset = 0
+        for parameter in parameters:
+            parameter.grad.copy_(flat[offset:offset + parameter.numel()].view_as(parameter))
+            offset += parameter.numel()
 
     def _average_buffers(self) -> None:
         """Batch norms' running statistics: the mean over the ranks (one collective),
@@ -471,6 +507,11 @@ class TorchFramework(Framework):
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         set_mode(self.backbone, False)
+        if self.eval_loop is not None:  # the inner loop takes gradients: no inference mode
+            with self._autocast():
+                logits, labels = self._adapted(self._staged(episode), self.eval_loop, training=False)
+                logits = logits.detach()
+                return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
         with torch.inference_mode(), self._autocast():
             logits, labels = self._logits(self._staged(episode))
             return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))

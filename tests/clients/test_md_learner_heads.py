@@ -119,3 +119,56 @@ def test_every_learner_says_what_defines_its_numbers():
     assert len({str(v) for v in described.values()}) == len(LEARNERS)
     with pytest.raises(ValueError, match="expected one of prototypes, logreg, knn, matchingnet"):
         learner_settings("relationnet")
+
+
+# ---- the MAML family's loop (clients.md_learners.adapted_query_logits), framework-free -----------
+
+
+class _Recorded:
+    """An Adaptation of NumPy arrays whose gradients are fixed: what the loop does with them."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def initial_weights(self):
+        return [np.array([1.0, 2.0])]
+
+    def zero_head(self):
+        self.calls.append("zero")
+        return np.zeros(2), np.zeros(1)
+
+    def prototype_head(self, weights):
+        self.calls.append("prototypes")
+        return 2.0 * weights[0], -np.array([weights[0] @ weights[0]])
+
+    def support_gradients(self, weights, head):
+        self.calls.append("step")
+        return [np.array([0.5, -1.0])], (np.ones(2), np.ones(1))
+
+    def query_logits(self, weights, head):
+        return weights, head
+
+
+def test_the_maml_loop_takes_its_steps_from_the_initial_weights():
+    from clients.md_learners import InnerLoop, adapted_query_logits
+
+    loop = InnerLoop(steps=3, extra_eval_steps=2, alpha=0.1, prototype_head=False)
+    recorded = _Recorded()
+    (weights,), (weight, bias) = adapted_query_logits(recorded, loop, training=True)
+    assert recorded.calls == ["zero", "step", "step", "step"]
+    assert weights.tolist() == pytest.approx([1.0 - 3 * 0.05, 2.0 + 3 * 0.1])
+    assert weight.tolist() == pytest.approx([-0.3, -0.3]) and bias.tolist() == pytest.approx([-0.3])
+    recorded = _Recorded()
+    adapted_query_logits(recorded, InnerLoop(3, 2, 0.1, prototype_head=True), training=False)
+    assert recorded.calls == ["prototypes"] + ["step"] * 5  # evaluation: the extra steps
+
+
+def test_the_inner_loop_belongs_to_the_adapting_heads():
+    from argparse import Namespace
+
+    from clients.md_learners import inner_loop
+
+    args = Namespace(maml_steps=10, maml_eval_steps=5, maml_alpha=0.0992)
+    assert inner_loop(args, "protonet") is None and inner_loop(args, "matchingnet") is None
+    assert inner_loop(args, "maml").prototype_head is False and inner_loop(args, "protomaml").prototype_head is True
+    assert inner_loop(args, "maml").steps_for(False) == 15 and inner_loop(args, "maml").steps_for(True) == 10

@@ -17,7 +17,6 @@ import torch
 
 from clients.core import EpisodeSpec, SamplerClient
 from clients.md_fixed_features import matching_predictions, nearest_neighbour_predictions, prototype_predictions
-from clients.md_learners import EPISODE_HEADS
 from clients.tf.md_train import TFFramework
 from clients.tf.md_train import main as tf_main
 from clients.tf import models as tf_models
@@ -66,7 +65,7 @@ def _embedded(framework: str, built, episode) -> np.ndarray:
 def test_evaluation_classifies_with_the_named_head_as_the_reference(served, framework, torch_one_thread):
     episodes = _test_episodes(served)
     predictions: dict[str, list[np.ndarray]] = {}
-    for head in EPISODE_HEADS:
+    for head in REFERENCES:
         make = TorchFramework if framework == "torch" else TFFramework
         built = make(parse_args(framework, _argv(served, "--eval-learner", head, *THREADS[framework])))
         built.build(0)
@@ -94,10 +93,12 @@ def _summary(main, served, tmp_path: Path, run: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_matchingnet_trains_to_the_same_first_loss_in_both_frameworks(served, tmp_path, torch_one_thread):
-    fixed = ["--model", "matchingnet", "--ways", "5", "--shots", "3", "--query", "3", "--train-episodes", "3",
-             "--eval-episodes", "10"]
-    results = {framework: _summary(main, served, tmp_path, f"matchingnet-{framework}", *fixed, *THREADS[framework])
+@pytest.mark.parametrize("learner", ["matchingnet", "maml", "protomaml"])
+def test_an_episodic_learner_trains_to_the_same_first_loss_in_both_frameworks(served, tmp_path, torch_one_thread,
+                                                                              learner):
+    fixed = ["--model", learner, "--ways", "5", "--shots", "3", "--query", "3", "--train-episodes", "3",
+             "--eval-episodes", "10", "--maml-steps", "2", "--maml-eval-steps", "1", "--maml-alpha", "0.05"]
+    results = {framework: _summary(main, served, tmp_path, f"{learner}-{framework}", *fixed, *THREADS[framework])
                for framework, main in (("torch", torch_main), ("tf", tf_main))}
     first = {framework: result["train"]["curve"][0][1] for framework, result in results.items()}
     assert first["torch"] == pytest.approx(first["tf"], rel=1e-4), first
@@ -109,8 +110,10 @@ def test_matchingnet_trains_to_the_same_first_loss_in_both_frameworks(served, tm
 @pytest.mark.slow
 def test_knn_and_the_inference_only_variants_train_on_batches(served, tmp_path, torch_one_thread):
     common = ["--train-steps", "2", "--batch-size", "16", "--eval-episodes", "4", *THREADS["torch"]]
-    runs = {"knn": ["--model", "knn"], "inference-matchingnet": ["--model", "baseline", "--eval-learner",
-                                                                  "matchingnet"]}
+    runs = {"knn": ["--model", "knn"],
+            "inference-matchingnet": ["--model", "baseline", "--eval-learner", "matchingnet"],
+            "inference-protomaml": ["--model", "baseline", "--eval-learner", "protomaml", "--maml-steps", "0",
+                                    "--maml-eval-steps", "1", "--maml-alpha", "0.0614"]}
     with SamplerClient(served.address) as client:
         for run, flags in runs.items():
             summary = _summary(torch_main, served, tmp_path, run, *flags, *common)
@@ -119,3 +122,5 @@ def test_knn_and_the_inference_only_variants_train_on_batches(served, tmp_path, 
             assert run in json.dumps(held)
     with pytest.raises(SystemExit):  # batches have no ways
         parse_args("torch", _argv(served, "--model", "knn", "--ways", "5"))
+    with pytest.raises(SystemExit):  # the MAML family normalises with each pass's own moments
+        parse_args("torch", _argv(served, "--model", "maml", "--batch-norm", "running"))

@@ -36,12 +36,15 @@ def _table_row(text: str, setting: str, learner: str) -> list[str]:
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
-@pytest.mark.parametrize(("name", "setting"), [("md/protonet/imagenet", "ImageNet-only"),
-                                              ("md/protonet/all", "All datasets")])
-def test_protonet_presets_are_the_reference_best_files(name, setting):
+@pytest.mark.parametrize(("name", "setting", "learner"), [("md/protonet/imagenet", "ImageNet-only", "ProtoNet"),
+                                                         ("md/protonet/all", "All datasets", "ProtoNet"),
+                                                         ("md/matchingnet/imagenet", "ImageNet-only", "MatchingNet"),
+                                                         ("md/matchingnet/all", "All datasets", "MatchingNet")])
+def test_episodic_presets_are_the_reference_best_files(name, setting, learner):
     text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
-    _, backbone, px, init, lr, decay, weight_decay, _ = _table_row(text, setting, "ProtoNet")
+    _, backbone, px, init, lr, decay, weight_decay, _ = _table_row(text, setting, learner)
     values = md_presets.md_preset(name).values
+    assert values["model"] == name.split("/")[1]
     every, rate = decay.split("/")
     assert values["backbone"] == BACKBONES[backbone] and values["image_size"] == int(px)
     assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
@@ -72,6 +75,46 @@ def test_the_baseline_preset_is_the_resnet_pretraining():
     assert preset.init_from is None and preset.differs  # 1-NN cosine evaluation is said to differ
 
 
+@pytest.mark.parametrize(("name", "setting", "learner"), [("md/maml/imagenet", "ImageNet-only", "fo-MAML"),
+                                                         ("md/maml/all", "All datasets", "fo-MAML"),
+                                                         ("md/protomaml/imagenet", "ImageNet-only", "fo-Proto-MAML"),
+                                                         ("md/protomaml/all", "All datasets", "fo-Proto-MAML")])
+def test_the_maml_presets_are_the_reference_best_files(name, setting, learner):
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    _, backbone, px, init, lr, decay, weight_decay, specific = _table_row(text, setting, learner)
+    preset = md_presets.md_preset(name)
+    values = preset.values
+    assert (values["model"], values["backbone"], values["image_size"]) == (name.split("/")[1], BACKBONES[backbone],
+                                                                          int(px))
+    assert init == "pretrained" and preset.init_from
+    assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
+    every, rate = decay.split("/")
+    assert values["decay_every"] == int(every) and _rounded(values["decay_rate"]) == float(rate)
+    alpha, steps, extra = re.search(r"α ([\d.]+), (\d+) steps?, \+(\d+) at eval", specific).groups()
+    assert _rounded(values["maml_alpha"]) == float(alpha)
+    assert (values["maml_steps"], values["maml_eval_steps"]) == (int(steps), int(extra))
+    assert values["train_episodes"] == 75000 and values["validate_sources"] == ["ilsvrc_2012"]
+
+
+def test_the_knn_preset_is_the_reference_best_imagenet_file():
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    _, backbone, px, init, lr, decay, weight_decay, specific = _table_row(text, "ImageNet-only", "k-NN")
+    preset = md_presets.md_preset("md/knn/imagenet")
+    values = preset.values
+    assert (values["model"], values["backbone"], values["image_size"]) == ("knn", BACKBONES[backbone], int(px))
+    assert init == "scratch" and preset.init_from is None and preset.differs is None
+    assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
+    assert decay.startswith("off") and values["decay_every"] == 0
+    assert "linear train head, no WN" in specific and "1-NN **cosine**" in specific  # knn's head and distance
+    assert (values["train_steps"], values["batch_size"]) == (75000, 256)
+    assert values["validate_sources"] == ["ilsvrc_2012"] and len(values["eval_sources"]) == 10
+
+
+def test_the_cosine_headed_knn_is_refused_with_why():
+    with pytest.raises(ValueError, match="cosine classifier with weight normalisation"):
+        md_presets.md_preset("md/knn/all")
+
+
 @pytest.mark.parametrize("name", md_presets.names())
 def test_every_value_is_one_the_parser_takes_from_the_command_line(name):
     preset = md_presets.md_preset(name)
@@ -95,8 +138,8 @@ def test_flags_beside_a_preset_win_and_are_recorded(capsys):
     assert config["md_preset"] == "md/protonet/all" and config["md_preset_overridden"] == ["lr", "train_episodes"]
     assert config["preset"] == "md-v1" and config["weight_decay"] == md_presets.md_preset("md/protonet/all").values[
         "weight_decay"]
-    for bad, said in (("md/maml/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
-                                           "md/protonet/imagenet, md/protonet/all, md/baseline/imagenet"),
+    for bad, said in (("md/relationnet/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
+                                                  "md/protonet/imagenet, md/protonet/all, md/baseline/imagenet"),
                       ("md/baseline/all", "cosine classifier")):
         with pytest.raises(SystemExit) as stop:
             parse_args("torch", [*BASE, "--preset", bad])

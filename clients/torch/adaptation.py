@@ -1,0 +1,64 @@
+"""The MAML family's episode in torch: ``clients.md_learners.Adaptation`` over explicit weights
+(``torch.func.functional_call``), so ``md_learners.adapted_query_logits`` runs the inner loop.
+
+The episode is in the bucketed layout (``clients.buckets``): ``images`` holds the support rows,
+the query rows, then padding. The inner steps embed the support rows alone (their batch norms
+take the support's moments); the query pass embeds support and query in one batch, so the query
+is normalised by the moments of the support re-embedded with the adapted weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from clients.torch.models import episode_norm
+
+
+class TorchAdaptation:
+    def __init__(self, backbone: nn.Module, images: torch.Tensor, labels: torch.Tensor, support: int, query: int,
+                 ways: int, batch_norm: str, out_dim: int) -> None:
+        self.backbone, self.images, self.batch_norm = backbone, images, batch_norm
+        self.support, self.query, self.ways, self.out_dim = support, query, ways, out_dim
+        self.support_labels = labels[:support]
+        self.names = [name for name, _ in backbone.named_parameters()]
+
+    def _embed(self, weights: list[torch.Tensor], rows: int, query: int) -> torch.Tensor:
+        with episode_norm(self.backbone, self.batch_norm, self.support, query):
+            embedded = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
+                                       (self.images[:rows],))
+        return embedded.float()
+
+    def initial_weights(self) -> list[torch.Tensor]:
+        return [parameter for _, parameter in self.backbone.named_parameters()]
+
+    def zero_head(self) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.images.device
+        return (torch.zeros(self.ways, self.out_dim, device=device, requires_grad=True),
+                torch.zeros(self.ways, device=device, requires_grad=True))
+
+    def prototype_head(self, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        embedded = self._embed(weights, self.support, 0)
+        one_hot = F.one_hot(self.support_labels, self.ways).to(embedded.dtype)
+        prototypes = one_hot.t() @ embedded / one_hot.sum(0).clamp_min(1.0).unsqueeze(1)
+        return 2.0 * prototypes, -prototypes.pow(2).sum(1)
+
+    def support_gradients(self, weights: list[torch.Tensor], head: tuple[Any, Any]
+                          ) -> tuple[list[torch.Tensor], tuple[Any, Any]]:
+        # the head as a variable of its own, as the reference's loop variables: the backbone's
+        # gradient takes no path through Proto-MAML's initialisation of it
+        weight, bias = (t.detach().requires_grad_() for t in head)
+        logits = self._embed(weights, self.support, 0) @ weight.t() + bias
+        loss = F.cross_entropy(logits, self.support_labels)
+        found = torch.autograd.grad(loss, [*weights, weight, bias], allow_unused=True)  # no graph: first order
+        gradients = [torch.zeros_like(t) if g is None else g for t, g in zip([*weights, weight, bias], found,
+                                                                               strict=True)]
+        return gradients[:-2], (gradients[-2], gradients[-1])
+
+    def query_logits(self, weights: list[torch.Tensor], head: tuple[Any, Any]) -> torch.Tensor:
+        weight, bias = head
+        embedded = self._embed(weights, self.images.shape[0], self.query)
+        return embedded[self.support:self.support + self.query] @ weight.t() + bias
