@@ -19,6 +19,14 @@ references of ``clients.md_fixed_features``.
   validation and test; the query classified by the adapted weights, its batch norms taking the
   moments of the support set re-embedded with them. First order: the outer gradient reaches the
   initial weights through the identity of theta - alpha g alone.
+- ``finetune``: the Finetune baseline (``BaselineFinetuneLearner``): trained as ``baseline``; on
+  each validation and test episode a new linear head (truncated normal, sigma 0.1, bias 0.1, drawn
+  from the episode's own seed so both frameworks draw the same) trained for ``--finetune-steps``
+  steps of SGD or TF1's Adam (its slots new in every episode) at ``--finetune-lr`` on the whole
+  support set's summed cross-entropy, the head alone on the support features or, with
+  ``--finetune-all-layers``, the backbone too (under SGD without the batch norms' scale and
+  offset: the reference's step skips variables so named); the query, embedded alone (its own
+  batch moments, as the reference's last pass), through the result.
 - ``protomaml``: first-order Proto-MAML: ``maml`` with the head initialised in every episode
   from the support prototypes c (computed with the initial weights) as W = 2c, b = -||c||^2, the
   outer gradient flowing through that initialisation into the backbone.
@@ -32,6 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ LEARNERS: dict[str, MDLearner] = {learner.name: learner for learner in (
     MDLearner("baseline", "batches", "protonet", "baseline_learners.py: BaselineLearner, evaluated as "
               "PrototypicalNetworkLearner (learn/gin/default/prototypical_inference_*.gin)"),
     MDLearner("knn", "batches", "knn", "baseline_learners.py: BaselineLearner (1-NN, knn_distance 'cosine')"),
+    MDLearner("finetune", "batches", "finetune", "optimization_learners.py: BaselineFinetuneLearner"),
     MDLearner("maml", "episodes", "maml", "optimization_learners.py: MAMLLearner (first_order, zero_fc_layer)"),
     MDLearner("protomaml", "episodes", "protomaml",
               "optimization_learners.py: MAMLLearner (first_order, proto_maml_fc_layer_init)"),
@@ -56,8 +67,14 @@ ADAPTING = ("maml", "protomaml")
 """The learners that adapt the backbone on each episode's support set (``InnerLoop``)."""
 MAML_STEPS, MAML_EVAL_STEPS, MAML_ALPHA = 5, 0, 0.01
 """learners/maml_config.gin: num_update_steps, additional_evaluation_update_steps, alpha."""
+FINETUNE_STEPS, FINETUNE_LR = 5, 1e-4
+"""learners/baselinefinetune_config.gin: num_finetune_steps, finetune_lr."""
+ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON = 0.9, 0.999, 1e-8
+"""tf.train.AdamOptimizer's defaults (the reference's finetuning optimizer)."""
+HEAD_STDDEV, HEAD_BIAS = 0.1, 0.1
+"""models/functional_backbones.py weight_variable (truncated normal) and bias_variable (constant)."""
 MODELS = tuple(LEARNERS)
-EPISODE_HEADS = ("protonet", "matchingnet", "knn", "maml", "protomaml")
+EPISODE_HEADS = ("protonet", "matchingnet", "knn", "finetune", "maml", "protomaml")
 """The heads an episode can be classified with (``--eval-learner``)."""
 
 
@@ -137,3 +154,85 @@ def adapted_query_logits(adaptation: Adaptation, loop: InnerLoop, training: bool
         if on_step is not None:
             on_step(step, weights, head)
     return adaptation.query_logits(weights, head)
+
+
+# ---- the Finetune baseline's episode: once, for both frameworks ----------------------------------
+
+
+@dataclass(frozen=True)
+class Finetuning:
+    """The Finetune baseline's test-time training as a run's flags set it."""
+
+    steps: int         # --finetune-steps
+    lr: float          # --finetune-lr
+    adam: bool         # --finetune-optimizer adam (else plain SGD)
+    all_layers: bool   # --finetune-all-layers
+
+
+def finetuning(args: Any, head: str) -> Finetuning | None:
+    if head != "finetune":
+        return None
+    return Finetuning(args.finetune_steps, args.finetune_lr, args.finetune_optimizer == "adam",
+                      args.finetune_all_layers)
+
+
+def finetune_head(dim: int, ways: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A new head (W [ways, dim], b [ways]) as the reference's ``linear_classifier`` draws one:
+    truncated normal of sigma 0.1 (a draw beyond two sigmas drawn again, as
+    ``tf.initializers.truncated_normal``) and a bias of 0.1; from ``seed`` alone."""
+    rng = np.random.default_rng(seed)
+    weight = rng.normal(0.0, HEAD_STDDEV, (ways, dim))
+    outside = np.abs(weight) > 2 * HEAD_STDDEV
+    while outside.any():
+        weight[outside] = rng.normal(0.0, HEAD_STDDEV, int(outside.sum()))
+        outside = np.abs(weight) > 2 * HEAD_STDDEV
+    return weight.astype(np.float32), np.full(ways, HEAD_BIAS, np.float32)
+
+
+class Finetunable(Protocol):
+    """What a framework supplies for one Finetune episode (the head as in ``Adaptation``)."""
+
+    def initial_weights(self) -> list[Any]: ...
+    def support_features(self) -> Any: ...
+    def summed_gradients(self, weights: list[Any] | None, features: Any, head: tuple[Any, Any]
+                         ) -> tuple[list[Any], tuple[Any, Any]]: ...
+    def batch_norm_parameters(self) -> list[bool]: ...
+    def query_alone_logits(self, weights: list[Any], head: tuple[Any, Any]) -> Any: ...
+
+
+def tf1_adam(values: Sequence[Any], gradients: Sequence[Any], moments: list[tuple[Any, Any]], step: int,
+             lr: float) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """One step of ``tf.train.AdamOptimizer`` (its epsilon outside the bias correction): the new
+    values and first and second moments; ``step`` counts from 1."""
+    rate = lr * (1.0 - ADAM_BETA2 ** step) ** 0.5 / (1.0 - ADAM_BETA1 ** step)
+    new_values, new_moments = [], []
+    for value, gradient, (first, second) in zip(values, gradients, moments, strict=True):
+        first = ADAM_BETA1 * first + (1.0 - ADAM_BETA1) * gradient
+        second = ADAM_BETA2 * second + (1.0 - ADAM_BETA2) * gradient * gradient
+        new_values.append(value - rate * first / (second ** 0.5 + ADAM_EPSILON))
+        new_moments.append((first, second))
+    return new_values, new_moments
+
+
+def finetuned_query_logits(finetunable: Finetunable, settings: Finetuning, head: tuple[Any, Any]) -> Any:
+    """The query logits of one episode after ``BaselineFinetuneLearner.compute_logits``'s
+    finetuning from the new ``head`` (``finetune_head``, as the framework's tensors), nothing of
+    which outlives the episode."""
+    weights = finetunable.initial_weights()
+    features = None if settings.all_layers else finetunable.support_features()
+    trained = list(head) + (weights if settings.all_layers else [])
+    moments = [(0.0 * t, 0.0 * t) for t in trained]
+    frozen = [False, False] + (finetunable.batch_norm_parameters() if settings.all_layers else [])
+    for step in range(1, settings.steps + 1):
+        weight_gradients, head_gradients = finetunable.summed_gradients(
+            weights if settings.all_layers else None, features, head)
+        gradients = [*head_gradients, *(weight_gradients if settings.all_layers else [])]
+        if settings.adam:
+            trained, moments = tf1_adam(trained, gradients, moments, step, settings.lr)
+        else:  # gradient_descent_step: no step for the batch norms' scale and offset
+            trained = [value if skip else value - settings.lr * gradient
+                       for value, gradient, skip in zip(trained, gradients, frozen, strict=True)]
+        head = (trained[0], trained[1])
+        if settings.all_layers:
+            weights = trained[2:]
+    return finetunable.query_alone_logits(weights, head)

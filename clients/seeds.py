@@ -24,6 +24,8 @@ EVALUATE_BACKBONE_SEED_NAME = "evaluate"
 """The evaluate command's (seed 0), saved once and loaded by each protocol it runs."""
 HEAD_SEED_NAME = "head"
 """The MD baseline's linear head: ``derive_seed(--seed, HEAD_SEED_NAME)``."""
+FINETUNE_HEAD_SEED_NAME = "finetune-head"
+"""The Finetune baseline's new head of episode i: ``derive_seed(--seed, FINETUNE_HEAD_SEED_NAME, i)``."""
 BATCH_SOURCES_SEED_NAME = "batch-sources"
 """The MD baseline's source of each training batch: ``batch_sources``."""
 _SOURCE_BLOCK = 4096

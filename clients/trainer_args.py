@@ -39,7 +39,8 @@ from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
-from clients.md_learners import ADAPTING, EPISODE_HEADS, MAML_ALPHA, MAML_EVAL_STEPS, MAML_STEPS, MODELS, episodic
+from clients.md_learners import (ADAPTING, EPISODE_HEADS, FINETUNE_LR, FINETUNE_STEPS, MAML_ALPHA, MAML_EVAL_STEPS,
+                                 MAML_STEPS, MODELS, episodic)
 from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
@@ -193,7 +194,8 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                         "MAML (a zeroed head) and Proto-MAML (the head from the prototypes), adapting the whole "
                         "backbone on each support set; baseline: a classifier trained on plain batches, evaluated "
                         "with prototypes (MD's inference-only baseline); knn: trained as baseline, evaluated by "
-                        "the nearest support image (MD's k-NN baseline)"),
+                        "the nearest support image (MD's k-NN baseline); finetune: trained as baseline, a new head "
+                        "trained on each episode's support set (MD's Finetune baseline)"),
             option("--eval-learner", choices=EPISODE_HEADS, default=None, **_RESULT,
                    help="classify the validation and test episodes with this learner's head instead of the "
                         "model's own (MD's inference-only variants: --model baseline --eval-learner "
@@ -204,12 +206,21 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="maml, protomaml: inner steps added at validation and test"),
             option("--maml-alpha", type=positive_float, default=MAML_ALPHA, metavar="A", **_RESULT,
                    help="maml, protomaml: the inner steps' size"),
+            option("--finetune-steps", type=int_at_least(0), default=FINETUNE_STEPS, metavar="N", **_RESULT,
+                   help="finetune: steps of a new head (and the backbone, --finetune-all-layers) on each "
+                        "validation and test episode's support set"),
+            option("--finetune-lr", type=positive_float, default=FINETUNE_LR, metavar="LR", **_RESULT,
+                   help="finetune: their learning rate"),
+            option("--finetune-optimizer", choices=("sgd", "adam"), default="sgd", **_RESULT,
+                   help="finetune: plain SGD or TF1's Adam (new moments in every episode)"),
+            option("--finetune-all-layers", action="store_true", **_RESULT,
+                   help="finetune: train the backbone too (a copy per episode), not the head alone"),
             option("--train-episodes", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
                    help="protonet, matchingnet, maml, protomaml: training episodes (indices 0..T-1)"),
             option("--train-steps", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
-                   help="baseline, knn: number of plain training batches"),
+                   help="baseline, knn, finetune: number of plain training batches"),
             option("--batch-size", type=int_at_least(1), default=64, **_SEQUENCE,
-                   help="baseline, knn: images per batch"),
+                   help="baseline, knn, finetune: images per batch"),
             option("--optimizer", choices=OPTIMIZERS, default="adam", **_SEQUENCE,
                    help="adam (Meta-Dataset's, for every learner), sgd, or momentum (SGD with momentum 0.9); "
                         "torch's update rules in both frameworks"),

@@ -1,6 +1,6 @@
-"""The MAML family's episode in TensorFlow: ``clients.md_learners.Adaptation`` over explicit
-weights (Keras's ``stateless_call``), so ``md_learners.adapted_query_logits`` runs the same
-inner loop as torch's (``clients.torch.adaptation`` says how an episode is laid out).
+"""The MAML family's and the Finetune baseline's episodes in TensorFlow: ``clients.md_learners``'s
+``Adaptation`` and ``Finetunable`` over explicit weights (Keras's ``stateless_call``), so the
+loops of ``md_learners`` run as in torch (``clients.torch.adaptation`` says how an episode is laid out).
 
 The inner gradients are taken with the outer tape's recording paused (``paused``, where a
 training step's tape is open): nothing of the support passes reaches the outer gradient but
@@ -15,7 +15,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from clients.tf.layers import episode_norm
+from clients.tf.layers import all_layers, episode_norm
 
 
 class TFAdaptation:
@@ -68,3 +68,36 @@ class TFAdaptation:
         weight, bias = head
         embedded = self._embed(weights, tf.shape(self.images)[0], self.query)
         return tf.matmul(embedded[self.support:self.support + self.query], weight, transpose_b=True) + bias
+
+    # ---- the Finetune baseline (``md_learners.Finetunable``) ------------------------------------
+
+    def support_features(self) -> tf.Tensor:
+        return tf.stop_gradient(self._embed(self.initial_weights(), self.support, tf.constant(0)))
+
+    def summed_gradients(self, weights: list[tf.Tensor] | None, features: tf.Tensor | None,
+                         head: tuple[Any, Any]) -> tuple[list[tf.Tensor], tuple[Any, Any]]:
+        weight, bias = head
+        sources = [*(weights or []), weight, bias]
+        with tf.GradientTape() as tape:
+            tape.watch(sources)
+            if weights is not None:
+                features = self._embed(weights, self.support, tf.constant(0))
+            logits = tf.matmul(features, weight, transpose_b=True) + bias
+            one_hot = tf.one_hot(self.support_labels, self.ways, dtype=logits.dtype)
+            loss = -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=1))
+        found = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return found[:-2], (found[-2], found[-1])
+
+    def batch_norm_parameters(self) -> list[bool]:
+        norms = {id(v) for layer in all_layers(self.backbone) if isinstance(layer, keras.layers.BatchNormalization)
+                 for v in layer.trainable_weights}
+        return [id(v) in norms for v in self.backbone.trainable_variables]
+
+    def query_alone_logits(self, weights: list[tf.Tensor], head: tuple[Any, Any]) -> tf.Tensor:
+        weight, bias = head
+        with episode_norm(self.backbone, self.batch_norm, self.query, tf.constant(0), self.padded):
+            fixed = [v.value for v in self.backbone.non_trainable_variables]
+            rows = self.images[self.support:self.support + self.query]
+            embedded, _ = self.backbone.stateless_call(weights, fixed, rows, training=self.training)
+        return tf.matmul(tf.cast(embedded, tf.float32), weight, transpose_b=True) + bias
+

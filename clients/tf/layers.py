@@ -101,11 +101,11 @@ def valid_rows(model: keras.Model, rows: tf.Tensor | None) -> Iterator[None]:
             object.__setattr__(norm, "valid_rows", None)
 
 
-def _all_layers(model: Any) -> Iterator[Any]:
+def all_layers(model: Any) -> Iterator[Any]:
     """Every layer of ``model``, nested models' included."""
     for layer in getattr(model, "layers", ()):
         yield layer
-        yield from _all_layers(layer)
+        yield from all_layers(layer)
 
 
 def episode_batch_norms(model: Any, mode: str) -> int:
@@ -117,7 +117,7 @@ def episode_batch_norms(model: Any, mode: str) -> int:
     if check_batch_norm(mode) not in EPISODE_MOMENTS:
         return 0
     count = 0
-    for layer in _all_layers(model):
+    for layer in all_layers(model):
         last_axis = isinstance(layer, keras.layers.BatchNormalization) and (
             layer.axis == -1 or (layer.built and layer.axis == len(layer.input.shape) - 1))
         if type(layer) is keras.layers.BatchNormalization and last_axis and not layer.renorm:
@@ -143,7 +143,7 @@ def episode_norm(model: keras.Model, mode: str, support: tf.Tensor, query: tf.Te
         with valid_rows(model, support + query if padded else None):
             yield
         return
-    norms = [layer for layer in _all_layers(model) if isinstance(layer, RowBatchNormalization)]
+    norms = [layer for layer in all_layers(model) if isinstance(layer, RowBatchNormalization)]
     for norm in norms:
         object.__setattr__(norm, "episode", (mode, support, query))  # a plain attribute, not tracked state
     try:

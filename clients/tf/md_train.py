@@ -54,11 +54,12 @@ from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import InnerLoop, adapted_query_logits, eval_head, inner_loop, md_learner
+from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, eval_head, finetune_head,
+                                 finetuned_query_logits, finetuning, inner_loop, md_learner)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
-from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
+from clients.seeds import FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.tf import models
 from clients.tf.adaptation import TFAdaptation
 from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
@@ -212,7 +213,9 @@ class TFFramework(Framework):
         self._step = (self._baseline_step() if self.head is not None else
                       self._adapted_step(self.train_loop, self.buckets) if self.train_loop is not None else
                       self._protonet_step(self.buckets))
-        self._evaluator = (self._adapted_evaluator(self.eval_loop) if self.eval_loop is not None else
+        eval_finetuning = finetuning(args, self.eval_head)
+        self._evaluator = (self._finetuned_evaluator(eval_finetuning) if eval_finetuning is not None else
+                           self._adapted_evaluator(self.eval_loop) if self.eval_loop is not None else
                            Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
                                      self.eval_head))
 
@@ -297,27 +300,41 @@ class TFFramework(Framework):
 
     # ---- compiled steps -------------------------------------------------------------------------
 
-    def _protonet_step(self, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
-        """The step on an episode in the bucketed layout (``PackedEpisode``); ``padded``:
-        trace it with batch norms counting the valid rows (without, it is the plain step)."""
-        images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
+    def _episode_signature(self) -> list[tf.TensorSpec]:
+        """An episode in the bucketed layout (``PackedEpisode``): images, labels, support, query, ways."""
         count = tf.TensorSpec((), tf.int32)
-        head = models.EPISODE_HEADS[md_learner(self.args.model).head]
+        return [tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8),
+                tf.TensorSpec((None,), tf.int64), count, count, count]
+
+    def _episode_step(self, logits_of: Callable[..., tf.Tensor]) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+        """The step on an episode in the bucketed layout: ``logits_of(images, labels, support,
+        query, ways, tape)`` gives the query logits under the step's tape."""
 
         def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             rows = support + query
             with tf.GradientTape() as tape:
-                with models.episode_norm(self.backbone, self.args.batch_norm, support, query, padded):
-                    embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
-                logits = head(embedded[:support], labels[:support], embedded[support:rows], ways)
+                logits = logits_of(images, labels, support, query, ways, tape)
                 loss = models.episode_loss(logits, labels[support:rows])
                 replica_loss = self._replica_loss(self._regularised(loss))
             variables = self.trainable
             self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
             return loss, _accuracy(logits, labels[support:rows])
 
-        return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+        return self._compile(step, self._episode_signature())
+
+    def _protonet_step(self, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
+        """The metric learners' step (the model's head on one pass's embeddings); ``padded``:
+        trace it with batch norms counting the valid rows (without, it is the plain step)."""
+        head = models.EPISODE_HEADS[md_learner(self.args.model).head]
+
+        def logits_of(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
+                      tape: tf.GradientTape) -> tf.Tensor:
+            with models.episode_norm(self.backbone, self.args.batch_norm, support, query, padded):
+                embedded = self.backbone(to_model_input(images, self.preprocessing), training=True)
+            return head(embedded[:support], labels[:support], embedded[support:support + query], ways)
+
+        return self._episode_step(logits_of)
 
     def _adaptation(self, images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                     ways: tf.Tensor, padded: bool, paused: Callable[[], Any] | None = None) -> TFAdaptation:
@@ -327,31 +344,19 @@ class TFFramework(Framework):
                             self.args.batch_norm, self.loaded.out_dim, padded, paused is not None, paused)
 
     def _adapted_step(self, loop: InnerLoop, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
-        """The MAML family's step (``md_learners.adapted_query_logits``) on an episode in the
-        bucketed layout; the outer gradient first order."""
-        images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
-        count = tf.TensorSpec((), tf.int32)
+        """The MAML family's step (``md_learners.adapted_query_logits``); the outer gradient first order."""
 
-        def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
-                 ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            rows = support + query
-            with tf.GradientTape() as tape:
-                adaptation = self._adaptation(images, labels, support, query, ways, padded, tape.stop_recording)
-                logits = adapted_query_logits(adaptation, loop, training=True)
-                loss = models.episode_loss(logits, labels[support:rows])
-                replica_loss = self._replica_loss(self._regularised(loss))
-            variables = self.trainable
-            self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
-            return loss, _accuracy(logits, labels[support:rows])
+        def logits_of(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
+                      tape: tf.GradientTape) -> tf.Tensor:
+            adaptation = self._adaptation(images, labels, support, query, ways, padded, tape.stop_recording)
+            return adapted_query_logits(adaptation, loop, training=True)
 
-        return self._compile(step, [images, tf.TensorSpec((None,), tf.int64), count, count, count])
+        return self._episode_step(logits_of)
 
     def _adapted_evaluator(self, loop: InnerLoop) -> Callable[[EpisodeArrays], tuple[float, np.ndarray]]:
         """(loss, predictions) of an episode after the inner loop's evaluation steps; no update kept."""
-        images = tf.TensorSpec((None, self.args.image_size, self.args.image_size, 3), tf.uint8)
-        count = tf.TensorSpec((), tf.int32)
 
-        @tf.function(input_signature=[images, tf.TensorSpec((None,), tf.int64), count, count, count])
+        @tf.function(input_signature=self._episode_signature())
         def evaluate(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                      ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             logits = adapted_query_logits(self._adaptation(images, labels, support, query, ways, self.buckets),
@@ -362,6 +367,29 @@ class TFFramework(Framework):
             packed = pack_episode(episode, self.ladder(episode) if self.buckets else None)
             loss, predicted = evaluate(packed.images, packed.labels, np.int32(packed.support),
                                        np.int32(packed.query), np.int32(packed.ways))
+            return float(loss), predicted.numpy()
+
+        return run
+
+    def _finetuned_evaluator(self, settings: Finetuning) -> Callable[[EpisodeArrays], tuple[float, np.ndarray]]:
+        """(loss, predictions) of an episode after the Finetune baseline's training of a new head
+        (drawn here, from the episode's index, as torch's); nothing kept."""
+        head = [tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None,), tf.float32)]
+
+        @tf.function(input_signature=[*self._episode_signature(), *head])
+        def evaluate(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
+                     weight: tf.Tensor, bias: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            logits = finetuned_query_logits(self._adaptation(images, labels, support, query, ways, self.buckets),
+                                            settings, (weight, bias))
+            return models.episode_loss(logits, labels[support:support + query]), tf.argmax(logits, 1)
+
+        def run(episode: EpisodeArrays) -> tuple[float, np.ndarray]:
+            assert self.loaded is not None
+            packed = pack_episode(episode, self.ladder(episode) if self.buckets else None)
+            weight, bias = finetune_head(self.loaded.out_dim, packed.ways,
+                                         derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, episode.index))
+            loss, predicted = evaluate(packed.images, packed.labels, np.int32(packed.support),
+                                       np.int32(packed.query), np.int32(packed.ways), weight, bias)
             return float(loss), predicted.numpy()
 
         return run

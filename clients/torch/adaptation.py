@@ -1,5 +1,6 @@
-"""The MAML family's episode in torch: ``clients.md_learners.Adaptation`` over explicit weights
-(``torch.func.functional_call``), so ``md_learners.adapted_query_logits`` runs the inner loop.
+"""The MAML family's and the Finetune baseline's episodes in torch: ``clients.md_learners``'s
+``Adaptation`` and ``Finetunable`` over explicit weights (``torch.func.functional_call``), so
+``md_learners.adapted_query_logits`` and ``finetuned_query_logits`` run the loops.
 
 The episode is in the bucketed layout (``clients.buckets``): ``images`` holds the support rows,
 the query rows, then padding. The inner steps embed the support rows alone (their batch norms
@@ -62,3 +63,37 @@ class TorchAdaptation:
         weight, bias = head
         embedded = self._embed(weights, self.images.shape[0], self.query)
         return embedded[self.support:self.support + self.query] @ weight.t() + bias
+
+    # ---- the Finetune baseline (``md_learners.Finetunable``) ------------------------------------
+
+    def support_features(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self._embed(self.initial_weights(), self.support, 0)
+
+    def summed_gradients(self, weights: list[torch.Tensor] | None, features: torch.Tensor | None,
+                         head: tuple[Any, Any]) -> tuple[list[torch.Tensor], tuple[Any, Any]]:
+        """The support set's summed cross-entropy's gradients (the reference minimises the
+        per-example vector): of the head, and of ``weights`` where given (else on ``features``)."""
+        weight, bias = (t.detach().requires_grad_() for t in head)
+        with torch.enable_grad():
+            if weights is not None:
+                weights = [w.detach().requires_grad_() for w in weights]
+                features = self._embed(weights, self.support, 0)
+            loss = F.cross_entropy(features @ weight.t() + bias, self.support_labels, reduction="sum")
+            found = torch.autograd.grad(loss, [*(weights or []), weight, bias], allow_unused=True)
+        gradients = [torch.zeros_like(t) if g is None else g
+                     for t, g in zip([*(weights or []), weight, bias], found, strict=True)]
+        return gradients[:-2], (gradients[-2], gradients[-1])
+
+    def batch_norm_parameters(self) -> list[bool]:
+        norms = {id(p) for m in self.backbone.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                 for p in m.parameters(recurse=False)}
+        return [id(p) in norms for p in self.initial_weights()]
+
+    def query_alone_logits(self, weights: list[torch.Tensor], head: tuple[Any, Any]) -> torch.Tensor:
+        """The query rows embedded alone, their batch norms taking the query's own moments."""
+        weight, bias = head
+        with episode_norm(self.backbone, self.batch_norm, self.query, 0):
+            embedded = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
+                                       (self.images[self.support:self.support + self.query],))
+        return embedded.float() @ weight.t() + bias

@@ -65,10 +65,11 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import InnerLoop, adapted_query_logits, eval_head, inner_loop, md_learner
+from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, eval_head, finetune_head,
+                                 finetuned_query_logits, finetuning, inner_loop, md_learner)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed, learning_rate
-from clients.seeds import HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
+from clients.seeds import FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
@@ -215,6 +216,7 @@ class TorchFramework(Framework):
         self.train_loop = inner_loop(args, head)  # the MAML family's inner loop (``_adapted``), else None
         self.eval_head = eval_head(args.model, args.eval_learner)
         self.eval_loop = inner_loop(args, self.eval_head)
+        self.eval_finetuning = finetuning(args, self.eval_head)
         if (self.train_loop or self.eval_loop) and args.compile == "on":
             raise UsageError(f"argument --compile: got {args.compile}, but the inner loop of {args.model} / "
                              f"{self.eval_head} calls the backbone with each step's own weights; use --compile off")
@@ -437,6 +439,17 @@ class TorchFramework(Framework):
         if len(self._in_flight) > IN_FLIGHT:
             self._in_flight.popleft().synchronize()
 
+    def _finetuned(self, staged: StagedEpisode, settings: Finetuning, index: int) -> torch.Tensor:
+        """The query logits of the Finetune baseline's episode ``index`` (``md_learners.finetuned_query_logits``)."""
+        assert self.loaded is not None
+        finetunable = TorchAdaptation(self.backbone, self._input(staged.images), staged.labels, staged.support,
+                                      staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim)
+        weight, bias = finetune_head(self.loaded.out_dim, staged.ways,
+                                     derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, index))
+        head = (torch.from_numpy(weight).to(self.torch_device), torch.from_numpy(bias).to(self.torch_device))
+        with torch.no_grad():  # only the gradients of each step take a graph (``summed_gradients``)
+            return finetuned_query_logits(finetunable, settings, head)
+
     def _average_gradients(self) -> None:
         """The parameters' gradients: the mean over the ranks (one collective)."""
         if self.world_size == 1:
@@ -507,6 +520,12 @@ class TorchFramework(Framework):
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         set_mode(self.backbone, False)
+        if self.eval_finetuning is not None:  # it takes gradients: no inference mode
+            with self._autocast():
+                staged = self._staged(episode)
+                logits = self._finetuned(staged, self.eval_finetuning, episode.index).detach()
+                labels = staged.labels[staged.support:staged.support + staged.query]
+                return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
         if self.eval_loop is not None:  # the inner loop takes gradients: no inference mode
             with self._autocast():
                 logits, labels = self._adapted(self._staged(episode), self.eval_loop, training=False)

@@ -111,6 +111,8 @@ def test_an_episodic_learner_trains_to_the_same_first_loss_in_both_frameworks(se
 def test_knn_and_the_inference_only_variants_train_on_batches(served, tmp_path, torch_one_thread):
     common = ["--train-steps", "2", "--batch-size", "16", "--eval-episodes", "4", *THREADS["torch"]]
     runs = {"knn": ["--model", "knn"],
+            "finetune": ["--model", "finetune", "--finetune-steps", "3", "--finetune-lr", "0.01",
+                         "--finetune-optimizer", "adam", "--finetune-all-layers"],
             "inference-matchingnet": ["--model", "baseline", "--eval-learner", "matchingnet"],
             "inference-protomaml": ["--model", "baseline", "--eval-learner", "protomaml", "--maml-steps", "0",
                                     "--maml-eval-steps", "1", "--maml-alpha", "0.0614"]}
@@ -124,3 +126,17 @@ def test_knn_and_the_inference_only_variants_train_on_batches(served, tmp_path, 
         parse_args("torch", _argv(served, "--model", "knn", "--ways", "5"))
     with pytest.raises(SystemExit):  # the MAML family normalises with each pass's own moments
         parse_args("torch", _argv(served, "--model", "maml", "--batch-norm", "running"))
+
+
+@pytest.mark.slow
+def test_finetune_evaluates_alike_in_both_frameworks(served, tmp_path, torch_one_thread):
+    """From the same --init-seed and the same two batches, each framework's new heads (the same
+    draws) finetuned on the same episodes: accuracies within each other's interval."""
+    fixed = ["--model", "finetune", "--train-steps", "2", "--batch-size", "16", "--eval-episodes", "10",
+             "--finetune-steps", "5", "--finetune-lr", "0.01", "--finetune-optimizer", "adam"]
+    results = {framework: _summary(main, served, tmp_path, f"finetune-{framework}", *fixed, *THREADS[framework])
+               for framework, main in (("torch", torch_main), ("tf", tf_main))}
+    evaluated = {framework: result["eval"]["folder"] for framework, result in results.items()}
+    gap = abs(evaluated["torch"]["mean_accuracy"] - evaluated["tf"]["mean_accuracy"])
+    assert gap <= max(evaluated["torch"]["ci95"], evaluated["tf"]["ci95"]), evaluated
+    assert evaluated["torch"]["mean_loss"] == pytest.approx(evaluated["tf"]["mean_loss"], rel=1e-2), evaluated

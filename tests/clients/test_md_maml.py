@@ -13,54 +13,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from adaptation_episode import QUERY, SUPPORT, WAYS, episode, tf_adaptation, torch_adaptation
 
 import tensorflow as tf  # noqa: F401  (before torch, as every tf test file)
 import torch
 from torch.nn import functional as F
 
-from clients.init_weights import neutral_weights
 from clients.md_learners import InnerLoop, adapted_query_logits
-from clients.tf import models as tf_models
-from clients.tf.adaptation import TFAdaptation
-from clients.tf.backbones import assign_neutral
 from clients.torch import models as torch_models
-from clients.torch.adaptation import TorchAdaptation
-
-SIZE, SUPPORT, QUERY, WAYS = 16, 10, 6, 3  # 4, 3 and 3 support images: no gradient is zero by symmetry
-BACKBONE = "md-conv4"
 
 
 def _numpy(x) -> np.ndarray:
     return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
-def _episode():
-    rng = np.random.RandomState(5)
-    coarse = rng.uniform(-1, 1, (SUPPORT + QUERY, 4, 4, 3)).astype(np.float32)
-    images = np.repeat(np.repeat(coarse, SIZE // 4, axis=1), SIZE // 4, axis=2)  # smooth, as photographs
-    labels = np.concatenate([np.arange(SUPPORT) % WAYS, rng.randint(0, WAYS, QUERY)]).astype(np.int64)
-    return images, labels
-
-
-def _torch(images, labels):
-    model = torch_models.build_backbone(BACKBONE, SIZE)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in neutral_weights(BACKBONE, SIZE, 3).items()})
-    torch_models.adopt_batch_norms(model, "md")
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    return model, TorchAdaptation(model, x, torch.from_numpy(labels), SUPPORT, QUERY, WAYS, "md", 64)
-
-
-def _tf(images, labels, training=False):
-    model = tf_models.build_backbone(BACKBONE, SIZE)
-    assign_neutral(model, BACKBONE, SIZE, neutral_weights(BACKBONE, SIZE, 3), "test")
-    tf_models.episode_batch_norms(model, "md")
-    return model, TFAdaptation(model, tf.constant(images), tf.constant(labels), tf.constant(SUPPORT),
-                               tf.constant(QUERY), tf.constant(WAYS), "md", 64, False, training)
-
-
 def test_the_first_maml_step_moves_only_the_head_by_the_hand_computed_gradient():
-    images, labels = _episode()
-    model, adaptation = _torch(images, labels)
+    images, labels = episode(5)
+    adaptation = torch_adaptation(images, labels)
+    model = adaptation.backbone
     steps: dict[int, tuple] = {}
     adapted_query_logits(adaptation, InnerLoop(2, 0, 0.5, prototype_head=False), training=True,
                          on_step=lambda step, weights, head: steps.__setitem__(step, (weights, head)))
@@ -83,9 +53,8 @@ def test_the_first_maml_step_moves_only_the_head_by_the_hand_computed_gradient()
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_protomaml_before_any_step_is_protonet(framework):
-    images, labels = _episode()
-    make = _torch if framework == "torch" else _tf
-    _, adaptation = make(images, labels)
+    images, labels = episode(5)
+    adaptation = (torch_adaptation if framework == "torch" else tf_adaptation)(images, labels)
     logits = _numpy(adapted_query_logits(adaptation, InnerLoop(0, 0, 0.01, prototype_head=True), training=False))
     embedded = _numpy(adaptation._embed(adaptation.initial_weights(), SUPPORT + QUERY, QUERY)).astype(np.float64)
     protonet = -((embedded[SUPPORT:, None] - np.stack([embedded[:SUPPORT][labels[:SUPPORT] == k].mean(0)
@@ -97,10 +66,11 @@ def test_protomaml_before_any_step_is_protonet(framework):
 
 
 def test_the_outer_gradient_flows_through_the_prototype_head():
-    images, labels = _episode()
+    images, labels = episode(5)
     gradients = {}
     for detached in (False, True):
-        model, adaptation = _torch(images, labels)
+        adaptation = torch_adaptation(images, labels)
+        model = adaptation.backbone
         if detached:
             initial = adaptation.prototype_head
             adaptation.prototype_head = lambda weights: tuple(t.detach().requires_grad_() for t in initial(weights))
@@ -112,8 +82,8 @@ def test_the_outer_gradient_flows_through_the_prototype_head():
 
 @pytest.mark.parametrize("prototype_head", [False, True])
 def test_torch_and_tf_adapt_to_the_same_query_logits(prototype_head):
-    images, labels = _episode()
+    images, labels = episode(5)
     loop = InnerLoop(3, 2, 0.05, prototype_head)
-    in_torch = adapted_query_logits(_torch(images, labels)[1], loop, training=False).detach().numpy()
-    in_tf = adapted_query_logits(_tf(images, labels)[1], loop, training=False).numpy()
+    in_torch = adapted_query_logits(torch_adaptation(images, labels), loop, training=False).detach().numpy()
+    in_tf = adapted_query_logits(tf_adaptation(images, labels), loop, training=False).numpy()
     np.testing.assert_allclose(in_tf, in_torch, rtol=1e-4, atol=1e-4 * float(np.abs(in_torch).max()))

@@ -110,9 +110,12 @@ def test_the_knn_preset_is_the_reference_best_imagenet_file():
     assert values["validate_sources"] == ["ilsvrc_2012"] and len(values["eval_sources"]) == 10
 
 
-def test_the_cosine_headed_knn_is_refused_with_why():
+def test_the_weight_normalised_heads_are_refused_with_why():
     with pytest.raises(ValueError, match="cosine classifier with weight normalisation"):
         md_presets.md_preset("md/knn/all")
+    for name in ("md/finetune/imagenet", "md/finetune/all"):
+        with pytest.raises(ValueError, match="weight-normalised linear head"):
+            md_presets.md_preset(name)
 
 
 @pytest.mark.parametrize("name", md_presets.names())
