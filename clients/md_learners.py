@@ -1,9 +1,10 @@
 """Meta-Dataset's learners as the MD trainer's ``--model`` values: how each trains and which
 episode head classifies its validation and test episodes (seed 002, section 2 and Table 1;
 ../shared/reference/md_learners.md, section 1). Framework-free: the torch and tf trainers map
-each head's name to their own differentiable function (``EPISODE_HEADS`` in their models
-modules), which tests/clients/test_md_learner_heads_frameworks.py holds to the NumPy
-references of ``clients.md_fixed_features``.
+each metric head's name to their own differentiable function (``EPISODE_HEADS`` in their models
+modules, held to the NumPy references of ``clients.md_fixed_features``), and run the episode
+loops below (MAML's inner loop, Finetune's test-time training) over their own explicit-weight
+operations (``clients.torch.adaptation``, ``clients.tf.adaptation``).
 
 - ``protonet``: episodes; logits minus the squared Euclidean distance to each class mean.
 - ``matchingnet``: episodes; logits the log attention mass of each class (semi-cosine).
@@ -32,7 +33,7 @@ references of ``clients.md_fixed_features``.
   outer gradient flowing through that initialisation into the backbone.
 
 ``--eval-learner`` names another head for the validation and test episodes: the inference-only
-variants are ``--model baseline --eval-learner protonet|matchingnet``.
+variants are ``--model baseline --eval-learner protonet|matchingnet|protomaml``.
 """
 
 from __future__ import annotations
