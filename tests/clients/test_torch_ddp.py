@@ -277,3 +277,17 @@ def test_a_killed_rank_ends_the_run_and_the_rerun_continues_from_its_checkpoint(
     assert (summary["start_index"], summary["next_index"]) == (saved, saved + 4)
     assert trained(summary) == {0: [saved, saved + 2], 1: [saved + 1, saved + 3]}
     assert len({rank["parameter_digest"] for rank in summary["ranks"]}) == 1
+
+
+@pytest.mark.slow
+def test_the_maml_family_averages_its_gradients_over_the_ranks(served, tmp_path):
+    """Proto-MAML's inner loop calls the backbone itself (no DDP wrapper): the trainer averages
+    the parameters' gradients in one collective, so two ranks on different episodes still end
+    with one model (without the averaging, each rank would keep its own)."""
+    code, stderr, summary = torchrun(served, tmp_path, "ddp-protomaml", "--model", "protomaml", "--train-episodes", "4",
+                                     "--maml-steps", "1", "--eval-episodes", "2")
+    assert code == 0, stderr[-3000:]
+    assert trained(summary) == {0: [0, 2], 1: [1, 3]}
+    digests = {rank["parameter_digest"] for rank in summary["ranks"]}
+    assert len(digests) == 1, summary["ranks"]
+    assert summary["eval"]["folder"]["episodes"] == 2 and summary["config"]["model"] == "protomaml"
