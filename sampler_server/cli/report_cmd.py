@@ -9,7 +9,12 @@ trainers need to report only accuracies; ``--table vtab``, ``--table vtab-md`` a
 file. ``--table cog --baseline RUN`` adds each cell's difference from RUN's same cell.
 With several runs every table ends with each run compared with the first
 (``registry.render``, ``metrics.compare``): the same computation (configuration and
-stored results identical), or the configuration keys and results that differ.
+stored results identical), or the configuration keys and results that differ. A ``--run``
+with no reports of its own stands for the runs under it (``evaluate``'s
+``RUN/<preset>/<learner>``, ``RUN/vtab``, ``RUN/cog``) that have the table's results, so
+``--run RUN/md-v1`` puts one checkpoint's learners side by side (each column headed by
+its learner, ranked by MD's rule) and ``--table vtab-md --run RUN`` each MD-v2 learner
+beside ``RUN/vtab``.
 
 ``--calibrate --run A [--run B] --scratch RUN --max RUN`` is the control baselines'
 calibrated report (``metrics.baselines.report``): risk, cR and cR_scratch per VTAB task
@@ -18,8 +23,8 @@ notebook's; ``mean``: each run averaged over its seeds first). It needs ``--data
 computed from the labels of its packed store (the most frequent label of the task's
 "train" split, scored on its "test" split), as the server computes it.
 
-``--card`` is the report card (``metrics.card``): the MD, VTAB-1k, CoG and calibrated
-tables of the runs side by side on one page, each built by its registered table from the
+``--card`` is the report card (``metrics.card``): the MD (one per preset), VTAB-1k,
+VTAB+MD, CoG and calibrated tables of the runs side by side on one page, each built by its registered table from the
 same options (``--vtab-benchmark``, ``--baseline``, ``--cci-seeds`` ...), markdown on the
 terminal; ``--html FILE`` writes it as one self-contained HTML page with the plots
 embedded, ``--plots DIR`` keeps the PNGs. Without ``--data`` the MD episodes are not
@@ -63,7 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "writes accuracy-vs-level and accuracy-vs-N plots. --card: the report card, every table of the runs side by "
         "side (markdown), --html FILE writes it as one HTML page with the plots embedded. With several runs every "
         "table ends with each run compared with the first: 'same computation' (configuration and stored results "
-        "identical) or what differs (arguments, versions, device, threads, determinism, result_sha256, results).",
+        "identical) or what differs (arguments, versions, device, threads, determinism, result_sha256, results). "
+        "A --run with no reports of its own stands for the runs under it that have the table's results (evaluate's "
+        "RUN/<preset>/<learner>, RUN/vtab, RUN/cog); each column is headed by its run's learner.",
     )
     parser.add_argument("--run", action="append", required=True, help="run id (repeat for several runs)")
     parser.add_argument("--data", type=Path,
@@ -187,6 +194,32 @@ def blind_risks_from_data(data: Path) -> Callable[[str], float]:
     return StoresContext(data).blind_risk
 
 
+def _expand_runs(store: MetricsStore, query: registry.ReportQuery,
+                 table: registry.ReportTable) -> registry.ReportQuery:
+    """``query`` with each run id that has no reports of its own but runs under it
+    (``evaluate``'s ``RUN/<preset>/<learner>``, ``RUN/vtab``, ``RUN/cog``; ``card.expand_runs``)
+    replaced by those of them with results in ``table`` (the card's tables: md, vtab,
+    vtab-md, cog), so ``--run RUN`` puts an evaluated checkpoint's learners side by side.
+    ``NotFound`` where none of them has any; other tables take the run ids as given."""
+    shown = next((entry for entry in card.CARD_TABLES if entry.name == table.name), None)
+    if shown is None:
+        return query
+    known = store.run_ids()
+    asked = [run for run in query.run_ids if run not in known]
+    under = {run: card.expand_runs([run], known) for run in asked}
+    under = {run: runs for run, runs in under.items() if runs != (run,)}
+    if not under:
+        return query
+    expanded = card.expand_runs(query.run_ids, known)
+    having = set(shown.runs_with_results(table.build(store, dataclasses.replace(query, run_ids=expanded), None)))
+    for run, runs in under.items():
+        if not having & set(runs):
+            raise NotFound(f"run {quoted(run)}: no reports of its own, and none of the runs under it "
+                           f"({', '.join(runs)}) has {shown.results}")
+    kept = [run for run in expanded if run in having or run in query.run_ids]
+    return dataclasses.replace(query, run_ids=tuple(kept))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.card:
         return run_card(args)
@@ -199,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         where = f"with {table.flag}" if table.flag else f"for --table {table.name}"
         raise InvalidArgument(f"--data: required {where} ({table.needs_stores})")
     store = _open_metrics(args)
+    query = _expand_runs(store, query, table)
     _check_runs_known(store, registry.run_ids_named(query))
     report = table.build(store, query, StoresContext(args.data))
     print(registry.render(table, report, query, store))
@@ -239,10 +273,33 @@ def _check_card_flags(args: argparse.Namespace, query: registry.ReportQuery) -> 
 
 
 def _plots(table: registry.ReportTable, report: Any, directory: Path | None,
-           query: registry.ReportQuery) -> tuple[card.Plot, ...]:
+           query: registry.ReportQuery, folder: str = "") -> tuple[card.Plot, ...]:
     if directory is None or table.plot is None:
         return ()
-    return tuple(card.Plot(path.name, path.read_bytes()) for path in table.plot(report, directory, query))
+    written = table.plot(report, directory / folder if folder else directory, query)
+    return tuple(card.Plot(f"{folder}/{path.name}" if folder else path.name, path.read_bytes()) for path in written)
+
+
+def _card_sections(
+    store: MetricsStore, query: registry.ReportQuery, context: StoresContext | None, shown: card.CardTable,
+    plots: Path | None,
+) -> list[tuple[card.Section, SamplerError | None]]:
+    """The card's table ``shown``: one section, or one per group of runs where its
+    ``groups`` part them in several (the MD table: one per preset), the runs in no group
+    named above the first."""
+    groups = shown.groups(store, query.run_ids) if shown.groups is not None else {}
+    if len(groups) < 2:
+        return [_card_section(store, query, context, shown, plots)]
+    grouped = {run for runs in groups.values() for run in runs}
+    lacking = tuple(f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in grouped)
+    sections = []
+    for name, runs in groups.items():
+        titled = dataclasses.replace(shown, title=f"{shown.title} ({name})", plots_folder=name)
+        section, failure = _card_section(store, dataclasses.replace(query, run_ids=tuple(runs)), context, titled,
+                                         plots)
+        sections.append((dataclasses.replace(section, lines=lacking + section.lines) if not sections else section,
+                         failure))
+    return sections
 
 
 def _card_section(
@@ -265,7 +322,7 @@ def _card_section(
         lines.append("fingerprints not checked: without --data the reported episodes are not recomputed")
     failure = table.failure(report) if table.failure is not None else None
     section = card.Section(shown.title, table.render(report, "markdown"), tuple(lines),
-                           _plots(table, report, plots, query))
+                           _plots(table, report, plots, query, shown.plots_folder))
     return section, failure
 
 
@@ -326,9 +383,9 @@ def run_card(args: argparse.Namespace) -> int:
         directory = args.plots if args.plots is not None else (Path(scratch) if args.html is not None else None)
         sections = []
         for shown in card.CARD_TABLES:
-            section, failure = _card_section(store, query, context, shown, directory)
-            sections.append(section)
-            failures += [failure] if failure is not None else []
+            for section, failure in _card_sections(store, query, context, shown, directory):
+                sections.append(section)
+                failures += [failure] if failure is not None else []
         sections.append(_calibrated_section(store, query, context, directory))
     page = card.Card(runs=query.run_ids, sections=tuple(sections), provenance=tuple(provenance),
                      plots_dir=str(args.plots) if args.plots is not None else "")

@@ -1,5 +1,5 @@
-"""The report card: the Meta-Dataset, VTAB-1k, ImageNet-CoG and calibrated tables of one
-or more runs on one page, as markdown (the terminal) or as one self-contained HTML file.
+"""The report card: the Meta-Dataset, VTAB-1k, VTAB+MD, ImageNet-CoG and calibrated tables of
+one or more runs on one page, as markdown (the terminal) or as one self-contained HTML file.
 
 Pure arrangement, no arithmetic: each table comes in built and rendered by its own
 protocol's registered table (``metrics.registry``, markdown format) and each plot as the
@@ -10,7 +10,11 @@ tables, one block of rows per run in the CoG table, as those tables lay them out
 
 A table whose protocol has no results for any run shown is left out with one line saying
 so; a run that lacks one protocol is named under that table, which then shows the runs
-that have it (so the MD ranks are over the runs shown in it).
+that have it (so the MD ranks are over the runs shown in it). The MD table ranks the runs
+of one preset: runs of md-v1 and md-v2 (an ``evaluate`` run's ``RUN/md-v1/<learner>`` and
+``RUN/md-v2/<learner>``) get one MD table each, titled with its preset. The VTAB+MD table
+shows the runs with MD-v2 test episodes, each beside its VTAB-v2 side (an ``evaluate``
+run's ``RUN/vtab``), as averages (that paper ranks nothing).
 
 The HTML has its CSS inline, the plots as ``data:image/png;base64`` URIs and no script
 or external resource: it opens in any browser, offline, and travels as one file.
@@ -27,7 +31,8 @@ from typing import Any
 from sampler_server.metrics.baselines.report import CalibratedReport
 from sampler_server.metrics.cog.report import CogReport
 from sampler_server.metrics.md.report import Report as MdReport
-from sampler_server.metrics.vtab.report import VtabReport
+from sampler_server.metrics.md.report import runs_by_preset
+from sampler_server.metrics.vtab.report import VtabReport, vtab_md_runs
 
 
 def md_runs(report: MdReport) -> list[str]:
@@ -48,17 +53,24 @@ def cog_runs(report: CogReport) -> list[str]:
 @dataclass(frozen=True)
 class CardTable:
     """One registered table on the card: its registry name, its heading, what its
-    results are called (in the lines naming who lacks them) and who has any."""
+    results are called (in the lines naming who lacks them) and who has any.
+    ``groups(store, runs)``, where given, parts the runs that have results into the
+    groups one table each holds (name -> runs; several: one table per group, the name
+    in its title and its plots' folder); ``plots_folder`` keeps a table's plots apart
+    from another table's of the same names."""
 
     name: str
     title: str
     results: str
     runs_with_results: Callable[[Any], list[str]]
+    groups: Callable[[Any, Sequence[str]], Mapping[str, Sequence[str]]] | None = None
+    plots_folder: str = ""
 
 
 CARD_TABLES = (
-    CardTable("md", "Meta-Dataset", "Meta-Dataset episode reports", md_runs),
+    CardTable("md", "Meta-Dataset", "Meta-Dataset episode reports", md_runs, groups=runs_by_preset),
     CardTable("vtab", "VTAB-1k", "VTAB-1k task results", vtab_runs),
+    CardTable("vtab-md", "VTAB+MD", "MD-v2 test episode reports", vtab_md_runs, plots_folder="vtab-md"),
     CardTable("cog", "ImageNet-CoG", "ImageNet-CoG results", cog_runs),
 )
 """The tables every card shows where their runs have results, in card order; the

@@ -1,9 +1,10 @@
-"""What every report table shares: its formats, its run-list check, one MD-style cell and
-one text grid (aligned columns or markdown)."""
+"""What every report table shares: its formats, its run-list check, one MD-style cell, one
+text grid (aligned columns or markdown) and the column headings that name each run's learner."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sampler_server.errors import InvalidArgument
 from sampler_server.metrics.ranks import Estimate
@@ -46,3 +47,34 @@ def render_grid(header: Sequence[str], rows: Sequence[Sequence[str]], notes: Seq
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     return "\n".join(lines + [""] + list(notes))
+
+
+def learner_of(config: Mapping[str, Any]) -> str | None:
+    """The learner a run's configuration names, None where it names none: ``evaluate``'s
+    ``learner`` (its runs ``RUN/<preset>/<learner>``), else a trainer's ``model``, with the
+    ``eval_learner`` whose head classified its test episodes when that is another one
+    (``baseline, protonet head``)."""
+    learner = config.get("learner")
+    if isinstance(learner, str) and learner:
+        return learner
+    model, head = config.get("model"), config.get("eval_learner")
+    if not isinstance(model, str) or not model:
+        return None
+    return f"{model}, {head} head" if isinstance(head, str) and head and head != model else model
+
+
+def column_labels(runs: Sequence[str], learners: Mapping[str, str | None]) -> tuple[dict[str, str], str]:
+    """Each run's column heading, and the one note naming the runs where headings shortened them.
+
+    A heading says the learner: a run id that ends with its learner (``RUN/md-v1/knn``) says
+    it already, another gets it in brackets (``my-run (protonet)``). When every run ends with
+    its learner under one common prefix (the learners of one ``evaluate`` run), the headings
+    are the learners alone and the note names the prefix; the run ids stay the JSON's keys.
+    """
+    says = {run: learners.get(run) is not None and run.rsplit("/", 1)[-1] == learners[run] for run in runs}
+    labels = {run: run if says[run] or learners.get(run) is None else f"{run} ({learners[run]})" for run in runs}
+    prefix = runs[0].rsplit("/", 1)[0] + "/" if runs and "/" in runs[0] else ""
+    if len(runs) > 1 and prefix and all(says.values()) and all(run.startswith(prefix) for run in runs) \
+            and all("/" not in run[len(prefix):] for run in runs):
+        return {run: run[len(prefix):] for run in runs}, f"columns: the runs {prefix}<column>"
+    return labels, ""

@@ -29,9 +29,12 @@ def _full_accuracy(index: int) -> float:
     return (index + 1) / 20  # 0.05, 0.10, ..., 0.95 in TASKS order
 
 
-def _episode(run, source, index, accuracy, split="test"):
+def _episode(run, source, index, accuracy, split="test", preset="md-v2"):
+    """An MD episode report as the server stores it: its request names the preset (md-v1 when empty)."""
+    request = {"sources": [source], "split": f"SPLIT_{split.upper()}", "seed": "1"}
     return StoredReport(run_id=run, protocol="md-episode", source=source, split=split, index=index, seed=1,
-                        fingerprint=f"fp-{source}-{index}", metrics={"accuracy": accuracy})
+                        fingerprint=f"fp-{source}-{index}", metrics={"accuracy": accuracy},
+                        request={**request, "preset": preset} if preset != "md-v1" else request)
 
 
 @pytest.fixture()

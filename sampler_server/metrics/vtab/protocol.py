@@ -59,7 +59,7 @@ def _plot_vtab(report: VtabReport, directory: Path, query: registry.ReportQuery)
 def _plot_vtab_md(report: VtabMdReport, directory: Path, query: registry.ReportQuery) -> list[Path]:
     from sampler_server.metrics.vtab.plots import write_vtab_plots
 
-    return write_vtab_plots(report.vtab, directory)
+    return write_vtab_plots({score.run: score for score in report.vtab.values()}, directory)  # one per VTAB run
 
 
 PROTOCOLS = (registry.ReportProtocol(protocols.VTAB, parse_task_report),)

@@ -5,9 +5,13 @@ a group's score is the unweighted mean over its tasks, and the overall score the
 unweighted mean over all tasks (not over the three group means).
 
 VTAB+MD (Dumoulin et al., Sec. 3): the MD-v2 average is the mean over MD-v2 test
-sources of each source's mean query accuracy over its test episodes; beside it the
-VTAB-v2 average and its natural / specialized / structured averages, then the
-per-source and per-task detail.
+sources of each source's mean query accuracy over its test episodes of MD-v2
+(``md.report.episode_preset``: episodes of another preset are counted apart and never
+averaged in); beside it the VTAB-v2 average and its natural / specialized / structured
+averages, then the per-source and per-task detail. Averages, not ranks, as that paper
+reports them. A column is a run; an ``evaluate`` run's MD-v2 learners
+(``RUN/md-v2/<learner>``) asked for with its ``RUN/vtab`` each take that run's VTAB-v2
+side, one column per learner headed by its learner (``tables.column_labels``).
 
 Missing results. Both papers define a score over the benchmark's full task (or
 source) list; a mean over fewer is not that score and not comparable with one. We
@@ -29,9 +33,12 @@ from typing import Any
 from sampler_server.core.vtab.presets import VTAB_MD_PLAN, VtabBenchmark, VtabMdPlan, vtab_groups
 from sampler_server.core.vtab.splits import check_split
 from sampler_server.core.vtab.tasks import Group
+from sampler_server.metrics.md.report import episode_preset
 from sampler_server.metrics.ranks import Estimate, estimate
 from sampler_server.metrics.store import MetricsStore
-from sampler_server.metrics.tables import check_format, check_runs, estimate_cell, render_grid
+from sampler_server.metrics.tables import (
+    check_format, check_runs, column_labels, estimate_cell, learner_of, render_grid,
+)
 from sampler_server.metrics.vtab.results import TaskResult
 from sampler_common import protocols
 
@@ -196,47 +203,91 @@ class MdScore:
     sources: dict[str, Estimate]  # plan test source -> query accuracy over its test episodes
     overall: PartialMean
     ignored: tuple[str, ...]  # test-split sources reported outside the plan
+    other_presets: dict[str, int] = field(default_factory=dict)  # preset -> test episodes of it, not counted
 
 
 @dataclass
 class VtabMdReport:
+    """``runs`` are the columns: each its MD run's id, its VTAB side ``vtab_runs[run]``'s."""
+
     runs: list[str]
     plan: VtabMdPlan
     configs: dict[str, dict[str, Any]]
     md: dict[str, MdScore] = field(default_factory=dict)
     vtab: dict[str, VtabScore] = field(default_factory=dict)
+    vtab_runs: dict[str, str] = field(default_factory=dict)  # column -> the run whose VTAB results it shows
+    learners: dict[str, str | None] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # column -> its heading
+    labels_note: str = ""
 
 
-def md_score(accuracies: Mapping[str, Sequence[float]], sources: Sequence[str]) -> MdScore:
+def md_score(accuracies: Mapping[str, Sequence[float]], sources: Sequence[str],
+             other_presets: Mapping[str, int] | None = None) -> MdScore:
     """Per-source mean accuracy over episodes, then the mean over ``sources`` the run has."""
     estimates = {source: estimate(accuracies[source]) for source in sources if accuracies.get(source)}
     return MdScore(
         sources=estimates,
         overall=partial_mean({s: e.mean for s, e in estimates.items()}, sources),
         ignored=tuple(sorted(s for s in accuracies if s not in sources)),
+        other_presets=dict(sorted((other_presets or {}).items())),
     )
 
 
+def vtab_partner(run: str, run_ids: Sequence[str], md_benchmark: str) -> str | None:
+    """The ``RUN/vtab`` among ``run_ids`` of an ``evaluate`` MD run ``RUN/<md_benchmark>/<learner>``."""
+    parts = run.rsplit("/", 2)
+    if len(parts) < 3 or parts[1] != md_benchmark:
+        return None
+    partner = f"{parts[0]}/vtab"
+    return partner if partner in run_ids else None
+
+
 def build_vtab_md_report(store: MetricsStore, run_ids: Sequence[str], plan: VtabMdPlan = VTAB_MD_PLAN) -> VtabMdReport:
-    """The VTAB+MD aggregate of ``run_ids``: MD episode reports of the plan's test split
-    and VTAB task results of its query split.
+    """The VTAB+MD aggregate of ``run_ids``: MD episode reports of the plan's benchmark and
+    test split, and VTAB task results of its query split. A run ``RUN/md-v2/<learner>``
+    without VTAB results of its own takes those of ``RUN/vtab`` when that run is asked for
+    too; ``RUN/vtab`` then has no column of its own unless it has MD-v2 episodes.
 
     Raises:
         InvalidArgument: no runs or a run given twice.
         NotFound: a run the store does not have.
     """
     check_runs(run_ids)
-    report = VtabMdReport(runs=list(run_ids), plan=plan, configs={})
+    configs, md, vtab = {}, {}, {}
     for run in run_ids:
-        report.configs[run] = store.run_config(run)
+        configs[run] = store.run_config(run)  # NotFound names an unknown run
         accuracies: dict[str, list[float]] = defaultdict(list)
+        others: dict[str, int] = defaultdict(int)
         for stored in store.reports(run):
-            if stored.protocol == protocols.MD and stored.split == plan.md_test_split.value \
-                    and "accuracy" in stored.metrics:
-                accuracies[stored.source].append(float(stored.metrics["accuracy"]))
-        report.md[run] = md_score(accuracies, plan.md_test_sources)
-        report.vtab[run] = vtab_score(run, store.task_results(run, split=plan.vtab_query_split), plan.vtab_benchmark)
+            if stored.protocol != protocols.MD or stored.split != plan.md_test_split.value \
+                    or "accuracy" not in stored.metrics:
+                continue
+            if episode_preset(stored) != plan.md_benchmark.value:
+                others[episode_preset(stored)] += 1
+                continue
+            accuracies[stored.source].append(float(stored.metrics["accuracy"]))
+        md[run] = md_score(accuracies, plan.md_test_sources, others)
+        vtab[run] = vtab_score(run, store.task_results(run, split=plan.vtab_query_split), plan.vtab_benchmark)
+    partners = {run: vtab_partner(run, run_ids, plan.md_benchmark.value) for run in run_ids if not vtab[run].accuracy}
+    partners = {run: partner for run, partner in partners.items() if partner is not None}
+    taken = {partner for partner in partners.values() if not md[partner].sources}
+    columns = [run for run in run_ids if run not in taken]
+    report = VtabMdReport(runs=columns, plan=plan, configs={run: configs[run] for run in columns})
+    for run in columns:
+        report.vtab_runs[run] = partners.get(run, run)
+        report.md[run], report.vtab[run] = md[run], vtab[report.vtab_runs[run]]
+    report.learners = {run: learner_of(configs[run]) for run in columns}
+    report.labels, report.labels_note = column_labels(columns, report.learners)
     return report
+
+
+def vtab_md_runs(report: VtabMdReport) -> list[str]:
+    """The runs behind the columns with an MD side (their MD run, then its VTAB run), in column order."""
+    runs: list[str] = []
+    for column in report.runs:
+        if report.md[column].sources:
+            runs += [run for run in (column, report.vtab_runs[column]) if run not in runs]
+    return runs
 
 
 def render_vtab_md_report(report: VtabMdReport, fmt: str = "table") -> str:
@@ -246,6 +297,7 @@ def render_vtab_md_report(report: VtabMdReport, fmt: str = "table") -> str:
         return json.dumps(vtab_md_report_json(report), indent=1)
     plan, runs = report.plan, report.runs
     md_name, vtab_name = plan.md_benchmark.value, plan.vtab_benchmark.value
+    paired = {run: vtab_run for run, vtab_run in report.vtab_runs.items() if vtab_run != run}
     scores = [report.vtab[run] for run in runs]
     rows = [["aggregate", md_name] + [report.md[run].overall.cell() for run in runs]]
     rows.append(["aggregate", vtab_name] + [s.overall.cell() for s in scores])
@@ -270,8 +322,16 @@ def render_vtab_md_report(report: VtabMdReport, fmt: str = "table") -> str:
             notes.append(f"  {run} lacks {md_name} sources: {', '.join(md.overall.missing)}")
         if md.ignored:
             notes.append(f"  {run}: {', '.join(md.ignored)}: outside the {md_name} test sources, not counted")
-    notes += _missing_notes(scores, f"{vtab_name} tasks")
-    return render_grid(["part", "source / task"] + runs, rows, notes, fmt)
+        for preset, count in md.other_presets.items():
+            notes.append(f"  {run}: {count} {preset} test episodes, not counted ({md_name} only)")
+    notes += _missing_notes(list({score.run: score for score in scores}.values()), f"{vtab_name} tasks")
+    if paired:
+        notes.append(f"{vtab_name} side of " + ", ".join(f"{report.labels.get(run, run)}: {vtab_run}"
+                                                      for run, vtab_run in paired.items()))
+    if report.labels_note:
+        notes.append(report.labels_note)
+    header = ["part", "source / task"] + [report.labels.get(run, run) for run in runs]
+    return render_grid(header, rows, notes, fmt)
 
 
 def vtab_md_report_json(report: VtabMdReport) -> dict[str, Any]:
@@ -286,13 +346,17 @@ def vtab_md_report_json(report: VtabMdReport) -> dict[str, Any]:
         },
         "runs": report.runs,
         "configs": report.configs,
+        "learners": report.learners,
+        "labels": report.labels,
         "scores": {
             run: {
+                "vtab_run": report.vtab_runs.get(run, run),
                 "md": {
                     "sources": {s: {"mean_accuracy": e.mean, "ci95": e.ci95, "episodes": e.episodes}
                                 for s, e in report.md[run].sources.items()},
                     "overall": report.md[run].overall.to_json(),
                     "ignored": list(report.md[run].ignored),
+                    "other_presets": report.md[run].other_presets,
                 },
                 "vtab": _score_json(report.vtab[run]),
             }
