@@ -33,7 +33,15 @@ operations (``clients.torch.adaptation``, ``clients.tf.adaptation``).
   outer gradient flowing through that initialisation into the backbone.
 
 ``--eval-learner`` names another head for the validation and test episodes: the inference-only
-variants are ``--model baseline --eval-learner protonet|matchingnet|protomaml``.
+variants are ``--model baseline --eval-learner protonet|matchingnet|protomaml``; VTAB+MD's
+transfer learners are test-time procedures only (``TRANSFER_LEARNERS``):
+
+- ``md-transfer``: MD-Transfer (VTAB+MD section 4.1): Finetune's loop with a cosine head x10
+  under weight norm, TF1's Adam at 0.01 for 100 steps on all layers, the whole support set each step.
+- ``bit-md``: BiT's transfer heuristic on MD-v2 (VTAB+MD section 4.2, BiT-HyperRule for small
+  sets): a zeroed linear head and all layers, SGD with momentum 0.9 at 0.003 under the rule's
+  warm-up and decays, 500 steps of batches of 512 drawn from the support set, the mean loss,
+  at 224 px.
 """
 
 from __future__ import annotations
@@ -75,7 +83,7 @@ ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON = 0.9, 0.999, 1e-8
 HEAD_STDDEV, HEAD_BIAS = 0.1, 0.1
 """models/functional_backbones.py weight_variable (truncated normal) and bias_variable (constant)."""
 MODELS = tuple(LEARNERS)
-EPISODE_HEADS = ("protonet", "matchingnet", "knn", "finetune", "maml", "protomaml")
+EPISODE_HEADS = ("protonet", "matchingnet", "knn", "finetune", "maml", "protomaml", "md-transfer", "bit-md")
 """The heads an episode can be classified with (``--eval-learner``)."""
 
 
@@ -157,24 +165,102 @@ def adapted_query_logits(adaptation: Adaptation, loop: InnerLoop, training: bool
     return adaptation.query_logits(weights, head)
 
 
-# ---- the Finetune baseline's episode: once, for both frameworks ----------------------------------
+# ---- the Finetune baseline's episode and the transfer learners': once, for both frameworks -------
+
+
+@dataclass(frozen=True)
+class Classifier:
+    """A linear head's form (the reference's ``linear_classifier``): plain (``f W^T + b``);
+    cosine (the features and, without weight norm, W's rows L2-normalised, the logits times
+    ``multiplier``; no bias); and/or weight-normalised (W = g v / ||v||, g learned)."""
+
+    cosine: bool = False
+    multiplier: float = 1.0
+    weight_norm: bool = False
+
+    def describe(self) -> str:
+        form = f"cosine x{self.multiplier:g}" if self.cosine else "linear"
+        return form + (" + weight norm" if self.weight_norm else "")
+
+
+LINEAR = Classifier()
+WEIGHT_NORM_INIT_EPSILON = 1e-10
+"""The data-dependent init's g = 1 / sqrt(var + epsilon) (functional_classifiers.py)."""
+CLASSIFIER_EPSILON = 1e-3
+"""``linear_classifier_forward_pass``'s ``tf.nn.l2_normalize`` epsilon (on the squared norm)."""
+SCHEDULES = ("constant", "bit")
+OPTIMIZERS = ("sgd", "adam", "momentum")
 
 
 @dataclass(frozen=True)
 class Finetuning:
-    """The Finetune baseline's test-time training as a run's flags set it."""
+    """Test-time training of a new head per episode (and, with ``all_layers``, a copy of the
+    backbone): the Finetune baseline's, MD-Transfer's and BiT's recipes."""
 
     steps: int         # --finetune-steps
-    lr: float          # --finetune-lr
-    adam: bool         # --finetune-optimizer adam (else plain SGD)
+    lr: float          # --finetune-lr (the base rate under a schedule)
+    optimizer: str     # sgd (the reference's plain step), adam (TF1's, new moments per episode), momentum
     all_layers: bool   # --finetune-all-layers
+    classifier: Classifier = LINEAR
+    zero_head: bool = False  # BiT's new head starts at zero (else drawn as the reference draws one)
+    summed: bool = True      # the reference minimises the per-example loss vector: its gradient is the sum
+    batch: int | None = None  # BiT: each step a batch of this many support examples (else the whole support set)
+    schedule: str = "constant"
+    momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"finetune optimizer: got {self.optimizer!r}, expected one of {', '.join(OPTIMIZERS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"finetune schedule: got {self.schedule!r}, expected one of {', '.join(SCHEDULES)}")
+
+    def lr_at(self, step: int) -> float:
+        """The rate of step ``step`` (from 1). ``bit``: BiT-HyperRule's schedule for under 20k
+        examples (bit_hyperrule.py, 500 steps: linear warm-up over the first 100, counted from
+        0 as BiT's loop counts, then the rate divided by 10 after steps 200, 300 and 400),
+        scaled to ``steps``."""
+        if self.schedule == "constant":
+            return self.lr
+        count = step - 1
+        warmup = self.steps / 5
+        if count < warmup:
+            return self.lr * count / warmup
+        return self.lr * 0.1 ** sum(count > self.steps * k / 5 for k in (2, 3, 4))
+
+
+TRANSFER_LEARNERS: dict[str, Finetuning] = {
+    # VTAB+MD section 4.1 and learn/gin/metadataset_v2/best/baselinefinetune_*.gin: the whole episode,
+    # a cosine head x10 with weight norm, Adam at a constant 0.01, 100 updates, all layers
+    "md-transfer": Finetuning(100, 0.01, "adam", True, Classifier(cosine=True, multiplier=10.0, weight_norm=True)),
+    # VTAB+MD section 4.2 and BiT's HyperRule for MD-v2: SGD with momentum 0.9 at 0.003, 500 steps,
+    # the head zeroed, the mean loss over batches of 512, the warm-up and decays of its schedule
+    "bit-md": Finetuning(500, 0.003, "momentum", True, LINEAR, zero_head=True, summed=False, batch=512,
+                         schedule="bit"),
+}
+"""VTAB+MD's transfer learners, as test-time procedures on any backbone (``--eval-learner``, ``evaluate``)."""
+BIT_IMAGE_SIZE = 224
+"""VTAB+MD runs BiT on MD-v2 at a fixed 224 x 224."""
+IMAGE_SIZES = {"bit-md": BIT_IMAGE_SIZE}
+"""The image side a test-time learner fixes (others take the run's)."""
+FINETUNING = ("finetune", *TRANSFER_LEARNERS)
+"""The heads that train a new classifier on each episode (``Finetuning``)."""
+
+
+def classifier_of(args: Any) -> Classifier:
+    """The run's ``--classifier``, ``--cosine-multiplier`` and ``--weight-norm``."""
+    return Classifier(args.classifier == "cosine", args.cosine_multiplier, args.weight_norm)
 
 
 def finetuning(args: Any, head: str) -> Finetuning | None:
+    """The test-time training of an episode classified by ``head``: the Finetune baseline's
+    from the run's flags (its new head of the run's classifier form), a transfer learner's
+    fixed recipe; None for a head that trains nothing."""
+    if head in TRANSFER_LEARNERS:
+        return TRANSFER_LEARNERS[head]
     if head != "finetune":
         return None
-    return Finetuning(args.finetune_steps, args.finetune_lr, args.finetune_optimizer == "adam",
-                      args.finetune_all_layers)
+    return Finetuning(args.finetune_steps, args.finetune_lr, args.finetune_optimizer, args.finetune_all_layers,
+                      classifier_of(args))
 
 
 def finetune_head(dim: int, ways: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -190,15 +276,59 @@ def finetune_head(dim: int, ways: int, seed: int) -> tuple[np.ndarray, np.ndarra
     return weight.astype(np.float32), np.full(ways, HEAD_BIAS, np.float32)
 
 
+WEIGHT_NORM_STDDEV = 0.05
+"""functional_classifiers.py: a weight-normalised head's directions start normal, sigma 0.05."""
+
+
+def initial_head(settings: Finetuning, dim: int, ways: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An episode's new head (W [ways, dim], b [ways], g [ways]), from ``seed`` alone. A
+    weight-normalised head starts as the reference's per-episode reset leaves it: directions
+    normal of sigma 0.05, g = 1, b = 0 (its data-dependent init of g and b runs once per
+    session there, on the first episode only, so every later episode starts here; starting
+    every episode here keeps episodes independent of their order)."""
+    gain = np.ones(ways, np.float32)
+    if settings.zero_head:
+        return np.zeros((ways, dim), np.float32), np.zeros(ways, np.float32), gain
+    if settings.classifier.weight_norm:
+        weight = np.random.default_rng(seed).normal(0.0, WEIGHT_NORM_STDDEV, (ways, dim)).astype(np.float32)
+        return weight, np.zeros(ways, np.float32), gain
+    weight, bias = finetune_head(dim, ways, seed)
+    return weight, bias, gain
+
+
+BATCH_STREAM = 1
+"""The draw of ``support_batches`` from an episode's seed: apart from its head's."""
+
+
+def support_batches(support: int, batch: int, steps: int, seed: int) -> np.ndarray:
+    """[steps, batch] support indices: the support set in a new random order per pass, passes
+    end to end, cut into batches (BiT's fixed batch over a small set: an image can appear
+    twice in one batch)."""
+    rng = np.random.default_rng([seed, BATCH_STREAM])
+    passes = max(1, -(-steps * batch // support))
+    order = np.concatenate([rng.permutation(support) for _ in range(passes)])
+    return order[:steps * batch].reshape(steps, batch)
+
+
+def finetune_inputs(settings: Finetuning, dim: int, ways: int, support: int, seed: int
+                    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray | None]:
+    """What an episode's test-time training draws, from its seed alone (NumPy, so both
+    frameworks and every caller draw the same): the new head and, for a batched recipe, the
+    support rows of each step."""
+    rows = None if settings.batch is None else support_batches(support, settings.batch, settings.steps, seed)
+    return initial_head(settings, dim, ways, seed), rows
+
+
 class Finetunable(Protocol):
-    """What a framework supplies for one Finetune episode (the head as in ``Adaptation``)."""
+    """What a framework supplies for one episode's test-time training; a head is (W, b, g)
+    (``initial_head``) classified by ``settings.classifier``."""
 
     def initial_weights(self) -> list[Any]: ...
     def support_features(self) -> Any: ...
-    def summed_gradients(self, weights: list[Any] | None, features: Any, head: tuple[Any, Any]
-                         ) -> tuple[list[Any], tuple[Any, Any]]: ...
+    def head_gradients(self, weights: list[Any] | None, features: Any, head: tuple[Any, ...], settings: Finetuning,
+                       rows: Any | None) -> tuple[list[Any], tuple[Any, ...]]: ...
     def batch_norm_parameters(self) -> list[bool]: ...
-    def query_alone_logits(self, weights: list[Any], head: tuple[Any, Any]) -> Any: ...
+    def query_alone_logits(self, weights: list[Any], head: tuple[Any, ...], settings: Finetuning) -> Any: ...
 
 
 def tf1_adam(values: Sequence[Any], gradients: Sequence[Any], moments: list[tuple[Any, Any]], step: int,
@@ -215,25 +345,41 @@ def tf1_adam(values: Sequence[Any], gradients: Sequence[Any], moments: list[tupl
     return new_values, new_moments
 
 
-def finetuned_query_logits(finetunable: Finetunable, settings: Finetuning, head: tuple[Any, Any]) -> Any:
-    """The query logits of one episode after ``BaselineFinetuneLearner.compute_logits``'s
-    finetuning from the new ``head`` (``finetune_head``, as the framework's tensors), nothing of
-    which outlives the episode."""
+def momentum_step(values: Sequence[Any], gradients: Sequence[Any], velocities: list[Any], lr: float,
+                  momentum: float) -> tuple[list[Any], list[Any]]:
+    """One step of SGD with momentum as torch's ``SGD`` and TF's ``MomentumOptimizer`` take it
+    (v = m v + g, theta - lr v; v starts at zero)."""
+    velocities = [momentum * velocity + gradient for velocity, gradient in zip(velocities, gradients, strict=True)]
+    return [value - lr * velocity for value, velocity in zip(values, velocities, strict=True)], velocities
+
+
+def finetuned_query_logits(finetunable: Finetunable, settings: Finetuning, head: tuple[Any, ...],
+                           rows: Any | None = None) -> Any:
+    """The query logits of one episode after test-time training from the new ``head``
+    (``initial_head``, as the framework's tensors; ``BaselineFinetuneLearner.compute_logits``
+    for the Finetune baseline and MD-Transfer), nothing of which outlives the episode.
+    ``rows``: ``support_batches``'s indices (as the framework's tensor) where ``settings.batch``."""
     weights = finetunable.initial_weights()
     features = None if settings.all_layers else finetunable.support_features()
     trained = list(head) + (weights if settings.all_layers else [])
-    moments = [(0.0 * t, 0.0 * t) for t in trained]
-    frozen = [False, False] + (finetunable.batch_norm_parameters() if settings.all_layers else [])
+    slots = [(0.0 * t, 0.0 * t) for t in trained]
+    frozen = [False] * len(head) + (finetunable.batch_norm_parameters() if settings.all_layers else [])
     for step in range(1, settings.steps + 1):
-        weight_gradients, head_gradients = finetunable.summed_gradients(
-            weights if settings.all_layers else None, features, head)
+        weight_gradients, head_gradients = finetunable.head_gradients(
+            weights if settings.all_layers else None, features, head, settings,
+            None if rows is None else rows[step - 1])
         gradients = [*head_gradients, *(weight_gradients if settings.all_layers else [])]
-        if settings.adam:
-            trained, moments = tf1_adam(trained, gradients, moments, step, settings.lr)
+        lr = settings.lr_at(step)
+        if settings.optimizer == "adam":
+            trained, slots = tf1_adam(trained, gradients, slots, step, lr)
+        elif settings.optimizer == "momentum":
+            trained, velocities = momentum_step(trained, gradients, [first for first, _ in slots], lr,
+                                                settings.momentum)
+            slots = [(velocity, velocity) for velocity in velocities]
         else:  # gradient_descent_step: no step for the batch norms' scale and offset
-            trained = [value if skip else value - settings.lr * gradient
+            trained = [value if skip else value - lr * gradient
                        for value, gradient, skip in zip(trained, gradients, frozen, strict=True)]
-        head = (trained[0], trained[1])
+        head = tuple(trained[:len(head)])
         if settings.all_layers:
-            weights = trained[2:]
-    return finetunable.query_alone_logits(weights, head)
+            weights = trained[len(head):]
+    return finetunable.query_alone_logits(weights, head, settings)

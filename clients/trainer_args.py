@@ -39,8 +39,9 @@ from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
-from clients.md_learners import (ADAPTING, EPISODE_HEADS, FINETUNE_LR, FINETUNE_STEPS, MAML_ALPHA, MAML_EVAL_STEPS,
-                                 MAML_STEPS, MODELS, episodic)
+from clients.md_learners import OPTIMIZERS as FINETUNE_OPTIMIZERS
+from clients.md_learners import (ADAPTING, BIT_IMAGE_SIZE, EPISODE_HEADS, FINETUNE_LR, FINETUNE_STEPS, MAML_ALPHA,
+                                 MAML_EVAL_STEPS, MAML_STEPS, MODELS, episodic)
 from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
@@ -162,6 +163,38 @@ def batch_norm_option(default: str | None, scope: str = "", **record: Any) -> Op
                        "together in training, running averages at test); clients/batch_norm.py")
 
 
+ADAPTATION_GROUP = OptionGroup("test-time adaptation (maml, protomaml, finetune)", (
+    option("--maml-steps", type=int_at_least(0), default=MAML_STEPS, metavar="N", **_RESULT,
+           help="maml, protomaml: inner SGD steps on each training episode's support set"),
+    option("--maml-eval-steps", type=int_at_least(0), default=MAML_EVAL_STEPS, metavar="N", **_RESULT,
+           help="maml, protomaml: inner steps added at validation and test"),
+    option("--maml-alpha", type=positive_float, default=MAML_ALPHA, metavar="A", **_RESULT,
+           help="maml, protomaml: the inner steps' size"),
+    option("--finetune-steps", type=int_at_least(0), default=FINETUNE_STEPS, metavar="N", **_RESULT,
+           help="finetune: steps of a new head (and the backbone, --finetune-all-layers) on each "
+                "validation and test episode's support set"),
+    option("--finetune-lr", type=positive_float, default=FINETUNE_LR, metavar="LR", **_RESULT,
+           help="finetune: their learning rate"),
+    option("--finetune-optimizer", choices=FINETUNE_OPTIMIZERS, default="sgd", **_RESULT,
+           help="finetune: plain SGD (the reference's step, the batch norms' scale and offset kept), TF1's "
+                "Adam (new moments in every episode) or SGD with momentum 0.9"),
+    option("--finetune-all-layers", action=argparse.BooleanOptionalAction, default=False, **_RESULT,
+           help="finetune: train the backbone too (a copy per episode), not the head alone"),
+    option("--classifier", choices=("linear", "cosine"), default="linear", **_RESULT,
+           help="baseline, knn, finetune: the form of the training head and of finetune's new head of each "
+                "episode: linear (f W + b) or cosine (the cosine of f and each class's weights, times "
+                "--cosine-multiplier; no bias)"),
+    option("--cosine-multiplier", type=positive_float, default=1.0, metavar="M", **_RESULT,
+           help="--classifier cosine: the logits' scale"),
+    option("--weight-norm", action=argparse.BooleanOptionalAction, default=False, **_RESULT,
+           help="baseline, knn, finetune: a weight-normalised head, W = g v / |v| with g learned (with cosine, only "
+                "the features are normalised); g, and a linear head's bias, initialised from the first training "
+                "batch's features; finetune's new heads start at g = 1, b = 0"),
+))
+"""The MAML family's inner loop and the Finetune baseline's test-time training: declared once, in
+``train``'s model group and ``evaluate``'s adapting learners (its own defaults, ``clients.evaluate_args``)."""
+
+
 def train_groups(framework: str) -> tuple[OptionGroup, ...]:
     """The train command's options of ``framework`` (``--compile``: torch only)."""
     compile_option = () if framework != "torch" else (
@@ -200,21 +233,7 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="classify the validation and test episodes with this learner's head instead of the "
                         "model's own (MD's inference-only variants: --model baseline --eval-learner "
                         "protonet|matchingnet|protomaml)"),
-            option("--maml-steps", type=int_at_least(0), default=MAML_STEPS, metavar="N", **_RESULT,
-                   help="maml, protomaml: inner SGD steps on each training episode's support set"),
-            option("--maml-eval-steps", type=int_at_least(0), default=MAML_EVAL_STEPS, metavar="N", **_RESULT,
-                   help="maml, protomaml: inner steps added at validation and test"),
-            option("--maml-alpha", type=positive_float, default=MAML_ALPHA, metavar="A", **_RESULT,
-                   help="maml, protomaml: the inner steps' size"),
-            option("--finetune-steps", type=int_at_least(0), default=FINETUNE_STEPS, metavar="N", **_RESULT,
-                   help="finetune: steps of a new head (and the backbone, --finetune-all-layers) on each "
-                        "validation and test episode's support set"),
-            option("--finetune-lr", type=positive_float, default=FINETUNE_LR, metavar="LR", **_RESULT,
-                   help="finetune: their learning rate"),
-            option("--finetune-optimizer", choices=("sgd", "adam"), default="sgd", **_RESULT,
-                   help="finetune: plain SGD or TF1's Adam (new moments in every episode)"),
-            option("--finetune-all-layers", action="store_true", **_RESULT,
-                   help="finetune: train the backbone too (a copy per episode), not the head alone"),
+            *ADAPTATION_GROUP.options,
             option("--train-episodes", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
                    help="protonet, matchingnet, maml, protomaml: training episodes (indices 0..T-1)"),
             option("--train-steps", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
@@ -330,6 +349,10 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"argument --validate-sources: got {' '.join(args.validate_sources)}, expected each source once")
     check_server_group(parser, args)
     check_backbone_group(parser, args, MD_IMAGE_SIZE)
+    if BIT_IMAGE_SIZE != args.image_size and "bit-md" in (args.model, args.eval_learner):
+        parser.error(f"argument --eval-learner: got bit-md at --image-size {args.image_size}, but VTAB+MD runs BiT's "
+                     f"heuristic at {BIT_IMAGE_SIZE} px; expected --image-size {BIT_IMAGE_SIZE} (or evaluate "
+                     "--md-learners bit-md, which fetches its own episodes)")
 
 
 def parse_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:

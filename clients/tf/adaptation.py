@@ -1,4 +1,4 @@
-"""The MAML family's and the Finetune baseline's episodes in TensorFlow: ``clients.md_learners``'s
+"""The MAML family's, the Finetune baseline's and the transfer learners' episodes in TensorFlow: ``clients.md_learners``'s
 ``Adaptation`` and ``Finetunable`` over explicit weights (Keras's ``stateless_call``), so the
 loops of ``md_learners`` run as in torch (``clients.torch.adaptation`` says how an episode is laid out).
 
@@ -15,7 +15,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from clients.md_learners import Finetuning
 from clients.tf.layers import all_layers, episode_norm
+from clients.tf.models import classifier_logits
 
 
 class TFAdaptation:
@@ -74,30 +76,38 @@ class TFAdaptation:
     def support_features(self) -> tf.Tensor:
         return tf.stop_gradient(self._embed(self.initial_weights(), self.support, tf.constant(0)))
 
-    def summed_gradients(self, weights: list[tf.Tensor] | None, features: tf.Tensor | None,
-                         head: tuple[Any, Any]) -> tuple[list[tf.Tensor], tuple[Any, Any]]:
-        weight, bias = head
-        sources = [*(weights or []), weight, bias]
+    def head_gradients(self, weights: list[tf.Tensor] | None, features: tf.Tensor | None,
+                       head: tuple[Any, ...], settings: Finetuning, rows: tf.Tensor | None
+                       ) -> tuple[list[tf.Tensor], tuple[Any, ...]]:
+        """As ``clients.torch.adaptation.TorchAdaptation.head_gradients``."""
+        sources = [*(weights or []), *head]
+        labels = self.support_labels if rows is None else tf.gather(self.support_labels, rows)
         with tf.GradientTape() as tape:
             tape.watch(sources)
             if weights is not None:
-                features = self._embed(weights, self.support, tf.constant(0))
-            logits = tf.matmul(features, weight, transpose_b=True) + bias
-            one_hot = tf.one_hot(self.support_labels, self.ways, dtype=logits.dtype)
-            loss = -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=1))
+                images = self.images[:self.support] if rows is None else tf.gather(self.images, rows)
+                with episode_norm(self.backbone, self.batch_norm, tf.shape(images)[0], tf.constant(0), self.padded):
+                    fixed = [v.value for v in self.backbone.non_trainable_variables]
+                    features, _ = self.backbone.stateless_call(weights, fixed, images, training=self.training)
+                features = tf.cast(features, tf.float32)
+            elif rows is not None:
+                features = tf.gather(features, rows)
+            logits = classifier_logits(features, head, settings.classifier)
+            one_hot = tf.one_hot(labels, self.ways, dtype=logits.dtype)
+            losses = -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=1), axis=1)
+            loss = tf.reduce_sum(losses) if settings.summed else tf.reduce_mean(losses)
         found = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return found[:-2], (found[-2], found[-1])
+        return found[:-len(head)], tuple(found[-len(head):])
 
     def batch_norm_parameters(self) -> list[bool]:
         norms = {id(v) for layer in all_layers(self.backbone) if isinstance(layer, keras.layers.BatchNormalization)
                  for v in layer.trainable_weights}
         return [id(v) in norms for v in self.backbone.trainable_variables]
 
-    def query_alone_logits(self, weights: list[tf.Tensor], head: tuple[Any, Any]) -> tf.Tensor:
-        weight, bias = head
+    def query_alone_logits(self, weights: list[tf.Tensor], head: tuple[Any, ...], settings: Finetuning) -> tf.Tensor:
         with episode_norm(self.backbone, self.batch_norm, self.query, tf.constant(0), self.padded):
             fixed = [v.value for v in self.backbone.non_trainable_variables]
             rows = self.images[self.support:self.support + self.query]
             embedded, _ = self.backbone.stateless_call(weights, fixed, rows, training=self.training)
-        return tf.matmul(tf.cast(embedded, tf.float32), weight, transpose_b=True) + bias
+        return classifier_logits(tf.cast(embedded, tf.float32), head, settings.classifier)
 

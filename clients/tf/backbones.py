@@ -296,7 +296,8 @@ def assign_neutral_head(head: keras.Model, backbone: str, image_size: int, array
         weight = chw_to_hwc_rows(weight, 64, side)
     dense = head.get_layer("logits")
     dense.kernel.assign(keras_value("linear", weight))
-    dense.bias.assign(np.asarray(arrays["linear.bias"], np.float32))
+    if dense.bias is not None:  # a cosine head has none
+        dense.bias.assign(np.asarray(arrays["linear.bias"], np.float32))
 
 
 def load_neutral(model: Any, spec: BackboneSpec, image_size: int) -> None:

@@ -54,8 +54,8 @@ from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, eval_head, finetune_head,
-                                 finetuned_query_logits, finetuning, inner_loop, md_learner)
+from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
+                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
@@ -185,7 +185,8 @@ class TFFramework(Framework):
             raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
         with self.strategy.scope() if self.strategy is not None else tf.device(self.device):
             tf.keras.utils.set_random_seed(derive_seed(args.seed, HEAD_SEED_NAME))
-            self.head = models.build_head(num_classes, self.loaded.out_dim) if num_classes else None
+            self.head = (models.build_head(num_classes, self.loaded.out_dim, classifier_of(args)) if num_classes
+                         else None)
             if self.head is not None and args.init_seed is not None:  # the same head as torch's
                 assign_neutral_head(self.head, args.backbone, args.image_size,
                                     neutral_head(self.loaded.out_dim, num_classes, args.init_seed))
@@ -372,24 +373,28 @@ class TFFramework(Framework):
         return run
 
     def _finetuned_evaluator(self, settings: Finetuning) -> Callable[[EpisodeArrays], tuple[float, np.ndarray]]:
-        """(loss, predictions) of an episode after the Finetune baseline's training of a new head
-        (drawn here, from the episode's index, as torch's); nothing kept."""
-        head = [tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None,), tf.float32)]
+        """(loss, predictions) of an episode after its test-time training from a new head (drawn
+        here, from the episode's index, as torch's, with its batches); nothing kept."""
+        head = [tf.TensorSpec((None, None), tf.float32), tf.TensorSpec((None,), tf.float32),
+                tf.TensorSpec((None,), tf.float32)]
+        rows_spec = [] if settings.batch is None else [tf.TensorSpec((None, None), tf.int64)]
 
-        @tf.function(input_signature=[*self._episode_signature(), *head])
+        @tf.function(input_signature=[*self._episode_signature(), *head, *rows_spec])
         def evaluate(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
-                     weight: tf.Tensor, bias: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                     weight: tf.Tensor, bias: tf.Tensor, gain: tf.Tensor, *rows: tf.Tensor
+                     ) -> tuple[tf.Tensor, tf.Tensor]:
             logits = finetuned_query_logits(self._adaptation(images, labels, support, query, ways, self.buckets),
-                                            settings, (weight, bias))
+                                            settings, (weight, bias, gain), rows[0] if rows else None)
             return models.episode_loss(logits, labels[support:support + query]), tf.argmax(logits, 1)
 
         def run(episode: EpisodeArrays) -> tuple[float, np.ndarray]:
             assert self.loaded is not None
             packed = pack_episode(episode, self.ladder(episode) if self.buckets else None)
-            weight, bias = finetune_head(self.loaded.out_dim, packed.ways,
-                                         derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, episode.index))
+            drawn, rows = finetune_inputs(settings, self.loaded.out_dim, packed.ways, packed.support,
+                                          derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, episode.index))
             loss, predicted = evaluate(packed.images, packed.labels, np.int32(packed.support),
-                                       np.int32(packed.query), np.int32(packed.ways), weight, bias)
+                                       np.int32(packed.query), np.int32(packed.ways), *drawn,
+                                       *([] if rows is None else [rows]))
             return float(loss), predicted.numpy()
 
         return run
@@ -398,7 +403,10 @@ class TFFramework(Framework):
         """``loss`` plus MD's L2 regulariser of the kernels (``--weight-decay``; ``clients.recipe``)."""
         if not self.args.weight_decay:
             return loss
-        kernels = [v for v in self.trainable if decayed(tuple(v.shape))]
+        kernels = [v for v in self.backbone.trainable_variables if decayed(tuple(v.shape))]
+        if self.head is not None:
+            logits = self.head.get_layer("logits")
+            kernels += logits.decayed_kernels() if isinstance(logits, models.ClassifierLayer) else [logits.kernel]
         return loss + self.args.weight_decay * tf.add_n([tf.reduce_sum(tf.square(v)) for v in kernels])
 
     def _replica_loss(self, loss: tf.Tensor) -> tf.Tensor:
@@ -452,6 +460,7 @@ class TFFramework(Framework):
         with self._placement():
             if isinstance(item, Batch):
                 self.shapes.add(tuple(item.images.shape))
+                self._initialise_head(item.images)
                 loss, accuracy = self._step(item.images, np.asarray(item.labels, dtype=np.int64))
             else:
                 packed: PackedEpisode = item if isinstance(item, PackedEpisode) else self.stage(item)
@@ -459,6 +468,27 @@ class TFFramework(Framework):
                 loss, accuracy = self._step(packed.images, packed.labels, np.int32(packed.support),
                                             np.int32(packed.query), np.int32(packed.ways))
         return loss, accuracy  # read when a progress line needs them
+
+    def _initialise_head(self, images: np.ndarray) -> None:
+        """A weight-normalised head's data-dependent init from the first training batch, as
+        torch's (``clients.torch.md_train``): training-mode features, the batch norms' moving
+        statistics put back, the values averaged over the workers."""
+        assert self.head is not None
+        logits = self.head.get_layer("logits")
+        if not (isinstance(logits, models.ClassifierLayer) and logits.needs_initialising):
+            return
+        moving = [v.numpy() for v in self.backbone.non_trainable_variables]
+        features = self.backbone(to_model_input(images, self.preprocessing), training=True)
+        for variable, value in zip(self.backbone.non_trainable_variables, moving, strict=True):
+            variable.assign(value)
+        workers = self.world_size
+
+        def average(value: tf.Tensor) -> tf.Tensor:
+            if workers == 1:
+                return value
+            return tf.add_n([tf.constant(v) for v in self.all_gather(value.numpy())]) / workers
+
+        logits.initialise(features, average)
 
     def evaluate(self, episode: EpisodeArrays) -> tuple[Any, float]:
         with tf.device(self.device):

@@ -54,12 +54,14 @@ is MEAN), so every worker holds the same ones and they see every worker's episod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 from clients.backbone_contract import MD_BACKBONES
 from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
+from clients.md_learners import CLASSIFIER_EPSILON, LINEAR, WEIGHT_NORM_INIT_EPSILON, Classifier
 from clients.tf.layers import RowBatchNormalization, episode_batch_norms, episode_norm, valid_rows
 from clients.tf.md_backbones import build_md_backbone
 
@@ -212,10 +214,60 @@ def build_backbone(name: str, image_size: int) -> keras.Model:
     raise ValueError(f"backbone: got {name!r}, expected one of {', '.join(BACKBONES)}")
 
 
-def build_head(num_classes: int, embedding_dim: int) -> keras.Model:
-    """The baseline's linear classifier over the embedding."""
+class ClassifierLayer(keras.layers.Layer):
+    """The batch learners' training head of the form ``classifier``, as
+    ``clients.torch.models.LinearHead``: a Dense-like ``kernel`` [D, C] and ``bias`` (none for
+    cosine), and under weight norm a ``gain`` and the ``initialised`` flag of its
+    data-dependent init (``initialise``)."""
+
+    def __init__(self, num_classes: int, classifier: Classifier, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.num_classes, self.classifier = num_classes, classifier
+
+    def build(self, input_shape: Any) -> None:
+        dim = int(input_shape[-1])
+        self.kernel = self.add_weight(name="kernel", shape=(dim, self.num_classes), initializer="glorot_uniform")
+        self.bias = (None if self.classifier.cosine else
+                     self.add_weight(name="bias", shape=(self.num_classes,), initializer="zeros"))
+        if self.classifier.weight_norm:
+            self.gain = self.add_weight(name="gain", shape=(self.num_classes,), initializer="ones")
+            self.initialised = self.add_weight(name="initialised", shape=(), dtype="int64", initializer="zeros",
+                                               trainable=False)
+
+    @property
+    def needs_initialising(self) -> bool:
+        return self.classifier.weight_norm and not int(self.initialised.numpy())
+
+    def initialise(self, features: tf.Tensor, average: Callable[[tf.Tensor], tf.Tensor] | None = None) -> None:
+        """As ``clients.torch.models.LinearHead.initialise``; ``average`` the mean over the workers."""
+        directions = tf.math.l2_normalize(tf.transpose(self.kernel), axis=1, epsilon=0.0)
+        outputs = tf.matmul(tf.cast(features, tf.float32), directions, transpose_b=True)
+        mean, variance = tf.nn.moments(outputs, axes=[0])
+        gain = tf.math.rsqrt(variance + WEIGHT_NORM_INIT_EPSILON)
+        values = [gain] if self.bias is None else [gain, -mean * gain]
+        if average is not None:
+            values = [average(value) for value in values]
+        self.gain.assign(values[0])
+        if self.bias is not None:
+            self.bias.assign(values[1])
+        self.initialised.assign(1)
+
+    def call(self, features: tf.Tensor) -> tf.Tensor:
+        bias = self.bias if self.bias is not None else tf.zeros(())
+        gain = self.gain if self.classifier.weight_norm else tf.ones(())
+        return classifier_logits(features, (tf.transpose(self.kernel), bias, gain), self.classifier)
+
+    def decayed_kernels(self) -> list[Any]:
+        return [] if self.classifier.weight_norm else [self.kernel]
+
+
+def build_head(num_classes: int, embedding_dim: int, classifier: Classifier = LINEAR) -> keras.Model:
+    """The batch learners' classifier over the embedding: a Dense layer, or a ``ClassifierLayer``
+    for the other forms."""
     inputs = keras.Input(shape=(embedding_dim,), dtype="float32", name="embedding")
-    return keras.Model(inputs, keras.layers.Dense(num_classes, name="logits")(inputs), name="head")
+    layer = (keras.layers.Dense(num_classes, name="logits") if classifier == LINEAR else
+             ClassifierLayer(num_classes, classifier, name="logits"))
+    return keras.Model(inputs, layer(inputs), name="head")
 
 
 def prototype_logits(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, ways: tf.Tensor) -> tf.Tensor:
@@ -258,6 +310,20 @@ def nearest_neighbour_logits(support: tf.Tensor, support_labels: tf.Tensor, quer
     return tf.one_hot(tf.gather(support_labels, nearest), ways, dtype=query.dtype)
 
 
+def classifier_logits(features: tf.Tensor, head: Sequence[tf.Tensor], classifier: Classifier) -> tf.Tensor:
+    """Logits [N, ways] of a head (W, b, g) of the form ``classifier``, as
+    ``clients.torch.models.classifier_logits``."""
+    weight, bias, gain = head
+    if classifier.weight_norm:
+        weight = weight * (gain * tf.math.rsqrt(tf.reduce_sum(weight * weight, axis=1)))[:, None]
+    if not classifier.cosine:
+        return tf.matmul(features, weight, transpose_b=True) + bias
+    features = tf.math.l2_normalize(features, axis=1, epsilon=CLASSIFIER_EPSILON)
+    if not classifier.weight_norm:
+        weight = tf.math.l2_normalize(weight, axis=1, epsilon=CLASSIFIER_EPSILON)
+    return classifier.multiplier * tf.matmul(features, weight, transpose_b=True)
+
+
 EPISODE_HEADS = {"protonet": prototype_logits, "matchingnet": matching_logits, "knn": nearest_neighbour_logits}
 """Each episode head of ``clients.md_learners``, as ``clients.torch.models.EPISODE_HEADS``."""
 
@@ -275,5 +341,6 @@ def parameter_count(*models: keras.Model) -> int:
 
 
 __all__ = ["BACKBONES", "PaddedConv2D", "PaddedMaxPooling2D", "RowBatchNormalization", "build_backbone", "build_head",
+           "classifier_logits",
            "conv4", "episode_batch_norms", "episode_loss", "episode_norm", "parameter_count", "prototype_logits",
            "resnet18", "resnet50", "tiny", "valid_rows"]

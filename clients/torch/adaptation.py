@@ -1,4 +1,4 @@
-"""The MAML family's and the Finetune baseline's episodes in torch: ``clients.md_learners``'s
+"""The MAML family's, the Finetune baseline's and the transfer learners' episodes in torch: ``clients.md_learners``'s
 ``Adaptation`` and ``Finetunable`` over explicit weights (``torch.func.functional_call``), so
 ``md_learners.adapted_query_logits`` and ``finetuned_query_logits`` run the loops.
 
@@ -16,7 +16,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from clients.torch.models import episode_norm
+from clients.md_learners import Finetuning
+from clients.torch.models import classifier_logits, episode_norm
 
 
 class TorchAdaptation:
@@ -70,30 +71,39 @@ class TorchAdaptation:
         with torch.no_grad():
             return self._embed(self.initial_weights(), self.support, 0)
 
-    def summed_gradients(self, weights: list[torch.Tensor] | None, features: torch.Tensor | None,
-                         head: tuple[Any, Any]) -> tuple[list[torch.Tensor], tuple[Any, Any]]:
-        """The support set's summed cross-entropy's gradients (the reference minimises the
-        per-example vector): of the head, and of ``weights`` where given (else on ``features``)."""
-        weight, bias = (t.detach().requires_grad_() for t in head)
+    def head_gradients(self, weights: list[torch.Tensor] | None, features: torch.Tensor | None,
+                       head: tuple[Any, ...], settings: Finetuning, rows: torch.Tensor | None
+                       ) -> tuple[list[torch.Tensor], tuple[Any, ...]]:
+        """The support loss's gradients (summed over the examples, as the reference minimises the
+        per-example vector, or their mean, ``settings.summed``): of the head, and of ``weights``
+        where given (else on ``features``); over the support rows ``rows`` where given (a batch)."""
+        head = tuple(t.detach().requires_grad_() for t in head)
+        labels = self.support_labels if rows is None else self.support_labels[rows]
         with torch.enable_grad():
             if weights is not None:
                 weights = [w.detach().requires_grad_() for w in weights]
-                features = self._embed(weights, self.support, 0)
-            loss = F.cross_entropy(features @ weight.t() + bias, self.support_labels, reduction="sum")
-            found = torch.autograd.grad(loss, [*(weights or []), weight, bias], allow_unused=True)
-        gradients = [torch.zeros_like(t) if g is None else g
-                     for t, g in zip([*(weights or []), weight, bias], found, strict=True)]
-        return gradients[:-2], (gradients[-2], gradients[-1])
+                images = self.images[:self.support] if rows is None else self.images[rows]
+                with episode_norm(self.backbone, self.batch_norm, images.shape[0], 0):
+                    features = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
+                                               (images,)).float()
+            elif rows is not None:
+                features = features[rows]
+            logits = classifier_logits(features, head, settings.classifier)
+            loss = F.cross_entropy(logits, labels, reduction="sum" if settings.summed else "mean")
+            sources = [*(weights or []), *head]
+            found = torch.autograd.grad(loss, sources, allow_unused=True)
+        gradients = [torch.zeros_like(t) if g is None else g for t, g in zip(sources, found, strict=True)]
+        return gradients[:-len(head)], tuple(gradients[-len(head):])
 
     def batch_norm_parameters(self) -> list[bool]:
         norms = {id(p) for m in self.backbone.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
                  for p in m.parameters(recurse=False)}
         return [id(p) in norms for p in self.initial_weights()]
 
-    def query_alone_logits(self, weights: list[torch.Tensor], head: tuple[Any, Any]) -> torch.Tensor:
+    def query_alone_logits(self, weights: list[torch.Tensor], head: tuple[Any, ...], settings: Finetuning
+                           ) -> torch.Tensor:
         """The query rows embedded alone, their batch norms taking the query's own moments."""
-        weight, bias = head
         with episode_norm(self.backbone, self.batch_norm, self.query, 0):
             embedded = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
                                        (self.images[self.support:self.support + self.query],))
-        return embedded.float() @ weight.t() + bias
+        return classifier_logits(embedded.float(), head, settings.classifier)

@@ -65,8 +65,8 @@ from torch.nn.parallel import DistributedDataParallel
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head
-from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, eval_head, finetune_head,
-                                 finetuned_query_logits, finetuning, inner_loop, md_learner)
+from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
+                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed, learning_rate
 from clients.seeds import FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
@@ -224,10 +224,11 @@ class TorchFramework(Framework):
         if num_classes:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed(args.seed, HEAD_SEED_NAME))
-                self.head = LinearHead(self.loaded.out_dim, num_classes).to(device)
+                self.head = LinearHead(self.loaded.out_dim, num_classes, classifier_of(args)).to(device)
             if args.init_seed is not None:  # the same head as tf's (``init_weights.neutral_head``)
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
-                self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()})
+                self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()
+                                           if name in self.head.state_dict()}, strict=False)
         if resolve_compile(args.compile, args.backbone, self.backbone):
             self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device, batch_norm=args.batch_norm)
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
@@ -243,7 +244,8 @@ class TorchFramework(Framework):
                           if args.optimizer == "adam" else
                           torch.optim.SGD(self.parameters(), lr=args.lr,
                                           momentum=MOMENTUM if args.optimizer == "momentum" else 0.0))
-        self._decayed = [p for p in self.parameters() if decayed(tuple(p.shape))]  # --weight-decay's kernels
+        self._decayed = ([p for p in self.backbone.parameters() if decayed(tuple(p.shape))]  # --weight-decay's kernels
+                         + (self.head.decayed_kernels() if self.head is not None else []))
         if args.init_from is not None:  # the backbone only; a checkpoint in --checkpoint-dir still wins (restore)
             self.backbone.load_state_dict(self._init_state(args.init_from))
 
@@ -272,6 +274,19 @@ class TorchFramework(Framework):
     def _eager_embedding(self, images: torch.Tensor, support: int, query: int) -> torch.Tensor:
         with episode_norm(self.backbone, self.args.batch_norm, support, query):
             return self.backbone(self._input(images))
+
+    def _initialise_head(self, images: torch.Tensor) -> None:
+        """A weight-normalised head's data-dependent init from the first training batch's
+        features (training mode, as the reference's first pass); the batch norms' running
+        statistics are put back, so that batch still moves them once, in its step."""
+        assert self.head is not None
+        running = {name: value.clone() for name, value in self.backbone.named_buffers()}
+        with torch.no_grad():
+            features = self.trainee.embed(images, images.shape[0], 0)
+        with torch.no_grad():
+            for name, value in self.backbone.named_buffers():
+                value.copy_(running[name])
+        self.head.initialise(features)
 
     def parameters(self) -> list[nn.Parameter]:
         return list(self.backbone.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
@@ -398,6 +413,8 @@ class TorchFramework(Framework):
                 if not isinstance(item.images, torch.Tensor):  # not staged by the feed
                     item = self.stage(item)
                 images = item.images
+                if self.head.needs_initialising:
+                    self._initialise_head(images)
                 logits, labels = self._step_module(images, item.labels)
             elif self.train_loop is not None:
                 staged = self._staged(item)
@@ -440,15 +457,17 @@ class TorchFramework(Framework):
             self._in_flight.popleft().synchronize()
 
     def _finetuned(self, staged: StagedEpisode, settings: Finetuning, index: int) -> torch.Tensor:
-        """The query logits of the Finetune baseline's episode ``index`` (``md_learners.finetuned_query_logits``)."""
+        """The query logits of episode ``index`` after its test-time training
+        (``md_learners.finetuned_query_logits``; its head and batches drawn from its own seed)."""
         assert self.loaded is not None
         finetunable = TorchAdaptation(self.backbone, self._input(staged.images), staged.labels, staged.support,
                                       staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim)
-        weight, bias = finetune_head(self.loaded.out_dim, staged.ways,
+        head, rows = finetune_inputs(settings, self.loaded.out_dim, staged.ways, staged.support,
                                      derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, index))
-        head = (torch.from_numpy(weight).to(self.torch_device), torch.from_numpy(bias).to(self.torch_device))
-        with torch.no_grad():  # only the gradients of each step take a graph (``summed_gradients``)
-            return finetuned_query_logits(finetunable, settings, head)
+        device = self.torch_device
+        with torch.no_grad():  # only the gradients of each step take a graph (``head_gradients``)
+            return finetuned_query_logits(finetunable, settings, tuple(torch.from_numpy(t).to(device) for t in head),
+                                          None if rows is None else torch.from_numpy(rows).to(device))
 
     def _average_gradients(self) -> None:
         """The parameters' gradients: the mean over the ranks (one collective)."""

@@ -37,15 +37,17 @@ the valid rows' embeddings are the unpadded ones (up to float summation order).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+from torch import distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
 from clients.backbone_contract import MD_BACKBONES
 from clients.batch_norm import check_batch_norm
 from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
+from clients.md_learners import CLASSIFIER_EPSILON, LINEAR, WEIGHT_NORM_INIT_EPSILON, Classifier
 from clients.torch.layers import (EpisodeRows, GlobalAverage, RowBatchNorm2d, adopt_batch_norms, counted_batch_norm,
                                   counted_rows, episode_batch_norm, episode_norm, global_average, row_batch_norm,
                                   valid_rows)
@@ -252,6 +254,20 @@ EPISODE_HEADS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int
 labels, query embeddings, ways) -> logits."""
 
 
+def classifier_logits(features: torch.Tensor, head: Sequence[torch.Tensor], classifier: Classifier) -> torch.Tensor:
+    """Logits [N, ways] of a head (W [ways, D], b [ways], g [ways]) of the form ``classifier``
+    (``clients.md_learners.Classifier``; the reference's ``linear_classifier_forward_pass``)."""
+    weight, bias, gain = head
+    if classifier.weight_norm:
+        weight = weight * (gain * torch.rsqrt((weight * weight).sum(1))).unsqueeze(1)
+    if not classifier.cosine:
+        return features @ weight.t() + bias
+    features = features * torch.rsqrt((features * features).sum(1, keepdim=True).clamp_min(CLASSIFIER_EPSILON))
+    if not classifier.weight_norm:
+        weight = weight * torch.rsqrt((weight * weight).sum(1, keepdim=True).clamp_min(CLASSIFIER_EPSILON))
+    return classifier.multiplier * (features @ weight.t())
+
+
 class ProtoNet(nn.Module):
     """A backbone used as an episodic learner's embedding (support and query in one pass), its
     batch norms normalising each episode as ``batch_norm`` says (``clients.batch_norm``), the
@@ -297,14 +313,53 @@ class ProtoNet(nn.Module):
 
 
 class LinearHead(nn.Module):
-    """Classifier over the union of the training classes (the baseline's training head)."""
+    """Classifier over the union of the training classes (the batch learners' training head),
+    of the form ``classifier`` (``clients.md_learners.Classifier``: plain, cosine, weight-normalised).
+    A weight-normalised head's g (and, plain, its bias) waits for ``initialise``: the
+    reference's data-dependent init from the first training batch; ``initialised`` keeps that
+    it happened (checkpointed, so a resumed run does not redo it)."""
 
-    def __init__(self, in_dim: int, num_classes: int) -> None:
+    def __init__(self, in_dim: int, num_classes: int, classifier: Classifier = LINEAR) -> None:
         super().__init__()
-        self.linear = nn.Linear(in_dim, num_classes)
+        self.classifier = classifier
+        self.linear = nn.Linear(in_dim, num_classes, bias=not classifier.cosine)
+        if classifier.weight_norm:
+            self.gain = nn.Parameter(torch.ones(num_classes))
+            self.register_buffer("initialised", torch.zeros((), dtype=torch.int64))
+
+    @property
+    def needs_initialising(self) -> bool:
+        return self.classifier.weight_norm and not bool(self.initialised)
+
+    @torch.no_grad()
+    def initialise(self, features: torch.Tensor) -> None:
+        """Weight norm's data-dependent init (``functional_classifiers.linear_classifier``): the
+        features through the unit-norm directions, g = 1 / sqrt(var + 1e-10) of each output
+        over the batch and, plain, b = -mean g; averaged over the ranks of a distributed run."""
+        weight = self.linear.weight
+        outputs = features.float() @ (weight * torch.rsqrt((weight * weight).sum(1, keepdim=True))).t()
+        gain = torch.rsqrt(outputs.var(0, unbiased=False) + WEIGHT_NORM_INIT_EPSILON)
+        values = [gain] if self.linear.bias is None else [gain, -outputs.mean(0) * gain]
+        if dist.is_available() and dist.is_initialized():
+            for value in values:
+                dist.all_reduce(value)
+                value.div_(dist.get_world_size())
+        self.gain.copy_(values[0])
+        if self.linear.bias is not None:
+            self.linear.bias.copy_(values[1])
+        self.initialised.fill_(1)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.linear(features)
+        if self.classifier == LINEAR:
+            return self.linear(features)
+        bias = self.linear.bias if self.linear.bias is not None else features.new_zeros(())
+        gain = self.gain if self.classifier.weight_norm else features.new_ones(())
+        return classifier_logits(features, (self.linear.weight, bias, gain), self.classifier)
+
+    def decayed_kernels(self) -> list[nn.Parameter]:
+        """The head's share of ``--weight-decay``: its kernel, unless weight-normalised (the
+        reference regularises no weight-normalised head)."""
+        return [] if self.classifier.weight_norm else [self.linear.weight]
 
 
 def parameter_count(module: nn.Module) -> int:
@@ -313,6 +368,6 @@ def parameter_count(module: nn.Module) -> int:
 
 __all__ = ["BACKBONES", "BasicBlock", "Bottleneck", "Conv4", "EpisodeRows", "GlobalAverage", "LinearHead", "ProtoNet",
            "ResNet18", "ResNet50", "RowBatchNorm2d", "Tiny", "EPISODE_HEADS", "adopt_batch_norms", "build_backbone",
-           "counted_batch_norm", "counted_rows", "episode_batch_norm", "episode_norm", "global_average",
+           "classifier_logits", "counted_batch_norm", "counted_rows", "episode_batch_norm", "episode_norm", "global_average",
            "matching_logits", "nearest_neighbour_logits", "parameter_count", "prototype_logits", "row_batch_norm",
            "valid_rows"]

@@ -53,3 +53,41 @@ def test_matching_logits_pass_gradients_to_support_and_query():
     logits = torch_models.matching_logits(s, torch.from_numpy(labels), q, ways)
     torch.nn.functional.cross_entropy(logits, torch.zeros(len(query), dtype=torch.int64)).backward()
     assert float(s.grad.abs().sum()) > 0 and float(q.grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("cosine", [False, True])
+def test_weight_norms_data_dependent_init_standardises_each_output_in_both_frameworks(cosine):
+    """functional_classifiers.py: g = 1 / sqrt(var + 1e-10) of the features through each class's
+    unit direction over the batch, and for the plain head b = -mean g: the first batch's logits
+    come out with mean 0 and variance 1 per class (the plain head; the cosine head normalises
+    the features after the init)."""
+    from clients.md_learners import Classifier
+
+    rng = np.random.default_rng(3)
+    features = rng.normal(2.0, 3.0, (32, 10)).astype(np.float32)
+    kernel = rng.normal(0.0, 0.05, (4, 10)).astype(np.float32)
+    directions = kernel / np.linalg.norm(kernel, axis=1, keepdims=True)
+    outputs = features.astype(np.float64) @ directions.T
+    gain = 1.0 / np.sqrt(outputs.var(0) + 1e-10)
+    classifier = Classifier(cosine=cosine, multiplier=10.0, weight_norm=True)
+
+    head = torch_models.LinearHead(10, 4, classifier)
+    with torch.no_grad():
+        head.linear.weight.copy_(torch.from_numpy(kernel))
+    assert head.needs_initialising
+    head.initialise(torch.from_numpy(features))
+    assert not head.needs_initialising and int(head.initialised) == 1
+    np.testing.assert_allclose(head.gain.detach().numpy(), gain, rtol=1e-5)
+
+    keras_head = tf_models.build_head(4, 10, classifier)
+    layer = keras_head.get_layer("logits")
+    layer.kernel.assign(kernel.T)
+    layer.initialise(tf.constant(features))
+    np.testing.assert_allclose(layer.gain.numpy(), gain, rtol=1e-5)
+    logits = {"torch": head(torch.from_numpy(features)).detach().numpy(),
+              "tf": keras_head(tf.constant(features)).numpy()}
+    np.testing.assert_allclose(logits["tf"], logits["torch"], rtol=1e-4, atol=1e-4)
+    if not cosine:
+        np.testing.assert_allclose(head.linear.bias.detach().numpy(), -outputs.mean(0) * gain, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(logits["torch"].mean(0), 0.0, atol=1e-4)
+        np.testing.assert_allclose(logits["torch"].var(0), 1.0, rtol=1e-3)

@@ -140,3 +140,22 @@ def test_finetune_evaluates_alike_in_both_frameworks(served, tmp_path, torch_one
     gap = abs(evaluated["torch"]["mean_accuracy"] - evaluated["tf"]["mean_accuracy"])
     assert gap <= max(evaluated["torch"]["ci95"], evaluated["tf"]["ci95"]), evaluated
     assert evaluated["torch"]["mean_loss"] == pytest.approx(evaluated["tf"]["mean_loss"], rel=1e-2), evaluated
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", [["--classifier", "cosine", "--cosine-multiplier", "10", "--weight-norm"],
+                                  ["--weight-norm"], ["--classifier", "cosine"]],
+                         ids=["cosine-weight-norm", "linear-weight-norm", "cosine"])
+def test_the_batch_heads_train_to_the_same_first_loss_in_both_frameworks(served, tmp_path, torch_one_thread, head):
+    """The training head's forms (functional_classifiers.linear_classifier): from the same
+    --init-seed, torch's and tf's first batch loss agree, weight norm's data-dependent init
+    included (g, and the plain head's bias, from the first batch's features)."""
+    fixed = ["--model", "knn", "--train-steps", "2", "--batch-size", "16", "--eval-episodes", "2", *head]
+    name = "-".join(flag.strip("-") for flag in head)
+    results = {framework: _summary(main, served, tmp_path, f"head-{name}-{framework}", *fixed, *THREADS[framework])
+               for framework, main in (("torch", torch_main), ("tf", tf_main))}
+    first = {framework: result["train"]["curve"][0][1] for framework, result in results.items()}
+    assert first["torch"] == pytest.approx(first["tf"], rel=1e-4), first
+    plain = _summary(torch_main, served, tmp_path, f"head-{name}-plain", "--model", "knn", "--train-steps", "2",
+                     "--batch-size", "16", "--eval-episodes", "2", *THREADS["torch"])
+    assert plain["train"]["curve"][0][1] != pytest.approx(first["torch"], rel=1e-3)  # the form changes the loss

@@ -110,12 +110,33 @@ def test_the_knn_preset_is_the_reference_best_imagenet_file():
     assert values["validate_sources"] == ["ilsvrc_2012"] and len(values["eval_sources"]) == 10
 
 
-def test_the_weight_normalised_heads_are_refused_with_why():
-    with pytest.raises(ValueError, match="cosine classifier with weight normalisation"):
-        md_presets.md_preset("md/knn/all")
-    for name in ("md/finetune/imagenet", "md/finetune/all"):
-        with pytest.raises(ValueError, match="weight-normalised linear head"):
-            md_presets.md_preset(name)
+def test_the_weight_normalised_presets_are_the_reference_best_files():
+    """k-NN on all datasets trains a cosine head x1 under weight norm; Finetune trains and
+    finetunes a weight-normalised linear head, 200 Adam steps at 0.01 on all layers per episode."""
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    _, backbone, px, init, lr, decay, weight_decay, specific = _table_row(text, "All datasets", "k-NN")
+    preset = md_presets.md_preset("md/knn/all")
+    values = preset.values
+    assert (values["model"], values["backbone"], values["image_size"]) == ("knn", BACKBONES[backbone], int(px))
+    assert init == "pretrained" and preset.init_from and decay.startswith("off") and values["decay_every"] == 0
+    assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
+    assert "cosine train head ×1 + WN" in specific
+    assert (values["classifier"], values["cosine_multiplier"], values["weight_norm"]) == ("cosine", 1.0, True)
+    assert ", ".join(values["sources"]) == "ilsvrc_2012, aircraft, cu_birds, omniglot, quickdraw, vgg_flower, dtd, fungi"
+    for name, setting in (("md/finetune/imagenet", "ImageNet-only"), ("md/finetune/all", "All datasets")):
+        _, backbone, px, init, lr, decay, weight_decay, specific = _table_row(text, setting, "Finetune")
+        preset = md_presets.md_preset(name)
+        values = preset.values
+        assert (values["model"], values["backbone"], values["image_size"]) == ("finetune", BACKBONES[backbone],
+                                                                              int(px))
+        assert init == "pretrained" and preset.init_from and values["decay_every"] == 0
+        assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"]) == float(weight_decay)
+        assert (values["classifier"], values["weight_norm"]) == ("linear", True)
+        assert (values["finetune_steps"], values["finetune_lr"], values["finetune_optimizer"],
+                values["finetune_all_layers"]) == (200, 0.01, "adam", True)
+        assert "**Adam**, lr 0.01, **200** steps, **all layers**" in _table_row(text, "ImageNet-only", "Finetune")[-1]
+    with pytest.raises(ValueError, match="k-NN baseline's configuration"):
+        md_presets.md_preset("md/baseline/all")
 
 
 @pytest.mark.parametrize("name", md_presets.names())
@@ -127,7 +148,10 @@ def test_every_value_is_one_the_parser_takes_from_the_command_line(name):
     spelled = [*BASE]
     for key, value in preset.values.items():
         flag = f"--{key.replace('_', '-')}"
-        spelled += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
+        if isinstance(value, bool):
+            spelled += [flag if value else f"--no-{flag[2:]}"]
+        else:
+            spelled += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
         assert (list(getattr(args, key)) if isinstance(getattr(args, key), tuple) else getattr(args, key)) == \
             (value if key != "preset" else preset.values["preset"]), key
     given = parse_args("torch", spelled)  # the same values typed as flags parse to the same arguments
@@ -143,7 +167,7 @@ def test_flags_beside_a_preset_win_and_are_recorded(capsys):
         "weight_decay"]
     for bad, said in (("md/relationnet/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
                                                   "md/protonet/imagenet, md/protonet/all, md/baseline/imagenet"),
-                      ("md/baseline/all", "cosine classifier")):
+                      ("md/baseline/all", "--preset md/knn/all")):
         with pytest.raises(SystemExit) as stop:
             parse_args("torch", [*BASE, "--preset", bad])
         assert stop.value.code == 2

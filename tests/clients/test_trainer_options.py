@@ -163,7 +163,9 @@ def test_operational_environment_and_run_keys_classify_every_option(command):
     if command == "train":
         declared.update({o.flags: o for o in options_of(train_groups("tf"))})
     for framework in ("torch", "tf"):
-        taken = {tuple(a.option_strings) for a in _options(build(framework))}
+        # a switch's --no- form (BooleanOptionalAction) belongs to its declaration
+        taken = {tuple(flag for flag in a.option_strings if not flag.startswith("--no-"))
+                 for a in _options(build(framework))}
         assert taken <= set(declared), f"{command} options without a declaration: {sorted(taken - set(declared))}"
     wrong = []
     for flags, declared_option in declared.items():
