@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from clients.flag_types import int_at_least
+from clients.md_learners import RELATION_DEPTH, RELATION_HIDDEN, relation_pooled_side
 from clients.seeds import derive_seed
 
 BACKBONES = ("conv4", "resnet18", "resnet50", "tiny", "md-conv4", "md-resnet18", "md-wrn", "md-relationnet-convnet")
@@ -247,6 +248,8 @@ def draw(tensor: Tensor, seed: int, weight_shape: tuple[int, ...] | None = None)
     constants = {"weight": 1.0, "bias": 0.0, "running_mean": 0.0, "running_var": 1.0}
     if tensor.kind == "bn":
         return np.full(tensor.shape, constants[tensor.init], np.float32)
+    if tensor.init == "md_bias":  # MD's bias_variable
+        return np.full(tensor.shape, 0.1, np.float32)
     state = np.random.RandomState(derive_seed(seed, "init", tensor.name))
     fan_shape = weight_shape or tensor.shape
     if tensor.init == "trunc_normal":  # MD's kernels: N(0, 0.1^2), values beyond 2 deviations drawn again
@@ -288,6 +291,27 @@ def neutral_head(in_dim: int, num_classes: int, seed: int) -> dict[str, np.ndarr
     Over conv4's flattened features the rows are in torch's (C, H, W) order;
     ``chw_to_hwc_rows`` reorders them for tf's (H, W, C) flatten."""
     return _draw_all(head_layout(in_dim, num_classes), seed)
+
+
+def relation_layout(channels: int, side: int) -> list[Tensor]:
+    """The tensors of RelationNet's relation module over a map of ``channels`` x ``side`` x
+    ``side`` (torch ``RelationModule``; Keras layers of the same names): Meta-Dataset's
+    ``weight_variable`` kernels, ``bias_variable``'s 0.1 biases, batch-norm scale 1 and offset 0."""
+    depth, pooled = RELATION_DEPTH, relation_pooled_side(side)
+    tensors = _conv("conv1", depth, 2 * channels, 3, "trunc_normal", "relation_conv1")
+    tensors += [Tensor(f"bn1.{part}", (depth,), "bn", part, part, "relation_bn1") for part in ("weight", "bias")]
+    tensors += _conv("conv2", depth, depth, 3, "trunc_normal", "relation_conv2")
+    tensors += [Tensor(f"bn2.{part}", (depth,), "bn", part, part, "relation_bn2") for part in ("weight", "bias")]
+    for name, out, inp in (("fc1", RELATION_HIDDEN, depth * pooled * pooled), ("fc2", 1, RELATION_HIDDEN)):
+        tensors += [Tensor(f"{name}.weight", (out, inp), "linear", "weight", "trunc_normal", f"relation_{name}"),
+                    Tensor(f"{name}.bias", (out,), "linear", "bias", "md_bias", f"relation_{name}")]
+    return tensors
+
+
+def neutral_relation(channels: int, side: int, seed: int) -> dict[str, np.ndarray]:
+    """The relation module's initial weights for ``seed`` (torch names and layouts; fc1's
+    columns over torch's (C, H, W) flatten: ``chw_to_hwc_rows`` for tf's)."""
+    return _draw_all(relation_layout(channels, side), seed)
 
 
 def chw_to_hwc_rows(weight: np.ndarray, channels: int, side: int) -> np.ndarray:

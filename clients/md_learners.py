@@ -28,6 +28,13 @@ operations (``clients.torch.adaptation``, ``clients.tf.adaptation``).
   ``--finetune-all-layers``, the backbone too (under SGD without the batch norms' scale and
   offset: the reference's step skips variables so named); the query, embedded alone (its own
   batch moments, as the reference's last pass), through the result.
+- ``relationnet``: Relation Networks (``RelationNetworkLearner``): episodes; the embedding kept
+  as a feature map (``relation_map``), each class's prototype the mean support map, each
+  (prototype, query) pair concatenated on channels (prototype first) through the relation
+  module (2 x [3 x 3 conv 64 SAME, batch norm on the pairs' own moments, ReLU, 2 x 2 max-pool
+  while the side is above 1], FC 8 + ReLU, FC 1 + sigmoid); the scores are the logits, the
+  loss their mean squared error to the one-hot labels; its preset normalises support and
+  query each with its own moments (``--batch-norm transductive``, relationnet_config.gin).
 - ``protomaml``: first-order Proto-MAML: ``maml`` with the head initialised in every episode
   from the support prototypes c (computed with the initial weights) as W = 2c, b = -||c||^2, the
   outer gradient flowing through that initialisation into the backbone.
@@ -71,6 +78,7 @@ LEARNERS: dict[str, MDLearner] = {learner.name: learner for learner in (
     MDLearner("maml", "episodes", "maml", "optimization_learners.py: MAMLLearner (first_order, zero_fc_layer)"),
     MDLearner("protomaml", "episodes", "protomaml",
               "optimization_learners.py: MAMLLearner (first_order, proto_maml_fc_layer_init)"),
+    MDLearner("relationnet", "episodes", "relationnet", "metric_learners.py: RelationNetworkLearner"),
 )}
 ADAPTING = ("maml", "protomaml")
 """The learners that adapt the backbone on each episode's support set (``InnerLoop``)."""
@@ -83,7 +91,8 @@ ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON = 0.9, 0.999, 1e-8
 HEAD_STDDEV, HEAD_BIAS = 0.1, 0.1
 """models/functional_backbones.py weight_variable (truncated normal) and bias_variable (constant)."""
 MODELS = tuple(LEARNERS)
-EPISODE_HEADS = ("protonet", "matchingnet", "knn", "finetune", "maml", "protomaml", "md-transfer", "bit-md")
+EPISODE_HEADS = ("protonet", "matchingnet", "knn", "finetune", "maml", "protomaml", "relationnet", "md-transfer",
+                 "bit-md")
 """The heads an episode can be classified with (``--eval-learner``)."""
 
 
@@ -104,7 +113,41 @@ def eval_head(model: str, eval_learner: str | None) -> str:
         return md_learner(model).head
     if eval_learner not in EPISODE_HEADS:
         raise ValueError(f"eval learner: got {eval_learner!r}, expected one of {', '.join(EPISODE_HEADS)}")
+    if eval_learner == "relationnet" and model != "relationnet":
+        raise ValueError(f"eval learner: got relationnet for --model {model}, but its relation module is trained "
+                         "with it on episodes (MD section 5: no inference-only RelationNet); expected another head")
     return eval_learner
+
+
+# ---- RelationNet: the relation module's input, once for both frameworks ---------------------------
+
+MAP_CHANNELS = 64
+FLATTENED_MAPS = ("conv4", "md-conv4", "md-relationnet-convnet")
+"""The backbones whose embedding is a flattened map of ``MAP_CHANNELS`` channels (torch (C, H, W),
+tf (H, W, C)): RelationNet unflattens it (the reference's ``keep_spatial_dims``). Any other
+embedding enters the relation module as a 1 x 1 map of its features."""
+RELATION_DEPTH, RELATION_HIDDEN = 64, 8
+"""functional_backbones.py ``relation_module``: two 3 x 3 convolutions of 64, then FC 8, FC 1."""
+RELATION_BN_EPSILON = 1e-5
+"""functional_backbones.py ``bn``'s variance epsilon."""
+
+
+def relation_map(backbone: str, dim: int) -> tuple[int, int]:
+    """(channels, side) of the feature map behind an embedding of ``dim`` features."""
+    if backbone in FLATTENED_MAPS:
+        side = int(round((dim // MAP_CHANNELS) ** 0.5))
+        if MAP_CHANNELS * side * side == dim:
+            return MAP_CHANNELS, side
+    return dim, 1
+
+
+def relation_pooled_side(side: int) -> int:
+    """The side after the relation module's two blocks, each pooling 2 x 2 / 2 (VALID) only
+    while the side is above 1 (the reference's ``if layer.shape[1] > 1``)."""
+    for _ in range(2):
+        if side > 1:
+            side //= 2
+    return side
 
 
 # ---- the MAML family's episode: once, for both frameworks ---------------------------------------

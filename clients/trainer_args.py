@@ -41,7 +41,7 @@ from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
 from clients.server_options import SERVER_GROUP, check_server_group
 from clients.md_learners import OPTIMIZERS as FINETUNE_OPTIMIZERS
 from clients.md_learners import (ADAPTING, BIT_IMAGE_SIZE, EPISODE_HEADS, FINETUNE_LR, FINETUNE_STEPS, MAML_ALPHA,
-                                 MAML_EVAL_STEPS, MAML_STEPS, MODELS, episodic)
+                                 MAML_EVAL_STEPS, MAML_STEPS, MODELS, episodic, eval_head)
 from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
@@ -223,16 +223,17 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
         OptionGroup("model and optimisation", (
             option("--model", choices=MODELS, default="protonet", **_MODEL,
                    help="protonet: episodic Prototypical Networks; matchingnet: episodic Matching Networks "
-                        "(MD's: semi-cosine attention, no full-context embeddings); maml, protomaml: first-order "
-                        "MAML (a zeroed head) and Proto-MAML (the head from the prototypes), adapting the whole "
-                        "backbone on each support set; baseline: a classifier trained on plain batches, evaluated "
-                        "with prototypes (MD's inference-only baseline); knn: trained as baseline, evaluated by "
-                        "the nearest support image (MD's k-NN baseline); finetune: trained as baseline, a new head "
-                        "trained on each episode's support set (MD's Finetune baseline)"),
+                        "(MD's: semi-cosine attention, no full-context embeddings); relationnet: episodic Relation "
+                        "Networks (a relation module on prototype and query maps, MSE loss); maml, protomaml: "
+                        "first-order MAML (a zeroed head) and Proto-MAML (the head from the prototypes), adapting "
+                        "the whole backbone on each support set; baseline: a classifier trained on plain batches, "
+                        "evaluated with prototypes (MD's inference-only baseline); knn: trained as baseline, "
+                        "evaluated by the nearest support image (MD's k-NN baseline); finetune: trained as "
+                        "baseline, a new head trained on each episode's support set (MD's Finetune baseline)"),
             option("--eval-learner", choices=EPISODE_HEADS, default=None, **_RESULT,
                    help="classify the validation and test episodes with this learner's head instead of the "
                         "model's own (MD's inference-only variants: --model baseline --eval-learner "
-                        "protonet|matchingnet|protomaml)"),
+                        "protonet|matchingnet|protomaml; VTAB+MD's transfer learners: md-transfer, bit-md at 224 px)"),
             *ADAPTATION_GROUP.options,
             option("--train-episodes", type=int_at_least(0), default=1000, metavar="T", **_RESULT,
                    help="protonet, matchingnet, maml, protomaml: training episodes (indices 0..T-1)"),
@@ -349,6 +350,11 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error(f"argument --validate-sources: got {' '.join(args.validate_sources)}, expected each source once")
     check_server_group(parser, args)
     check_backbone_group(parser, args, MD_IMAGE_SIZE)
+    if args.eval_learner is not None:
+        try:
+            eval_head(args.model, args.eval_learner)
+        except ValueError as error:
+            parser.error(f"argument --eval-learner: {str(error).removeprefix('eval learner: ')}")
     if BIT_IMAGE_SIZE != args.image_size and "bit-md" in (args.model, args.eval_learner):
         parser.error(f"argument --eval-learner: got bit-md at --image-size {args.image_size}, but VTAB+MD runs BiT's "
                      f"heuristic at {BIT_IMAGE_SIZE} px; expected --image-size {BIT_IMAGE_SIZE} (or evaluate "

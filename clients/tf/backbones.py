@@ -54,6 +54,7 @@ from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 from clients.errors import UsageError
 from clients.init_weights import (backbone_of_keras_shapes, backbone_of_names, chw_to_hwc_rows, layout, neutral_weights,
                                   read_npz, what_to_change)
+from clients.md_learners import RELATION_DEPTH, relation_pooled_side
 from clients.seeds import backbone_seed
 from clients.tf import models
 
@@ -298,6 +299,25 @@ def assign_neutral_head(head: keras.Model, backbone: str, image_size: int, array
     dense.kernel.assign(keras_value("linear", weight))
     if dense.bias is not None:  # a cosine head has none
         dense.bias.assign(np.asarray(arrays["linear.bias"], np.float32))
+
+
+def assign_neutral_relation(module: keras.Model, side: int, arrays: Mapping[str, np.ndarray]) -> None:
+    """The relation module's framework-neutral weights (``init_weights.neutral_relation``, torch
+    layouts) into the Keras one: kernels transposed, fc1's rows from torch's (C, H, W) flatten of
+    the pooled map to tf's (H, W, C)."""
+    pooled = relation_pooled_side(side)
+    for block in (1, 2):
+        module.get_layer(f"relation_conv{block}").kernel.assign(keras_value("conv", arrays[f"conv{block}.weight"]))
+        norm = module.get_layer(f"relation_bn{block}")
+        norm.gamma.assign(arrays[f"bn{block}.weight"])
+        norm.beta.assign(arrays[f"bn{block}.bias"])
+    fc1 = np.asarray(arrays["fc1.weight"], np.float32)
+    if pooled > 1:
+        fc1 = chw_to_hwc_rows(fc1, RELATION_DEPTH, pooled)
+    for name, weight in (("fc1", fc1), ("fc2", arrays["fc2.weight"])):
+        dense = module.get_layer(f"relation_{name}")
+        dense.kernel.assign(keras_value("linear", weight))
+        dense.bias.assign(arrays[f"{name}.bias"])
 
 
 def load_neutral(model: Any, spec: BackboneSpec, image_size: int) -> None:

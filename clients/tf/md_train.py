@@ -53,16 +53,18 @@ from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preproces
 from clients.batch_norm import EPISODE_MOMENTS
 from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
-from clients.init_weights import neutral_head
+from clients.init_weights import neutral_head, neutral_relation
 from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
-                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner)
+                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner,
+                                 relation_map)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed
 from clients.protocols.md import EpisodeArrays
-from clients.seeds import FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
+from clients.seeds import (FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, RELATION_SEED_NAME,
+                           derive_seed)
 from clients.tf import models
 from clients.tf.adaptation import TFAdaptation
-from clients.tf.backbones import assign_neutral_head, load_backbone, to_model_input
+from clients.tf.backbones import assign_neutral_head, assign_neutral_relation, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.optimizers import TorchAdam, TorchSGD
 from clients.errors import UsageError
@@ -190,6 +192,12 @@ class TFFramework(Framework):
             if self.head is not None and args.init_seed is not None:  # the same head as torch's
                 assign_neutral_head(self.head, args.backbone, args.image_size,
                                     neutral_head(self.loaded.out_dim, num_classes, args.init_seed))
+            self.relation = None
+            if md_learner(args.model).head == "relationnet":  # MD's init, as torch's
+                self.relation_map = relation_map(args.backbone, self.loaded.out_dim)
+                self.relation = models.relation_module(*self.relation_map)
+                seed = args.init_seed if args.init_seed is not None else derive_seed(args.seed, RELATION_SEED_NAME)
+                assign_neutral_relation(self.relation, self.relation_map[1], neutral_relation(*self.relation_map, seed))
             # MD's staircase decay of this run's updates (optimizer.iterations, restored with a resumed run)
             rate = (keras.optimizers.schedules.ExponentialDecay(args.lr, args.decay_every, args.decay_rate,
                                                                  staircase=True) if args.decay_every else args.lr)
@@ -200,6 +208,8 @@ class TFFramework(Framework):
                 parts["optimizer"] = self.optimizer
             if self.head is not None:
                 parts["head"] = self.head
+            if self.relation is not None:  # RelationNet's evaluation needs it: restored with the backbone
+                parts["relation"] = self.relation
             self.checkpointer = tf.train.Checkpoint(**parts)
             if training:
                 self.optimizer.build(self.trainable)  # slots exist before a restore fills them
@@ -218,7 +228,7 @@ class TFFramework(Framework):
         self._evaluator = (self._finetuned_evaluator(eval_finetuning) if eval_finetuning is not None else
                            self._adapted_evaluator(self.eval_loop) if self.eval_loop is not None else
                            Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
-                                     self.eval_head))
+                                     self.eval_head, self._episode_head(self.eval_head)))
 
     def _init_backbone(self, given: str) -> None:
         """The backbone's variables from the tf trainer checkpoint ``given`` (a directory holding
@@ -236,7 +246,12 @@ class TFFramework(Framework):
 
     @property
     def trainable(self) -> list[tf.Variable]:
-        return list(self.backbone.trainable_variables) + (list(self.head.trainable_variables) if self.head else [])
+        return (list(self.backbone.trainable_variables) + (list(self.head.trainable_variables) if self.head else [])
+                + (list(self.relation.trainable_variables) if self.relation is not None else []))
+
+    def _kept(self) -> list[keras.Model]:
+        """What the best validated model is: the backbone, and RelationNet's relation module."""
+        return [self.backbone] + ([self.relation] if self.relation is not None else [])
 
     def parameter_count(self) -> int:
         return models.parameter_count(self.backbone, *([self.head] if self.head else []))
@@ -278,7 +293,7 @@ class TFFramework(Framework):
             self.manager.save(checkpoint_number=next_index)
 
     def keep_best(self, update: int) -> None:
-        self._best = (update, [np.array(weight) for weight in self.backbone.get_weights()])
+        self._best = (update, [np.array(weight) for model in self._kept() for weight in model.get_weights()])
         if self.manager is None:  # the chief writes; every worker keeps it in memory
             return
         path = os.path.join(self.args.checkpoint_dir, BEST)
@@ -297,7 +312,11 @@ class TFFramework(Framework):
             found = "none" if best is None else f"update {best[0]}'s"
             raise UsageError(f"the best validated backbone is update {update}'s, but {found} is kept "
                              f"({path or 'no --checkpoint-dir'})")
-        self.backbone.set_weights(best[1])
+        weights = list(best[1])
+        for model in self._kept():
+            count = len(model.get_weights())
+            model.set_weights(weights[:count])
+            weights = weights[count:]
 
     # ---- compiled steps -------------------------------------------------------------------------
 
@@ -309,14 +328,16 @@ class TFFramework(Framework):
 
     def _episode_step(self, logits_of: Callable[..., tf.Tensor]) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
         """The step on an episode in the bucketed layout: ``logits_of(images, labels, support,
-        query, ways, tape)`` gives the query logits under the step's tape."""
+        query, ways, tape)`` gives the query logits under the step's tape (the loss the model's
+        head's, ``models.head_loss``)."""
+        head_name = md_learner(self.args.model).head
 
         def step(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                  ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             rows = support + query
             with tf.GradientTape() as tape:
                 logits = logits_of(images, labels, support, query, ways, tape)
-                loss = models.episode_loss(logits, labels[support:rows])
+                loss = models.head_loss(head_name, logits, labels[support:rows])
                 replica_loss = self._replica_loss(self._regularised(loss))
             variables = self.trainable
             self.optimizer.apply_gradients(zip(tape.gradient(replica_loss, variables), variables, strict=True))
@@ -327,7 +348,7 @@ class TFFramework(Framework):
     def _protonet_step(self, padded: bool) -> Callable[..., tuple[tf.Tensor, tf.Tensor]]:
         """The metric learners' step (the model's head on one pass's embeddings); ``padded``:
         trace it with batch norms counting the valid rows (without, it is the plain step)."""
-        head = models.EPISODE_HEADS[md_learner(self.args.model).head]
+        head = self._episode_head(md_learner(self.args.model).head)
 
         def logits_of(images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor, ways: tf.Tensor,
                       tape: tf.GradientTape) -> tf.Tensor:
@@ -336,6 +357,14 @@ class TFFramework(Framework):
             return head(embedded[:support], labels[:support], embedded[support:support + query], ways)
 
         return self._episode_step(logits_of)
+
+    def _episode_head(self, name: str) -> Callable[..., tf.Tensor]:
+        """The metric head ``name`` as (support, labels, query, ways) -> logits."""
+        if name != "relationnet":
+            return models.EPISODE_HEADS[name]
+        relation, (channels, side) = self.relation, self.relation_map
+        return lambda support, labels, query, ways: models.relation_scores(relation, channels, side, support, labels,
+                                                                           query, ways)
 
     def _adaptation(self, images: tf.Tensor, labels: tf.Tensor, support: tf.Tensor, query: tf.Tensor,
                     ways: tf.Tensor, padded: bool, paused: Callable[[], Any] | None = None) -> TFAdaptation:
@@ -404,6 +433,8 @@ class TFFramework(Framework):
         if not self.args.weight_decay:
             return loss
         kernels = [v for v in self.backbone.trainable_variables if decayed(tuple(v.shape))]
+        if self.relation is not None:
+            kernels += [v for v in self.relation.trainable_variables if decayed(tuple(v.shape))]
         if self.head is not None:
             logits = self.head.get_layer("logits")
             kernels += logits.decayed_kernels() if isinstance(logits, models.ClassifierLayer) else [logits.kernel]
@@ -551,7 +582,9 @@ class Evaluator:
     changes no valid row."""
 
     def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False,
-                 batch_norm: str = "md", head: str = "protonet") -> None:
+                 batch_norm: str = "md", head: str = "protonet", head_fn: Callable[..., tf.Tensor] | None = None
+                 ) -> None:
+        classify = head_fn if head_fn is not None else models.EPISODE_HEADS[head]
         images = tf.TensorSpec((None, preprocessing.size, preprocessing.size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
@@ -571,8 +604,8 @@ class Evaluator:
         @tf.function(input_signature=[features, labels, features, labels, tf.TensorSpec((), tf.int32)])
         def score(support: tf.Tensor, support_labels: tf.Tensor, query: tf.Tensor, query_labels: tf.Tensor,
                   ways: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            logits = models.EPISODE_HEADS[head](support, support_labels, query, ways)
-            return models.episode_loss(logits, query_labels), tf.argmax(logits, 1)
+            logits = classify(support, support_labels, query, ways)
+            return models.head_loss(head, logits, query_labels), tf.argmax(logits, 1)
 
         self._embed = embed
         self._embed_episode = embed_episode

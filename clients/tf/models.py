@@ -61,7 +61,8 @@ import tensorflow as tf
 
 from clients.backbone_contract import MD_BACKBONES
 from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
-from clients.md_learners import CLASSIFIER_EPSILON, LINEAR, WEIGHT_NORM_INIT_EPSILON, Classifier
+from clients.md_learners import (CLASSIFIER_EPSILON, LINEAR, RELATION_BN_EPSILON, RELATION_DEPTH, RELATION_HIDDEN,
+                                 WEIGHT_NORM_INIT_EPSILON, Classifier)
 from clients.tf.layers import RowBatchNormalization, episode_batch_norms, episode_norm, valid_rows
 from clients.tf.md_backbones import build_md_backbone
 
@@ -328,6 +329,57 @@ EPISODE_HEADS = {"protonet": prototype_logits, "matchingnet": matching_logits, "
 """Each episode head of ``clients.md_learners``, as ``clients.torch.models.EPISODE_HEADS``."""
 
 
+class PairBatchNorm(keras.layers.Layer):
+    """The relation module's batch norm: the batch's own moments, in training and evaluation
+    alike (the reference's ``bn`` without moments), learned scale and offset."""
+
+    def build(self, input_shape: Any) -> None:
+        channels = int(input_shape[-1])
+        self.gamma = self.add_weight(name="gamma", shape=(channels,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        mean, variance = tf.nn.moments(x, axes=[0, 1, 2])
+        return tf.nn.batch_normalization(x, mean, variance, self.beta, self.gamma, RELATION_BN_EPSILON)
+
+
+def relation_module(channels: int, side: int) -> keras.Model:
+    """RelationNet's relation module, as ``clients.torch.models.RelationModule``: pairs
+    [P, S, S, 2C] -> scores [P] (its Keras layers named as ``init_weights.relation_layout`` says)."""
+    pairs = keras.Input(shape=(side, side, 2 * channels), dtype="float32", name="pairs")
+    x, current = pairs, side
+    for block in (1, 2):
+        x = keras.layers.Conv2D(RELATION_DEPTH, 3, padding="same", use_bias=False, name=f"relation_conv{block}")(x)
+        x = keras.layers.ReLU()(PairBatchNorm(name=f"relation_bn{block}")(x))
+        if current > 1:
+            x = keras.layers.MaxPooling2D(2, 2, padding="valid")(x)
+            current //= 2
+    x = keras.layers.Dense(RELATION_HIDDEN, activation="relu", name="relation_fc1")(keras.layers.Flatten()(x))
+    scores = keras.layers.Dense(1, activation="sigmoid", name="relation_fc2")(x)
+    return keras.Model(pairs, keras.layers.Reshape(())(scores), name="relation_module")
+
+
+def relation_scores(module: keras.Model, channels: int, side: int, support: tf.Tensor, support_labels: tf.Tensor,
+                    query: tf.Tensor, ways: tf.Tensor) -> tf.Tensor:
+    """Scores [Nq, ways] of flattened embeddings (tf's (H, W, C) order), as
+    ``clients.torch.models.RelationModule.scores``."""
+    one_hot = tf.one_hot(support_labels, ways, dtype=support.dtype)
+    counts = tf.maximum(tf.reduce_sum(one_hot, axis=0), 1.0)[:, None]
+    prototypes = tf.reshape(tf.matmul(one_hot, support, transpose_a=True) / counts, [1, -1, side, side, channels])
+    count = tf.shape(query)[0]
+    maps = tf.reshape(query, [-1, 1, side, side, channels])
+    pairs = tf.concat([tf.tile(prototypes, [count, 1, 1, 1, 1]), tf.tile(maps, [1, ways, 1, 1, 1])], axis=4)
+    return tf.reshape(module(tf.reshape(pairs, [-1, side, side, 2 * channels]), training=True), [count, ways])
+
+
+def head_loss(head: str, logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    """The loss of an episode's query logits under ``head``: RelationNet's mean squared error
+    to the one-hot labels, else cross-entropy (``episode_loss``)."""
+    if head != "relationnet":
+        return episode_loss(logits, labels)
+    return tf.reduce_mean(tf.square(logits - tf.one_hot(labels, tf.shape(logits)[1], dtype=logits.dtype)))
+
+
 def episode_loss(logits: tf.Tensor, labels: tf.Tensor, classes: int | None = None) -> tf.Tensor:
     """Mean softmax cross-entropy of ``labels``. Written as a one-hot product of the
     log-softmax: the fused sparse kernel has no deterministic GPU implementation."""
@@ -340,7 +392,7 @@ def parameter_count(*models: keras.Model) -> int:
     return int(sum(int(tf.size(v)) for model in models for v in model.trainable_variables))
 
 
-__all__ = ["BACKBONES", "PaddedConv2D", "PaddedMaxPooling2D", "RowBatchNormalization", "build_backbone", "build_head",
-           "classifier_logits",
-           "conv4", "episode_batch_norms", "episode_loss", "episode_norm", "parameter_count", "prototype_logits",
+__all__ = ["BACKBONES", "ClassifierLayer", "PaddedConv2D", "PaddedMaxPooling2D", "PairBatchNorm", "RowBatchNormalization",
+           "build_backbone", "build_head", "classifier_logits", "conv4", "episode_batch_norms", "episode_loss",
+           "episode_norm", "head_loss", "parameter_count", "prototype_logits", "relation_module", "relation_scores",
            "resnet18", "resnet50", "tiny", "valid_rows"]

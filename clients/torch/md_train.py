@@ -64,20 +64,22 @@ from torch.nn.parallel import DistributedDataParallel
 
 from clients.buckets import resolve_buckets_for
 from clients.determinism import weights_sha256
-from clients.init_weights import neutral_head
+from clients.init_weights import neutral_head, neutral_relation
 from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
-                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner)
+                                 finetune_inputs, finetuned_query_logits, finetuning, inner_loop, md_learner,
+                                 relation_map)
 from clients.md_train import Batch, Framework, run_main
 from clients.recipe import MOMENTUM, decayed, learning_rate
-from clients.seeds import FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, derive_seed
+from clients.seeds import (FINETUNE_HEAD_SEED_NAME, HEAD_SEED_NAME, MD_BACKBONE_SEED_NAME, RELATION_SEED_NAME,
+                           derive_seed)
 from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
 from clients.torch.compiled import CompiledEmbedding, resolve_compile
 from clients.torch.adaptation import TorchAdaptation
-from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, adopt_batch_norms, episode_norm,
-                                  parameter_count)
+from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, RelationModule, adopt_batch_norms,
+                                  episode_loss, episode_norm, parameter_count)
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
@@ -212,7 +214,16 @@ class TorchFramework(Framework):
         except ValueError as error:
             raise UsageError(f"argument --batch-norm: {str(error).removeprefix('batch_norm: ')}") from None
         head = md_learner(args.model).head
-        self.protonet = ProtoNet(self.backbone, args.batch_norm, head if head in EPISODE_HEADS else "protonet")
+        self.relation = None
+        if head == "relationnet":  # MD's init in both frameworks (``init_weights.neutral_relation``)
+            channels, side = relation_map(args.backbone, self.loaded.out_dim)
+            self.relation = RelationModule(channels, side).to(device)
+            seed = args.init_seed if args.init_seed is not None else derive_seed(args.seed, RELATION_SEED_NAME)
+            self.relation.load_state_dict({name: torch.from_numpy(value)
+                                           for name, value in neutral_relation(channels, side, seed).items()})
+        self.head_name = head
+        self.protonet = ProtoNet(self.backbone, args.batch_norm,
+                                 head if head in EPISODE_HEADS or head == "relationnet" else "protonet", self.relation)
         self.train_loop = inner_loop(args, head)  # the MAML family's inner loop (``_adapted``), else None
         self.eval_head = eval_head(args.model, args.eval_learner)
         self.eval_loop = inner_loop(args, self.eval_head)
@@ -245,7 +256,8 @@ class TorchFramework(Framework):
                           torch.optim.SGD(self.parameters(), lr=args.lr,
                                           momentum=MOMENTUM if args.optimizer == "momentum" else 0.0))
         self._decayed = ([p for p in self.backbone.parameters() if decayed(tuple(p.shape))]  # --weight-decay's kernels
-                         + (self.head.decayed_kernels() if self.head is not None else []))
+                         + (self.head.decayed_kernels() if self.head is not None else [])
+                         + [p for p in self._relation_parameters() if decayed(tuple(p.shape))])
         if args.init_from is not None:  # the backbone only; a checkpoint in --checkpoint-dir still wins (restore)
             self.backbone.load_state_dict(self._init_state(args.init_from))
 
@@ -288,8 +300,12 @@ class TorchFramework(Framework):
                 value.copy_(running[name])
         self.head.initialise(features)
 
+    def _relation_parameters(self) -> list[nn.Parameter]:
+        return list(self.relation.parameters()) if self.relation is not None else []
+
     def parameters(self) -> list[nn.Parameter]:
-        return list(self.backbone.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
+        return (list(self.backbone.parameters()) + (list(self.head.parameters()) if self.head is not None else [])
+                + self._relation_parameters())
 
     def parameter_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -324,6 +340,8 @@ class TorchFramework(Framework):
         state = self._state
         assert state is not None
         self.backbone.load_state_dict(state["backbone"])
+        if self.relation is not None:  # RelationNet's evaluation needs its relation module too
+            self.relation.load_state_dict(state["relation"])
         if not self.args.eval_only:  # evaluation needs the embedding only
             if self.head is not None:
                 self.head.load_state_dict(state["head"])
@@ -337,14 +355,17 @@ class TorchFramework(Framework):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         state = {"format": CHECKPOINT_FORMAT, "next_index": next_index, "resume": resume,
                  "backbone": self.backbone.state_dict(), "head": self.head.state_dict() if self.head else None,
+                 "relation": self.relation.state_dict() if self.relation is not None else None,
                  "optimizer": self.optimizer.state_dict()}
         partial = self.path.with_name(CHECKPOINT + ".partial")
         torch.save(state, partial)
         os.replace(partial, self.path)  # a crash mid-save leaves the previous checkpoint
 
     def keep_best(self, update: int) -> None:
+        kept = {"backbone": self.backbone} | ({"relation": self.relation} if self.relation is not None else {})
         state = {"format": CHECKPOINT_FORMAT, "update": update,
-                 "backbone": {name: tensor.detach().clone() for name, tensor in self.backbone.state_dict().items()}}
+                 **{part: {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+                    for part, module in kept.items()}}
         self._best = state
         if self.path is None or self.rank != 0:
             return
@@ -362,6 +383,8 @@ class TorchFramework(Framework):
             raise UsageError(f"the best validated backbone is update {update}'s, but {found} is kept "
                              f"({self.path.with_name(BEST) if self.path else 'no --checkpoint-dir'})")
         self.backbone.load_state_dict(state["backbone"])
+        if self.relation is not None:
+            self.relation.load_state_dict(state["relation"])
 
     # ---- steps ---------------------------------------------------------------------------------
 
@@ -425,7 +448,7 @@ class TorchFramework(Framework):
                 images = staged.images
                 logits, labels = self._step_module(images, staged.labels, staged.support, staged.query, staged.ways)
         self.shapes.add(tuple(images.shape))
-        loss = F.cross_entropy(logits, labels)
+        loss = episode_loss(self.head_name, logits, labels)
         objective = loss
         if self.args.weight_decay:  # MD's L2 regulariser, added to the loss (clients.recipe)
             objective = loss + self.args.weight_decay * torch.stack([p.square().sum() for p in self._decayed]).sum()
@@ -552,7 +575,7 @@ class TorchFramework(Framework):
                 return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
         with torch.inference_mode(), self._autocast():
             logits, labels = self._logits(self._staged(episode))
-            return logits.argmax(1).cpu().numpy(), float(F.cross_entropy(logits.float(), labels))
+            return logits.argmax(1).cpu().numpy(), float(episode_loss(self.eval_head, logits.float(), labels))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

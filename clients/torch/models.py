@@ -47,7 +47,8 @@ from torch.nn import functional as F
 from clients.backbone_contract import MD_BACKBONES
 from clients.batch_norm import check_batch_norm
 from clients.md_fixed_features import KNN_DISTANCE, MATCHING_EPSILON, REFERENCE_EPSILON
-from clients.md_learners import CLASSIFIER_EPSILON, LINEAR, WEIGHT_NORM_INIT_EPSILON, Classifier
+from clients.md_learners import (CLASSIFIER_EPSILON, LINEAR, RELATION_BN_EPSILON, RELATION_DEPTH, RELATION_HIDDEN,
+                                 WEIGHT_NORM_INIT_EPSILON, Classifier, relation_pooled_side)
 from clients.torch.layers import (EpisodeRows, GlobalAverage, RowBatchNorm2d, adopt_batch_norms, counted_batch_norm,
                                   counted_rows, episode_batch_norm, episode_norm, global_average, row_batch_norm,
                                   valid_rows)
@@ -268,18 +269,69 @@ def classifier_logits(features: torch.Tensor, head: Sequence[torch.Tensor], clas
     return classifier.multiplier * (features @ weight.t())
 
 
+class RelationModule(nn.Module):
+    """RelationNet's relation module (``clients.md_learners`` says what; functional_backbones.py
+    ``relation_module``): pairs [P, 2C, S, S] -> scores [P] in (0, 1). Its batch norms always
+    take the pairs' own moments (the reference passes it no moments and keeps no averages)."""
+
+    def __init__(self, channels: int, side: int) -> None:
+        super().__init__()
+        depth, pooled = RELATION_DEPTH, relation_pooled_side(side)
+        self.conv1 = nn.Conv2d(2 * channels, depth, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(depth, eps=RELATION_BN_EPSILON, track_running_stats=False)
+        self.conv2 = nn.Conv2d(depth, depth, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(depth, eps=RELATION_BN_EPSILON, track_running_stats=False)
+        self.fc1 = nn.Linear(depth * pooled * pooled, RELATION_HIDDEN)
+        self.fc2 = nn.Linear(RELATION_HIDDEN, 1)
+        self.channels, self.side = channels, side
+
+    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        x = pairs
+        for conv, norm in ((self.conv1, self.bn1), (self.conv2, self.bn2)):
+            x = F.relu(norm(conv(x)))
+            if x.shape[-2] > 1:
+                x = F.max_pool2d(x, 2, 2)
+        return torch.sigmoid(self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))).squeeze(1)
+
+    def scores(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
+               ways: int) -> torch.Tensor:
+        """Scores [Nq, ways] of flattened embeddings (torch's (C, H, W) order): each query's
+        map paired with each class's mean support map."""
+        shape = (self.channels, self.side, self.side)
+        one_hot = F.one_hot(support_labels, ways).to(support.dtype)
+        prototypes = (one_hot.t() @ support) / one_hot.sum(0).clamp_min(1.0).unsqueeze(1)
+        count = query.shape[0]
+        pairs = torch.cat([prototypes.reshape(1, ways, *shape).expand(count, -1, -1, -1, -1),
+                           query.reshape(count, 1, *shape).expand(-1, ways, -1, -1, -1)], dim=2)
+        return self(pairs.reshape(count * ways, 2 * self.channels, self.side, self.side)).reshape(count, ways)
+
+
+def relation_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """RelationNet's loss: the mean squared error of the scores to the one-hot labels."""
+    return F.mse_loss(scores, F.one_hot(labels, scores.shape[1]).to(scores.dtype))
+
+
+def episode_loss(head: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of an episode's query logits under ``head``: RelationNet's MSE, else cross-entropy."""
+    return relation_loss(logits, labels) if head == "relationnet" else F.cross_entropy(logits, labels)
+
+
 class ProtoNet(nn.Module):
     """A backbone used as an episodic learner's embedding (support and query in one pass), its
     batch norms normalising each episode as ``batch_norm`` says (``clients.batch_norm``), the
     embeddings classified by ``head`` (one of ``EPISODE_HEADS``; Prototypical Networks' by default)."""
 
-    def __init__(self, backbone: nn.Module, batch_norm: str = "md", head: str = "protonet") -> None:
+    def __init__(self, backbone: nn.Module, batch_norm: str = "md", head: str = "protonet",
+                 relation: RelationModule | None = None) -> None:
         super().__init__()
         self.backbone = backbone
         self.batch_norm = check_batch_norm(batch_norm)
-        if head not in EPISODE_HEADS:
-            raise ValueError(f"head: got {head!r}, expected one of {', '.join(EPISODE_HEADS)}")
+        if head not in EPISODE_HEADS and head != "relationnet":
+            raise ValueError(f"head: got {head!r}, expected one of {', '.join(EPISODE_HEADS)}, relationnet")
+        if (head == "relationnet") != (relation is not None):
+            raise ValueError("head: relationnet needs its relation module, and only it")
         self.head = head
+        self.relation = relation
 
     def forward(self, support: torch.Tensor, support_labels: torch.Tensor, query: torch.Tensor,
                 ways: int) -> torch.Tensor:
@@ -303,9 +355,12 @@ class ProtoNet(nn.Module):
         return (self._logits(embedded, labels[:support], support, query, ways, head or self.head),
                 labels[support:support + query])
 
-    @staticmethod
-    def _logits(embedded: torch.Tensor, support_labels: torch.Tensor, support: int, query: int,
+    def _logits(self, embedded: torch.Tensor, support_labels: torch.Tensor, support: int, query: int,
                 ways: int, head: str = "protonet") -> torch.Tensor:
+        if head == "relationnet":  # a network of its own, under the step's autocast
+            assert self.relation is not None
+            return self.relation.scores(embedded[:support], support_labels, embedded[support:support + query],
+                                        ways).float()
         # the head in float32 even under autocast: bf16 differences of large squared norms lose the signal
         with torch.autocast(device_type=embedded.device.type, enabled=False):
             embedded = embedded.float()
@@ -367,7 +422,7 @@ def parameter_count(module: nn.Module) -> int:
 
 
 __all__ = ["BACKBONES", "BasicBlock", "Bottleneck", "Conv4", "EpisodeRows", "GlobalAverage", "LinearHead", "ProtoNet",
-           "ResNet18", "ResNet50", "RowBatchNorm2d", "Tiny", "EPISODE_HEADS", "adopt_batch_norms", "build_backbone",
-           "classifier_logits", "counted_batch_norm", "counted_rows", "episode_batch_norm", "episode_norm", "global_average",
-           "matching_logits", "nearest_neighbour_logits", "parameter_count", "prototype_logits", "row_batch_norm",
-           "valid_rows"]
+           "RelationModule", "ResNet18", "ResNet50", "RowBatchNorm2d", "Tiny", "EPISODE_HEADS", "adopt_batch_norms",
+           "build_backbone", "classifier_logits", "counted_batch_norm", "counted_rows", "episode_batch_norm",
+           "episode_loss", "episode_norm", "global_average", "matching_logits", "nearest_neighbour_logits",
+           "parameter_count", "prototype_logits", "relation_loss", "row_batch_norm", "valid_rows"]

@@ -93,11 +93,12 @@ def _summary(main, served, tmp_path: Path, run: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("learner", ["matchingnet", "maml", "protomaml"])
+@pytest.mark.parametrize("learner", ["matchingnet", "maml", "protomaml", "relationnet"])
 def test_an_episodic_learner_trains_to_the_same_first_loss_in_both_frameworks(served, tmp_path, torch_one_thread,
                                                                               learner):
     fixed = ["--model", learner, "--ways", "5", "--shots", "3", "--query", "3", "--train-episodes", "3",
-             "--eval-episodes", "10", "--maml-steps", "2", "--maml-eval-steps", "1", "--maml-alpha", "0.05"]
+             "--eval-episodes", "10", "--maml-steps", "2", "--maml-eval-steps", "1", "--maml-alpha", "0.05",
+             *(["--batch-norm", "transductive", "--image-size", "32"] if learner == "relationnet" else [])]
     results = {framework: _summary(main, served, tmp_path, f"{learner}-{framework}", *fixed, *THREADS[framework])
                for framework, main in (("torch", torch_main), ("tf", tf_main))}
     first = {framework: result["train"]["curve"][0][1] for framework, result in results.items()}

@@ -139,6 +139,26 @@ def test_the_weight_normalised_presets_are_the_reference_best_files():
         md_presets.md_preset("md/baseline/all")
 
 
+@pytest.mark.parametrize(("name", "setting"), [("md/relationnet/imagenet", "ImageNet-only"),
+                                               ("md/relationnet/all", "All datasets")])
+def test_the_relationnet_presets_are_the_reference_best_files(name, setting):
+    """Both files are the same numbers (the fact sheet says so); transductive batch norm; the
+    weight decay counted twice, as the reference's loss counts its regulariser twice."""
+    text = require_reference(FACT_SHEET).read_text(encoding="utf-8")
+    _, backbone, px, init, lr, decay, weight_decay, specific = _table_row(text, setting, "RelationNet")
+    preset = md_presets.md_preset(name)
+    values = preset.values
+    assert (values["model"], values["backbone"], values["image_size"]) == ("relationnet", BACKBONES[backbone],
+                                                                          int(px))
+    assert init == "pretrained" and preset.init_from and "transductive BN" in specific
+    assert values["batch_norm"] == "transductive"
+    every, rate = decay.split("/")
+    assert values["decay_every"] == int(every) and _rounded(values["decay_rate"]) == float(rate)
+    assert _rounded(values["lr"]) == float(lr) and _rounded(values["weight_decay"] / 2) == float(weight_decay)
+    assert "counts **twice**" in text and "counted twice" in preset.origins["weight_decay"]
+    assert values["train_episodes"] == 75000 and values["validate_sources"] == ["ilsvrc_2012"]
+
+
 @pytest.mark.parametrize("name", md_presets.names())
 def test_every_value_is_one_the_parser_takes_from_the_command_line(name):
     preset = md_presets.md_preset(name)
@@ -165,7 +185,7 @@ def test_flags_beside_a_preset_win_and_are_recorded(capsys):
     assert config["md_preset"] == "md/protonet/all" and config["md_preset_overridden"] == ["lr", "train_episodes"]
     assert config["preset"] == "md-v1" and config["weight_decay"] == md_presets.md_preset("md/protonet/all").values[
         "weight_decay"]
-    for bad, said in (("md/relationnet/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
+    for bad, said in (("md/crosstransformer/imagenet", "expected a server benchmark variant (md-v1, md-v2) or one of "
                                                   "md/protonet/imagenet, md/protonet/all, md/baseline/imagenet"),
                       ("md/baseline/all", "--preset md/knn/all")):
         with pytest.raises(SystemExit) as stop:
