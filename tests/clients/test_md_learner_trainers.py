@@ -160,3 +160,21 @@ def test_the_batch_heads_train_to_the_same_first_loss_in_both_frameworks(served,
     plain = _summary(torch_main, served, tmp_path, f"head-{name}-plain", "--model", "knn", "--train-steps", "2",
                      "--batch-size", "16", "--eval-episodes", "2", *THREADS["torch"])
     assert plain["train"]["curve"][0][1] != pytest.approx(first["torch"], rel=1e-3)  # the form changes the loss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_relationnet_keeps_its_relation_module_with_the_best_backbone(served, tmp_path, torch_one_thread, framework):
+    """The relation module is half of the model: kept with the best validated backbone and
+    restored by --eval-only, so the test episodes' scores (their MSE) come out the same."""
+    main = torch_main if framework == "torch" else tf_main
+    common = ["--model", "relationnet", "--ways", "5", "--shots", "3", "--query", "3", "--train-episodes", "4",
+              "--eval-episodes", "3", "--validate-every", "2", "--validate-sources", "folder",
+              "--validate-episodes", "2", "--lr", "0.01", "--checkpoint-dir", str(tmp_path / framework),
+              *THREADS[framework]]
+    trained = _summary(main, served, tmp_path, f"relation-{framework}", *common)
+    again = _summary(main, served, tmp_path, f"relation-{framework}", *common, "--eval-only")
+    assert again["eval"]["folder"]["mean_loss"] == pytest.approx(trained["eval"]["folder"]["mean_loss"], rel=1e-6)
+    untrained = _summary(main, served, tmp_path, f"relation-{framework}-untrained", *common[:-2 - len(
+        THREADS[framework])], "--train-episodes", "0", *THREADS[framework])
+    assert untrained["eval"]["folder"]["mean_loss"] != pytest.approx(trained["eval"]["folder"]["mean_loss"], rel=1e-4)
