@@ -12,7 +12,14 @@ to the server as it finishes:
   Meta-Dataset's learners at test; ``running``: the stored statistics) (features cached
   on disk per episode, ``clients.feature_cache``: the second learner reads the first's),
   classified by a fixed-feature learner (``clients.md_fixed_features``), each episode
-  reported as the MD trainer reports it (``clients.reporting.Reporter``).
+  reported as the MD trainer reports it (``clients.reporting.Reporter``). An adapting learner
+  (``clients.evaluate_args.ADAPTING_LEARNERS``: finetune, md-transfer, bit-md, maml, protomaml)
+  runs ``clients.md_learners``'s loops on each episode's images instead, over the framework's
+  explicit-weight episode (``EvaluateFramework.adapting``): every episode starts from the
+  checkpoint's weights (the loops never write into the model), a Finetune head is drawn from
+  ``derive_seed(--md-seed, FINETUNE_HEAD_SEED_NAME, index)``, and a learner that fixes its own
+  image side (bit-md, 224 px) fetches its episodes at that side, refused in one line where the
+  backbone's contract fixes another.
 - VTAB-1k (task): the ``transfer`` command's run (``clients.vtab_transfer.TransferRun``) on
   that task with the framework's learner, its arguments parsed by the transfer parser
   (``clients.evaluate_args.transfer_namespace``), so the sweep, the per-task choice and
@@ -34,8 +41,9 @@ may be completed task by task over several invocations.
 Resume. Before any work the job reads what the server holds of those runs (GetReport's
 "held" table: configurations and result keys) and skips every unit whose results are all
 there; an MD unit stopped part way continues at its first missing episode. A run that
-holds results of another checkpoint (its configuration lacks this fingerprint) is refused
-in one line, before anything is computed. One tqdm bar on stderr counts units (done,
+holds results of another checkpoint (its configuration lacks this fingerprint), or an MD
+learner's results under other settings (``learner_settings``: another --finetune-steps, say),
+is refused in one line, before anything is computed. One tqdm bar on stderr counts units (done,
 ETA); each finished unit writes one line.
 """
 
@@ -44,12 +52,13 @@ from __future__ import annotations
 import abc
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
@@ -58,12 +67,14 @@ from clients.backbone_contract import FeatureExtractor, LoadedBackbone
 from clients.client import SamplerClient
 from clients.cog_eval import CogBackend, CogRun
 from clients.errors import SamplerClientError, UsageError
-from clients.evaluate_args import (MD_EXTRACT_BATCH_SIZE, cog_namespace, parse_evaluate_args,
-                                   transfer_namespace)
+from clients.evaluate_args import (ADAPTING_LEARNERS, MD_EXTRACT_BATCH_SIZE, cog_namespace, maml_alpha,
+                                   parse_evaluate_args, transfer_namespace)
 from clients.feature_cache import FeatureCache, key_text
 from clients.md_fixed_features import learner_settings, predict
+from clients.md_learners import IMAGE_SIZES, Finetuning, InnerLoop, finetune_inputs, finetuning, inner_loop
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
 from clients.reporting import Reporter
+from clients.seeds import FINETUNE_HEAD_SEED_NAME, derive_seed
 from clients.trainer_shell import run_command
 from clients.vtab_transfer import TransferLearner, TransferRun, data_points
 
@@ -155,6 +166,12 @@ def other_batch_norm(held: Mapping[str, Held], md_runs: Iterable[str], batch_nor
             and held[run].config.get("batch_norm", "running") != batch_norm]
 
 
+def other_settings(held: Mapping[str, Held], settings: Mapping[str, Any]) -> list[str]:
+    """The runs of ``settings`` (run -> its learner's settings) held under other learner settings."""
+    return [run for run in sorted(settings) if run in held and held[run].config is not None
+            and held[run].config.get("learner_settings") != json.loads(json.dumps(settings[run]))]
+
+
 def missing_episodes(held: Held, names: Iterable[str], seed: int, episodes: int) -> list[int]:
     done = held.episodes(names, "test", seed)
     return [i for i in range(episodes) if i not in done]
@@ -175,6 +192,19 @@ def stable_vtab_config(config: Mapping[str, Any], fingerprint: str) -> dict[str,
 # ---- what a framework supplies --------------------------------------------------------------
 
 
+class AdaptingEpisodes(Protocol):
+    """An adapting learner's episodes in one framework: the query predictions (labels
+    0 .. ways - 1) after ``clients.md_learners``'s loop on the episode's support set, every
+    episode from the checkpoint's own weights (nothing written back into the model)."""
+
+    def finetuned(self, episode: EpisodeArrays, settings: Finetuning, head: tuple[np.ndarray, ...],
+                  rows: np.ndarray | None) -> np.ndarray:
+        """``finetuned_query_logits`` from the new ``head`` (``finetune_inputs``'s, with its ``rows``)."""
+
+    def adapted(self, episode: EpisodeArrays, loop: InnerLoop) -> np.ndarray:
+        """``adapted_query_logits`` at test (``loop.steps_for(False)`` steps)."""
+
+
 class EvaluateFramework(abc.ABC):
     """A framework's parts of ``evaluate``; constructed from the parsed arguments."""
 
@@ -190,6 +220,15 @@ class EvaluateFramework(abc.ABC):
     @abc.abstractmethod
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
         """Frozen features of uint8 NHWC images (the framework's ``*Features``)."""
+
+    @abc.abstractmethod
+    def adapting(self, backbone: LoadedBackbone, batch_norm: str) -> AdaptingEpisodes:
+        """The adapting learners' episodes on ``backbone`` (at its preprocessing's side) under
+        ``batch_norm``; a model without explicit weights is refused (UsageError, one line)."""
+
+    @abc.abstractmethod
+    def resized(self, backbone: LoadedBackbone, size: int) -> LoadedBackbone:
+        """``backbone`` served at ``size`` px: the same weights, its feature size probed there."""
 
     @abc.abstractmethod
     def transfer_learner(self, args: argparse.Namespace) -> TransferLearner:
@@ -246,11 +285,13 @@ class EvaluateJob:
             saved = framework.save_weights(self.backbone, Path(args.feature_cache) / "initial-weights")
             if saved is not None:
                 args.weights = saved
-        self.runs = sub_runs(args.run, args.presets, args.learners)
+        self.runs = sub_runs(args.run, args.presets, args.md_learners)
         self.cache = FeatureCache(args.feature_cache)
         self.source_names: dict[tuple[str, str], tuple[str, ...]] = {}
         self.results: list[dict[str, Any]] = []
         self._extractor: FeatureExtractor | None = None
+        self._sized: dict[int, LoadedBackbone] = {}
+        self._adapting: dict[int, AdaptingEpisodes] = {}
 
     def say(self, message: str) -> None:
         if self.args.verbose:
@@ -351,24 +392,81 @@ class EvaluateJob:
         episode's moments."""
         return self.args.batch_norm if self.extractor().episode_norms(self.args.batch_norm) else "running"
 
+    def learner_backbone(self, learner: str) -> LoadedBackbone:
+        """The backbone as ``learner`` takes it: at the side it fixes (bit-md: 224 px), else as loaded.
+        A side the backbone's contract fixes otherwise (--image-size, its input_size) is refused."""
+        size = IMAGE_SIZES.get(learner, self.backbone.preprocessing.size)
+        if size == self.backbone.preprocessing.size:
+            return self.backbone
+        if size not in self._sized:
+            given, declared = self.args.image_size, getattr(self.backbone.model, "input_size", None)
+            if given is not None or declared is not None:
+                where = "--image-size" if given is not None else "its input_size attribute"
+                raise UsageError(f"argument --md-learners: {learner} runs at {size} px, but the backbone's contract "
+                                 f"fixes its input at {self.backbone.preprocessing.size} px ({where}); leave {learner} "
+                                 "out")
+            self._sized[size] = self.framework.resized(self.backbone, size)
+        return self._sized[size]
+
+    def adapting(self, learner: str) -> AdaptingEpisodes:
+        backbone = self.learner_backbone(learner)
+        size = backbone.preprocessing.size
+        if size not in self._adapting:
+            self._adapting[size] = self.framework.adapting(backbone, self.batch_norm())
+        return self._adapting[size]
+
+    def md_learner_args(self, preset: str) -> argparse.Namespace:
+        """The arguments the adapting learners read for ``preset`` (its --maml-alpha resolved)."""
+        return argparse.Namespace(**{**vars(self.args), "maml_alpha": maml_alpha(self.args.maml_alpha, preset)})
+
+    def md_settings(self, preset: str, learner: str) -> dict[str, Any]:
+        """What defines ``learner``'s predictions besides the features or weights (in its run's configuration)."""
+        if learner not in ADAPTING_LEARNERS:
+            return learner_settings(learner)
+        args = self.md_learner_args(preset)
+        settings = finetuning(args, learner)
+        if settings is not None:
+            return {**dataclasses.asdict(settings), "head_seed": f"derive_seed(eval_seed, {FINETUNE_HEAD_SEED_NAME!r}, "
+                                                                 "index)"}
+        loop = inner_loop(args, learner)
+        assert loop is not None
+        return {**dataclasses.asdict(loop), "test_steps": loop.steps_for(False)}
+
     def md_config(self, preset: str, learner: str) -> dict[str, Any]:
         """``RUN/<preset>/<learner>``'s configuration: what defines its numbers (not which sources
         or how many episodes, so a run may be completed over several invocations)."""
-        backbone = self.backbone
+        backbone = self.learner_backbone(learner)
         return {"command": "evaluate", "protocol": "md", "preset": preset, "split": "test",
-                "eval_seed": self.args.md_seed, "learner": learner, "learner_settings": learner_settings(learner),
+                "eval_seed": self.args.md_seed, "learner": learner,
+                "learner_settings": self.md_settings(preset, learner),
                 "batch_norm": self.args.batch_norm, "episode_batch_norms": self.extractor().episode_norms(
                     self.args.batch_norm),
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,
                 "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, **backbone.preprocessing.as_config(),
                 **self.framework.describe()}
 
+    def predictions(self, preset: str, learner: str, episode: EpisodeArrays) -> np.ndarray:
+        """The predicted query labels of one episode by ``learner``."""
+        if learner not in ADAPTING_LEARNERS:
+            support, query = self.episode_features(episode)
+            return predict(learner, support, episode.support_labels, query, episode.ways)
+        args = self.md_learner_args(preset)
+        settings = finetuning(args, learner)
+        if settings is None:
+            loop = inner_loop(args, learner)
+            assert loop is not None
+            return self.adapting(learner).adapted(episode, loop)
+        backbone = self.learner_backbone(learner)
+        head, rows = finetune_inputs(settings, backbone.out_dim, episode.ways, len(episode.support_labels),
+                                     derive_seed(self.args.md_seed, FINETUNE_HEAD_SEED_NAME, episode.index))
+        return self.adapting(learner).finetuned(episode, settings, head, rows)
+
     def run_md(self, unit: Unit, held: Held) -> dict[str, Any]:
         preset, source, learner = unit.parts
         args = self.args
         missing = missing_episodes(held, self.source_names[(preset, source)], args.md_seed, args.episodes)
         spec = EpisodeSpec(sources=(source,), preset=preset, split="test", seed=args.md_seed,
-                           image_size=self.backbone.preprocessing.size, resize=MD_RESIZE)
+                           image_size=self.learner_backbone(learner).preprocessing.size, resize=MD_RESIZE)
         wanted = set(missing)
         accuracies: list[float] = []
         with Reporter(self.client, unit.run_id, run_config=self.md_config(preset, learner),
@@ -377,9 +475,7 @@ class EvaluateJob:
                 for episode in self.client.episodes(spec, start=missing[0], count=args.episodes - missing[0]):
                     if episode.index not in wanted:
                         continue
-                    support, query = self.episode_features(episode)
-                    predicted = predict(learner, support, episode.support_labels, query, episode.ways)
-                    accuracies.append(reporter.add(episode, predicted))
+                    accuracies.append(reporter.add(episode, self.predictions(preset, learner, episode)))
         return {"episodes": len(accuracies), "held_before": args.episodes - len(missing),
                 "mean_accuracy": float(np.mean(accuracies)) if accuracies else None}
 
@@ -415,7 +511,10 @@ class EvaluateJob:
     def plan(self) -> tuple[list[Unit], dict[str, Any]]:
         args, units, context = self.args, [], {}
         if "md" in args.protocols:
-            units += md_units(self.runs, self.md_sources(), args.learners)
+            units += md_units(self.runs, self.md_sources(), args.md_learners)
+            for learner in args.md_learners:  # refused now, not after the first units: a side, a model form
+                if learner in ADAPTING_LEARNERS:
+                    self.adapting(learner)
         if "vtab" in args.protocols:
             tasks = self.vtab_tasks()
             probe = transfer_namespace(args, self.framework.name, tasks, self.runs["vtab"])
@@ -451,6 +550,15 @@ class EvaluateJob:
             raise UsageError(f"argument --batch-norm: run {mixed[0][0]!r} holds Meta-Dataset results embedded under "
                              f"--batch-norm {mixed[0][1]}, this job's is {args.batch_norm}; give that one or another "
                              "--run")
+        settings = {u.run_id: self.md_settings(u.parts[0], u.parts[2]) for u in units if u.protocol == "md"}
+        changed = other_settings(held, settings)
+        if changed:
+            run = changed[0]
+            before, now = held[run].config.get("learner_settings") or {}, json.loads(json.dumps(settings[run]))
+            differ = "; ".join(f"{key} {json.dumps(before.get(key))}, now {json.dumps(now.get(key))}"
+                               for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key))
+            raise UsageError(f"argument --md-learners: run {run!r} holds results of its learner under other settings "
+                             f"({differ}); give those or another --run")
         pending = [u for u in units if not self.finished(u, held.get(u.run_id, Held()), context)]
         skipped = [u for u in units if u not in pending]
         self.log(f"{len(units)} units ({len(skipped)} held by the server, {len(pending)} to run); checkpoint sha256 "
@@ -542,6 +650,6 @@ def run_evaluate_main(framework_name: str, make: Callable[[argparse.Namespace], 
                        lambda part, client, log: EvaluateJob(part, client, log).execute(), format_summary)
 
 
-__all__ = ["EvaluateFramework", "EvaluateJob", "Held", "Unit", "VtabReports", "cog_units", "foreign_runs",
-           "format_summary", "md_units", "missing_episodes", "parse_held", "run_evaluate_main", "stable_vtab_config",
-           "sub_runs", "vtab_keys", "vtab_units"]
+__all__ = ["AdaptingEpisodes", "EvaluateFramework", "EvaluateJob", "Held", "Unit", "VtabReports", "cog_units",
+           "foreign_runs", "format_summary", "md_units", "missing_episodes", "other_settings", "parse_held",
+           "run_evaluate_main", "stable_vtab_config", "sub_runs", "vtab_keys", "vtab_units"]

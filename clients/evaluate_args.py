@@ -5,7 +5,12 @@ It takes the server group and the backbone contract's group of every trainer com
 (``--backbone`` required), which protocols to run, and each protocol's knobs:
 
 - Meta-Dataset: ``--presets``, ``--md-sources`` (default: every test source of each preset,
-  as the server lists it), ``--episodes`` per source (600), ``--learners``, ``--md-seed``.
+  as the server lists it), ``--episodes`` per source (600), ``--md-learners`` (``--learners``, its
+  older name, still accepted: command lines written before the adapting learners keep working),
+  ``--md-seed``, and the adapting learners' options, declared once with the trainer's
+  (``clients.trainer_args.ADAPTATION_GROUP``) and given evaluate's defaults here
+  (``EVALUATE_ADAPTATION``): Meta-Dataset's best test-time settings for a backbone that was never
+  meta-trained (../shared/reference/md_learners.md, section 5).
 - VTAB-1k: the ``transfer`` command's protocol flags under their own names (``--mode``,
   ``--lrs``, ``--steps``, ``--steps-scale``, ``--decay``, ``--warmup``, ``--select``,
   ``--select-split``, ``--final-split``, ``--runs``, ``--eval-batch-size``, ``--regime``,
@@ -30,6 +35,7 @@ with ImageNet's mean and std).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -39,11 +45,12 @@ from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.determinism import reproducibility_group
 from clients.flag_types import int_at_least
 from clients.md_fixed_features import DEFAULT_LEARNERS, LEARNERS
+from clients.md_learners import ADAPTING, BIT_IMAGE_SIZE, FINETUNING
 from clients.server_options import MAX_RUN_ID, SERVER_GROUP, check_server_group
-from clients.trainer_args import (FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
+from clients.trainer_args import (ADAPTATION_GROUP, FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
                                   TrainerHelpFormatter, batch_norm_option, build_cog_parser, build_transfer_parser,
                                   describe, device_option)
-from clients.trainer_options import OptionGroup, add_groups, handed_on, option
+from clients.trainer_options import Option, OptionGroup, add_groups, handed_on, option
 
 PROTOCOLS = ("md", "vtab", "cog")
 DEFAULT_PRESETS = ("md-v1",)
@@ -51,6 +58,55 @@ MD_EPISODES = 600
 MD_EXTRACT_BATCH_SIZE = 256
 RUN_SUFFIX_ROOM = 40  # the longest sub-run suffix: "/md-v2/prototypes" and the like
 PLACEHOLDER_TASK = "placeholder-task"  # the transfer parser needs a task; evaluate names them after ListTasks
+ADAPTING_LEARNERS = (*FINETUNING, *ADAPTING)
+"""The learners that adapt the backbone's weights on each episode (its images, not cached features)."""
+MD_LEARNERS = (*LEARNERS, *ADAPTING_LEARNERS)
+EVALUATE_ADAPTATION: dict[str, object] = {
+    # best/maml_init_with_proto_inference_{imagenet,all}.gin: one inner step at test (alpha: per preset)
+    "maml_steps": 1, "maml_eval_steps": 0, "maml_alpha": None,
+    # best/baselinefinetune_{imagenet,all}.gin: 200 Adam steps at 0.01 on all layers, a linear head with weight norm
+    "finetune_steps": 200, "finetune_lr": 0.01, "finetune_optimizer": "adam", "finetune_all_layers": True,
+    "classifier": "linear", "cosine_multiplier": 1.0, "weight_norm": True,
+}
+"""evaluate's defaults of the adaptation options: Meta-Dataset's best test-time settings for a
+backbone that was never meta-trained (md_learners.md, section 5)."""
+PROTOMAML_ALPHAS = {"md-v1": 0.0614, "md-v2": 0.00577}
+"""--maml-alpha by preset: MD's Proto-MAML inference, trained on all sources (md-v1's setting) or on
+ImageNet alone (md-v2's: VTAB+MD starts every learner from an ImageNet classifier)."""
+DEFAULT_PROTOMAML_ALPHA = PROTOMAML_ALPHAS["md-v1"]  # a preset of another name
+EVALUATE_HELP = {
+    "maml_steps": "maml, protomaml: inner SGD steps on each test episode's support set, with --maml-eval-steps "
+                  "(default 1: MD's Proto-MAML inference)",
+    "maml_eval_steps": "maml, protomaml: steps added to --maml-steps",
+    "maml_alpha": "maml, protomaml: the inner steps' size (default: by preset, MD's Proto-MAML inference: md-v1 "
+                  f"{PROTOMAML_ALPHAS['md-v1']} (trained on all sources), md-v2 {PROTOMAML_ALPHAS['md-v2']} "
+                  f"(ImageNet only), another {DEFAULT_PROTOMAML_ALPHA})",
+}
+
+
+def maml_alpha(given: float | None, preset: str) -> float:
+    """The inner steps' size of ``preset``'s units: ``--maml-alpha``, else the preset's."""
+    return given if given is not None else PROTOMAML_ALPHAS.get(preset, DEFAULT_PROTOMAML_ALPHA)
+
+
+def _evaluates(declared: Option) -> Option:
+    """A trainer adaptation option with evaluate's default (a switch on by default gets its
+    ``--no-`` form) and, where the meaning differs, evaluate's help."""
+    settings = {**declared.settings, "default": EVALUATE_ADAPTATION.get(declared.dest, declared.settings.get("default"))}
+    if settings.get("action") == "store_true":
+        settings["action"] = argparse.BooleanOptionalAction
+    if declared.dest in EVALUATE_HELP:
+        settings["help"] = EVALUATE_HELP[declared.dest]
+    return dataclasses.replace(declared, settings=settings)
+
+
+def _md_learners(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(","))
+    unknown = [name for name in names if name not in MD_LEARNERS]
+    if unknown or not all(names):
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected learners of {', '.join(MD_LEARNERS)} "
+                                          "(comma-separated or apart)")
+    return names
 
 
 def _protocols(text: str) -> tuple[str, ...]:
@@ -108,21 +164,31 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
                    help="also the protocols' own progress lines (each sweep setting, each CoG trial)"),
             option("--json-summary", default=None, metavar="PATH", help="write the job's summary as JSON here"),
         )),
-        OptionGroup("Meta-Dataset (frozen features, fixed-feature learners)", (
+        OptionGroup("Meta-Dataset (test episodes, each learner a run)", (
             option("--presets", nargs="+", type=_name, default=list(DEFAULT_PRESETS), metavar="NAME",
                    help="benchmark variants whose test episodes are evaluated (md-v1, md-v2)"),
             option("--md-sources", nargs="+", type=_name, default=None, metavar="NAME",
                    help="test sources (default: every test source of each preset, as the server lists it)"),
             option("--episodes", type=int_at_least(1), default=MD_EPISODES, metavar="N",
                    help="test episodes per source (indices 0..N-1)"),
-            option("--learners", nargs="+", choices=LEARNERS, default=list(DEFAULT_LEARNERS),
-                   help="prototypes: nearest centroid; logreg: logistic regression on L2-normalised features "
-                        "(RFS: lbfgs, C=1, 1000 iterations); knn: MD's k-NN baseline, the nearest support image "
-                        "by cosine distance; matchingnet: MD's Matching Networks, attention over the support "
-                        "images (semi-cosine); default: prototypes logreg"),
+            option("--md-learners", "--learners", dest="md_learners", nargs="+", type=_md_learners,
+                   default=[DEFAULT_LEARNERS], metavar="LEARNER",
+                   help="comma-separated or apart. On frozen features: prototypes: nearest centroid; logreg: "
+                        "logistic regression on L2-normalised features (RFS: lbfgs, C=1, 1000 iterations); knn: MD's "
+                        "k-NN baseline, the nearest support image by cosine distance; matchingnet: MD's Matching "
+                        "Networks, attention over the support images (semi-cosine). Adapting a copy of the "
+                        "backbone on each episode: finetune: MD's Finetune baseline (a new head, the --finetune-* "
+                        "options); md-transfer: VTAB+MD's MD-Transfer (a cosine head x10, 100 Adam steps at 0.01, "
+                        "all layers); bit-md: VTAB+MD's BiT heuristic (500 SGD steps with momentum, batches of "
+                        f"512, at {BIT_IMAGE_SIZE} px); maml, protomaml: MD's fo-MAML and fo-Proto-MAML inner loop "
+                        "(the --maml-* options). Default: prototypes logreg"),
             option("--md-seed", type=int_at_least(0), default=0, help="seed of the test episodes"),
             batch_norm_option("md", "the embedding's "),
         )),
+        OptionGroup("Meta-Dataset adapting learners (finetune, maml, protomaml)",
+                    tuple(_evaluates(declared) for declared in ADAPTATION_GROUP.options),
+                    describe("The trainer's flags; evaluate's defaults are Meta-Dataset's best test-time settings "
+                             "for a backbone never meta-trained (md-transfer and bit-md are fixed recipes)")),
         OptionGroup("VTAB-1k (the transfer command's protocol)", (
             # handed on as the tasks evaluate runs: these, else every task the server lists
             option("--tasks", nargs="+", type=_name, default=None, metavar="TASK", forward=("transfer",),
@@ -195,7 +261,8 @@ def build_evaluate_parser(framework: str) -> argparse.ArgumentParser:
     parser = EvaluateArgumentParser(
         prog=f"python -m clients.{framework} evaluate",
         description=describe("Evaluate one checkpoint on every protocol the server serves: Meta-Dataset test "
-                             "episodes with frozen features (prototypes and a logistic-regression head), VTAB-1k "
+                             "episodes (learners on frozen features, and learners adapting a copy of the backbone "
+                             "on each episode), VTAB-1k "
                              "with the transfer command's protocol, ImageNet-CoG with the cog command's linear "
                              "evaluation. Each finished unit is reported at once; running the same command again "
                              "skips what the server holds."),
@@ -210,7 +277,8 @@ def _validate(parser: EvaluateArgumentParser, args: argparse.Namespace) -> None:
     if len(args.run) > MAX_RUN_ID - RUN_SUFFIX_ROOM:
         parser.error(f"argument --run: got {len(args.run)} characters, expected at most {MAX_RUN_ID - RUN_SUFFIX_ROOM} "
                      "(evaluate stores each protocol under RUN/<protocol>)")
-    for name in ("presets", "md_sources", "learners", "tasks"):
+    args.md_learners = [name for names in args.md_learners for name in names]
+    for name in ("presets", "md_sources", "md_learners", "tasks"):
         values = getattr(args, name) or []
         if len(set(values)) != len(values):
             parser.error(f"argument --{name.replace('_', '-')}: got {' '.join(values)}, expected each value once")
@@ -219,6 +287,10 @@ def _validate(parser: EvaluateArgumentParser, args: argparse.Namespace) -> None:
                      "or neither")
     check_server_group(parser, args)
     image_size = args.image_size  # as given: each protocol resolves its own default
+    if "bit-md" in args.md_learners and image_size not in (None, BIT_IMAGE_SIZE):
+        parser.error(f"argument --md-learners: bit-md runs at {BIT_IMAGE_SIZE} px (VTAB+MD's BiT), but --image-size "
+                     f"fixes the backbone's input at {image_size} px; leave bit-md out or give --image-size "
+                     f"{BIT_IMAGE_SIZE}")
     check_backbone_group(parser, args, MD_IMAGE_SIZE)
     args.image_size = image_size
     framework = parser.framework
