@@ -126,6 +126,35 @@ EVALUATE = ("--backbone", "conv4", "--image-size", "32", "--presets", "md-v1", "
             "--grid", "3x2", *COG_LEVEL_CONFIG)
 
 
+# MD's learners (Table 1 of the MD paper, its seven) trained briefly by the torch trainer on the
+# MD leg's sources and tested on its test sources, ranked by MD's rule in one table; the flags
+# beside each are demo settings (each learner's own defaults otherwise; --preset md/<learner>/...
+# holds the paper's), small enough for two CPU cores
+LEARNERS = ("knn", "finetune", "matchingnet", "protonet", "maml", "relationnet", "protomaml")
+LEARNER_SOURCES = EVAL_SOURCES[:3]
+LEARNER_RUN = ("--image-size", "32", "--eval-episodes", "6", "--log-every", "25")
+LEARNER_TRAINING = {
+    "episodes": ("--train-episodes", "10", "--ways", "5", "--shots", "5", "--query", "5"),
+    "batches": ("--train-steps", "10", "--batch-size", "32"),
+}
+LEARNER_FLAGS = {  # what each adds: MD's fo-MAML step size, a short Finetune, RelationNet's batch norm
+    "knn": ("--model", "knn"),
+    "finetune": ("--model", "finetune", "--finetune-steps", "10", "--finetune-lr", "0.01", "--finetune-optimizer",
+                 "adam"),
+    "matchingnet": ("--model", "matchingnet"),
+    "protonet": ("--model", "protonet"),
+    "maml": ("--model", "maml", "--maml-steps", "2", "--maml-alpha", "0.1"),
+    "relationnet": ("--model", "relationnet", "--batch-norm", "transductive"),
+    "protomaml": ("--model", "protomaml", "--maml-steps", "2"),
+}
+BATCH_LEARNERS = ("knn", "finetune")
+
+
+def learner_run(name: str) -> str:
+    """The run of a learner: one prefix, so the table heads each column with the learner alone."""
+    return f"demo-learners/{name}"
+
+
 LOG_NAME = "demo.log"
 # The order trainer processes start in (a job starts once those it reads have ended): the
 # longest first, measured on two cores, so two at a time end together; the torch trainer
@@ -133,7 +162,7 @@ LOG_NAME = "demo.log"
 # learners) adds its jobs in trainer_jobs (their names here, or they start last), its line in
 # leg_line and its table in leg_table.
 START_ORDER = ("md-torch", "md-tf", "vtab-tf", "evaluate", "vtab-torch", "control-max", "control-scratch", "cog-tf",
-               "control-model", "cog-torch")
+               "control-model", "cog-torch", *(f"learner-{name}" for name in LEARNERS))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -331,6 +360,12 @@ def trainer_jobs(args: argparse.Namespace, address: str, threads: int) -> list[J
             "-m", f"clients.{framework}", "cog", "--server", address, "--run", f"demo-cog-{framework}",
             *COG_EVAL, *INIT_SEED, "--feature-cache", str(workdir / f"cog-features-{framework}"), *own,
             "--json-summary", str(summary_path(args, "cog", framework)))) for framework in frameworks]
+    if "torch" in frameworks:  # MD's learners side by side
+        for name in LEARNERS:
+            training = LEARNER_TRAINING["batches" if name in BATCH_LEARNERS else "episodes"]
+            jobs.append(Job(f"learner-{name}", "learners", (
+                "-m", "clients.torch", "--server", address, "--run", learner_run(name), "--sources", *TRAIN_SOURCES,
+                "--eval-sources", *LEARNER_SOURCES, *LEARNER_RUN, *training, *LEARNER_FLAGS[name], *own, *INIT_SEED)))
     if "torch" in frameworks:  # a checkpoint in, its card out
         protocols = ",".join(["md"] + (["vtab"] if args.vtab else []) + (["cog"] if args.cog else []))
         jobs.append(Job("evaluate", "evaluate", (
@@ -350,6 +385,8 @@ def leg_line(leg: str, jobs: list[Job], times: JobTimes, args: argparse.Namespac
         "baselines": "control runs (torch): model and scratch at regimes 20 and 80, max on all the data",
         "cog": f"linear evaluations ({frameworks}) on IN-1K and L1..L5",
         "evaluate": f"the torch trainer's checkpoint on every protocol, reported as {EVALUATE_RUN}",
+        "learners": f"MD's {len(LEARNERS)} learners (torch), each trained briefly on the same sources and tested on "
+                    f"{len(LEARNER_SOURCES)} sources ({LEARNER_RUN[3]} episodes each)",
     }.get(leg, "done")
     took = ", ".join(f"{job.name} {times.seconds[job.name]:.0f} s" for job in jobs if job.leg == leg)
     return f"{what} ({took})"
@@ -486,6 +523,13 @@ def _leg_table(leg: str, console: DemoConsole, args: argparse.Namespace, stores:
                       demo_tables.calibrated_table(metrics, stores.store, "demo-control-model",
                                                    "demo-control-scratch", "demo-control-max",
                                                    workdir / "plots-calibrated"))
+    elif leg == "learners":
+        console.table(f"learners: Meta-Dataset's {len(LEARNERS)} learners side by side, ranked by its rule (demo scale: "
+                      f"torch, {LEARNER_TRAINING['episodes'][1]} training episodes (5-way 5-shot) or batches at "
+                      f"{LEARNER_RUN[1]} px, "
+                      f"{LEARNER_RUN[3]} test episodes per source)",
+                      demo_tables.md_table(metrics, stores.store, [learner_run(name) for name in LEARNERS],
+                                           workdir / "plots-learners"))
     elif leg == "cog":
         runs = [f"demo-cog-{f}" for f in frameworks]
         console.table(f"ImageNet-CoG: linear evaluations, {runs[0]} the baseline (demo scale: "
