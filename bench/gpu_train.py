@@ -23,6 +23,20 @@ configuration:
 - per model, the training accuracy over the last window of each configuration against
   off:off's, each with its 95% CI (target: within off:off's interval).
 
+Each MD learner (``--learners``, names of ``clients.md_learners.MODELS``, the trainer's
+``--model``, or ``all``): per model of ``--models`` and configuration (``--configs``, default
+on:off: the MAML family's inner loop calls the backbone with each step's weights, so the trainer
+refuses ``--compile on`` for it), the learner's training model-only (its items received and staged
+as the trainer's run does, then two timed passes) against ``python -m clients.torch --model
+LEARNER`` end to end, and the ratio end to end (last window) / model-only second pass (target:
+at least 0.9). Episodic learners train ``--episodes`` episodes; baseline, knn and finetune
+train ``--steps`` plain batches (default as many; the trainer's ``--train-steps`` and
+``--batch-size``), their rates in batches/s. Each model-only child then counts the host syncs
+of one warm step (``SyncCounter``: value reads such as ``.item()`` or Python branching on a
+tensor, boolean masks, copies to the CPU, synchronize calls, and on CUDA what
+``torch.cuda.set_sync_debug_mode`` reports), for the MAML family per inner step (the step with
+one inner step against ``--maml-steps``; target: 0).
+
 Several GPUs (``--gpus 1 2 4``): per N, one ``sampler-server serve --replicas N``
 (``--workers`` in all) and ``torchrun --nproc_per_node N`` of the trainer in the first
 configuration, each rank on its own GPU and, through the client's rank affinity, its
@@ -38,8 +52,10 @@ measurement runs in a fresh process, so no run profits from another's cuDNN plan
 Run on a GPU: ``.venv/bin/python bench/gpu_train.py`` (defaults as issue 13: 600
 episodes, 200 classes x 40 images, raw 126 px); several:
 ``.venv/bin/python bench/gpu_train.py --gpus 1 2 4 --models resnet18:126 --episodes 800``.
+Every learner: ``.venv/bin/python bench/gpu_train.py --learners all --episodes 200``.
 CPU smoke runs: ``.venv/bin/python bench/gpu_train.py --device cpu --episodes 4 --classes 20
---per-class 10 --models conv4:32`` and the same with ``--gpus 1 2`` (gloo ranks).
+--per-class 10 --models conv4:32``, the same with ``--gpus 1 2`` (gloo ranks) and with
+``--learners all --window 2``.
 Dependencies: torch, numpy, grpcio, lmdb, Pillow and this repository.
 """
 
@@ -55,6 +71,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -62,8 +79,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from proc_tree import tree_cpu_seconds  # noqa: E402
 
+from clients.md_learners import ADAPTING, MODELS, episodic  # noqa: E402  (framework-free)
+
 STORE = "bench_raw{size}"
-_RATE = re.compile(r"episode (\d+)/\d+: .*?; ([0-9.]+) episodes/s")
+_RATE = re.compile(r"(?:episode|batch) (\d+)/\d+: .*?; ([0-9.]+) (?:episodes|batches)/s")
+LEARNER_CONFIGS = ["on:off"]  # --learners' default: buckets on, compile off (the MAML family refuses compile)
 
 
 def make_stores(work: Path, classes: int, per_class: int, sizes: set[int]) -> Path:
@@ -109,12 +129,16 @@ def start_server(data: Path, workers: int, lookahead_mb: int, replicas: int = 1)
 
 
 def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: int, device: str,
-                 log_every: int, batch_norm: str) -> list[str]:
+                 log_every: int, batch_norm: str, learner: str = "protonet") -> list[str]:
+    """The trainer's arguments: ``episodes`` training episodes, or as many batches (``--train-steps``)
+    for a learner trained on plain batches (baseline, knn, finetune)."""
     buckets, compiled = config.split(":")
+    length = ["--train-episodes" if episodic(learner) else "--train-steps", str(episodes)]
     # --run-id, not --run: under torchrun, its own parser would take --run for an abbreviation of --run-path
-    return ["--server", address, "--run-id", f"gpu-bench-{backbone}-{size}-{buckets}-{compiled}-{time.time_ns()}",
-            "--sources", STORE.format(size=size),
-            "--image-size", str(size), "--backbone", backbone, "--train-episodes", str(episodes),
+    return ["--server", address, "--run-id",
+            f"gpu-bench-{learner}-{backbone}-{size}-{buckets}-{compiled}-{time.time_ns()}",
+            "--model", learner, "--sources", STORE.format(size=size),
+            "--image-size", str(size), "--backbone", backbone, *length,
             "--eval-episodes", "0", "--shape-buckets", buckets, "--compile", compiled, "--device", device,
             "--log-every", str(log_every), "--batch-norm", batch_norm]
 
@@ -123,26 +147,34 @@ def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: 
 
 
 def child_model(args: argparse.Namespace) -> dict:
-    """The trainer's step on episodes 0..N-1 held on the device: two timed passes."""
+    """The trainer's step on items 0..N-1 (episodes, or a batch learner's batches) held on the
+    device, received and staged as the trainer's own run does it: two timed passes, then the
+    host syncs of a step (``step_syncs``; the MAML family's per inner step)."""
     import torch
 
-    from clients.core import EpisodeSpec, SamplerClient
+    from clients.md_train import Run
     from clients.torch.md_train import TorchFramework
     from clients.trainer_args import parse_args
 
     framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config,
                                                                 args.episodes, args.device, args.episodes,
-                                                                args.batch_norm)))
-    spec = EpisodeSpec(sources=(STORE.format(size=args.size),), split="train", seed=0, image_size=args.size)
-    with SamplerClient(args.address, prefetch=4) as client:
-        staged = [framework.stage(episode) for episode in client.episodes(spec, 0, args.episodes)]
+                                                                args.batch_norm, args.learner)))
+    run = Run(framework, lambda line: None)
+    run.check_names()  # a batch learner's classes: its head's size
+    feed = run.feed(0)
+    assert feed is not None
+    try:
+        received = [next(feed) for _ in range(args.episodes)]
+    finally:
+        feed.close()
+    staged = [item for _, item, _ in received]
     cuda = framework.torch_device.type == "cuda"
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
 
-    framework.build(0)
+    framework.build(sum(run.class_counts))
     sync()
     rates, losses = [], []
     for _ in range(2):
@@ -152,12 +184,156 @@ def child_model(args: argparse.Namespace) -> dict:
         sync()
         rates.append(len(staged) / (time.perf_counter() - started))
     framework.to_floats(losses)
-    images = sum(item.rows for item in staged) / len(staged)
+    images = sum(count for _, _, count in received) / len(received)
     padded = sum(item.images.shape[0] for item in staged) / len(staged)
     return {"model_first": rates[0], "model_second": rates[1], "shapes": len(framework.shapes),
             "model_graphs": framework.compiled_graphs,
-            "mean_images": images, "mean_rows": padded,
+            "mean_images": images, "mean_rows": padded, **step_syncs(framework, staged[0]),
             "device": torch.cuda.get_device_name() if cuda else "cpu"}
+
+
+# ---- host syncs of a training step -------------------------------------------------------------
+
+SYNC_OPS = frozenset({"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
+                      "aten._unique2.default", "aten.unique_consecutive.default", "aten.unique_dim.default",
+                      "aten.repeat_interleave.Tensor", "aten.equal.default", "aten.is_nonzero.default",
+                      "aten.allclose.default"})
+"""ATen ops whose result the host must wait for (a value read, or an output sized by the data)."""
+SYNC_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"})
+"""Tensor methods that read a value on the host (Python branching on a tensor is ``__bool__``)."""
+
+
+class SyncCounter:
+    """Within: every host read of a tensor value, by name: the tensor methods of ``SYNC_METHODS``
+    and copies to the CPU (a torch function mode), the ATen ops of ``SYNC_OPS`` and boolean
+    indexing (a dispatch mode, so the backward pass's ops are seen too), calls of
+    ``torch.cuda.synchronize`` and of a CUDA stream's or event's ``synchronize``, and on CUDA
+    what ``torch.cuda.set_sync_debug_mode("warn")`` reports. On CPU it finds the same code
+    patterns (a value read is a value read on any device); CUDA's own count is the last."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []  # "what at file:line", the line the read comes from
+
+    @staticmethod
+    def where() -> str:
+        """The innermost caller outside this file and torch's mode machinery: the line to change."""
+        import traceback
+
+        here = str(Path(__file__).resolve()).replace(os.sep, "/")
+        for frame in reversed(traceback.extract_stack()[:-2]):
+            path = frame.filename.replace(os.sep, "/")
+            if path == here or "torch/_dynamo/" in path or path.endswith(
+                    ("torch/overrides.py", "torch/utils/_python_dispatch.py", "torch/_tensor.py", "torch/_compile.py",
+                     "contextlib.py")):
+                continue
+            short = path.split("site-packages/")[-1].removeprefix(str(REPO).replace(os.sep, "/") + "/")
+            return f"{short}:{frame.lineno}"
+        return "?"
+
+    def __enter__(self) -> "SyncCounter":
+        import contextlib
+        import warnings
+
+        import torch
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        found = self.found
+
+        class Methods(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                name = getattr(func, "__name__", "")
+                if name in SYNC_METHODS:
+                    found.append(f"Tensor.{name} at {SyncCounter.where()}")
+                elif (name == "to" and args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu"
+                      and isinstance(result, torch.Tensor) and result.device.type == "cpu"):
+                    found.append(f"Tensor.to(cpu) at {SyncCounter.where()}")
+                return result
+
+        class Ops(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = str(func)
+                if name in SYNC_OPS:
+                    found.append(f"{name} at {SyncCounter.where()}")
+                elif name.startswith("aten.index.") and any(
+                        isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in args[1]):
+                    found.append(f"{name} (boolean mask) at {SyncCounter.where()}")
+                elif name == "aten._to_copy.default":
+                    target = (kwargs or {}).get("device")
+                    if args[0].device.type != "cpu" and target is not None and torch.device(target).type == "cpu":
+                        found.append(f"{name} (to the CPU) at {SyncCounter.where()}")
+                elif name == "aten.copy_.default" and args[0].device.type == "cpu" and args[1].device.type != "cpu":
+                    found.append(f"{name} (to the CPU) at {SyncCounter.where()}")
+                return func(*args, **(kwargs or {}))
+
+        self._stack = contextlib.ExitStack()
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            self._warnings = self._stack.enter_context(warnings.catch_warnings(record=True))
+            warnings.simplefilter("always")
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+            self._stack.callback(torch.cuda.set_sync_debug_mode, previous)
+        for owner, attribute, label in ((torch.cuda, "synchronize", "torch.cuda.synchronize"),
+                                        (torch.cuda.Event, "synchronize", "Event.synchronize"),
+                                        (torch.cuda.Stream, "synchronize", "Stream.synchronize")):
+            original = getattr(owner, attribute)
+
+            def counted(*a, _original=original, _label=label, **k):
+                found.append(f"{_label} at {SyncCounter.where()}")
+                return _original(*a, **k)
+
+            setattr(owner, attribute, counted)
+            self._stack.callback(setattr, owner, attribute, original)
+        self._stack.enter_context(Methods())
+        self._stack.enter_context(Ops())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+        for warning in getattr(self, "_warnings", []):
+            if "called a synchronizing CUDA operation" in str(warning.message):  # not the prototype notice
+                self.found.append("cuda sync debug: " + str(warning.message).split("\n")[0][:80])
+
+
+def counted_step_syncs(framework: Any, item: Any) -> list[str]:
+    """The host syncs of one ``train_step(item)`` (``SyncCounter``), the device drained first."""
+    import torch
+
+    if framework.torch_device.type == "cuda":
+        torch.cuda.synchronize()
+    with SyncCounter() as counter:
+        framework.train_step(item)
+    return counter.found
+
+
+def step_syncs(framework: Any, item: Any) -> dict:
+    """Host syncs of a warm training step; for the MAML family (``framework.train_loop``) also per
+    inner step: the step counted with one inner step and with ``max(2, --maml-steps)``, the
+    difference over the steps between (so what a step does once, the in-flight bound's one wait
+    on CUDA included, cancels)."""
+    import dataclasses
+
+    loop = framework.train_loop
+    if loop is None:
+        found = counted_step_syncs(framework, item)
+        return {"syncs_per_step": len(found), "syncs_per_inner_step": None, "sync_names": sorted(set(found))}
+    many = max(2, loop.steps)
+    try:
+        framework.train_loop = dataclasses.replace(loop, steps=1)
+        once = counted_step_syncs(framework, item)
+        framework.train_loop = dataclasses.replace(loop, steps=many)
+        counted = counted_step_syncs(framework, item)
+    finally:
+        framework.train_loop = loop
+    per_inner = (len(counted) - len(once)) / (many - 1)
+    extra = list(counted)
+    for name in once:  # what the longer loop did beyond the shorter one's
+        if name in extra:
+            extra.remove(name)
+    return {"syncs_per_step": len(counted), "syncs_per_inner_step": per_inner,
+            "sync_names": sorted(set(counted)), "inner_sync_names": sorted(set(extra))}
 
 
 def child_e2e(args: argparse.Namespace) -> dict:
@@ -166,7 +342,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
         summary_path = Path(scratch) / "summary.json"
         argv = [sys.executable, "-m", "clients.torch",
                 *trainer_argv(args.address, args.backbone, args.size, args.config, args.episodes, args.device,
-                              args.window, args.batch_norm), "--json-summary", str(summary_path)]
+                              args.window, args.batch_norm, args.learner), "--json-summary", str(summary_path)]
         done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                               check=False)
         if done.returncode != 0:
@@ -185,14 +361,20 @@ def child_e2e(args: argparse.Namespace) -> dict:
 # ---- the parent: store, server, children, table ---------------------------------------------
 
 
-def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, size: int, config: str) -> dict:
+def length(args: argparse.Namespace, learner: str) -> int:
+    """Training items per measurement: ``--episodes``, or ``--steps`` batches for a batch learner."""
+    return args.episodes if episodic(learner) or args.steps is None else args.steps
+
+
+def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, size: int, config: str,
+              learner: str = "protonet") -> dict:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
-            backbone, "--size", str(size), "--config", config, "--episodes", str(args.episodes), "--device",
-            args.device, "--window", str(args.window), "--batch-norm", args.batch_norm]
+            backbone, "--size", str(size), "--config", config, "--episodes", str(length(args, learner)), "--device",
+            args.device, "--window", str(args.window), "--batch-norm", args.batch_norm, "--learner", learner]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{kind} {backbone} {size}px {config} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{kind} {learner} {backbone} {size}px {config} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -263,11 +445,17 @@ def main_gpus(args: argparse.Namespace, data: Path) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=600, help="training episodes per measurement")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="with --learners: training batches per measurement of a learner trained on plain "
+                             "batches (baseline, knn, finetune; default --episodes): their steps are short")
     parser.add_argument("--window", type=int, default=100, help="episodes in the end-to-end rate's last window")
     parser.add_argument("--models", nargs="+", default=["conv4:84", "resnet18:126"], metavar="BACKBONE:PX")
-    parser.add_argument("--configs", nargs="+", default=["on:on", "on:off", "off:off"], metavar="BUCKETS:COMPILE",
-                        help="trainer --shape-buckets and --compile per measurement (on or off each); vs eager "
-                             "needs off:off; --gpus runs the first")
+    parser.add_argument("--learners", nargs="+", metavar="LEARNER",
+                        help="MD learners (the trainer's --model: " + ", ".join(MODELS) + "; or all): each one's "
+                             "training, model-only against end to end, per --models, in --configs (default on:off)")
+    parser.add_argument("--configs", nargs="+", metavar="BUCKETS:COMPILE",
+                        help="trainer --shape-buckets and --compile per measurement (on or off each; default on:on "
+                             "on:off off:off, with --learners on:off); vs eager needs off:off; --gpus runs the first")
     parser.add_argument("--gpus", nargs="+", type=int, metavar="N",
                         help="several GPUs of this host: one torchrun per N (include 1: the scaling's base)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -284,7 +472,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backbone", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
+    parser.add_argument("--learner", default="protonet", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.learners is not None:
+        args.learners = list(MODELS) if args.learners == ["all"] else args.learners
+        unknown = [name for name in args.learners if name not in MODELS]
+        if unknown:
+            parser.error(f"--learners: got {' '.join(unknown)}, expected names of {', '.join(MODELS)} (or all)")
+        if args.gpus:
+            parser.error("--learners: one GPU only; expected no --gpus")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps: got {args.steps}, expected at least 1")
+    if args.configs is None:
+        args.configs = list(LEARNER_CONFIGS) if args.learners else ["on:on", "on:off", "off:off"]
     if args.episodes < 1 or args.window < 1:
         parser.error(f"--episodes/--window: got {args.episodes}/{args.window}, expected at least 1")
     for model in args.models:
@@ -330,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.gpus:
             main_gpus(args, data)
             return 0
+        if args.learners:
+            return 1 if main_learners(args, data) else 0
         process, address = start_server(data, args.workers, args.lookahead_mb)
         try:
             for model in args.models:
@@ -358,6 +560,68 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows, args.window)
     return 0
+
+
+# ---- each MD learner: model-only against end to end -----------------------------------------
+
+
+def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
+    """Per model and learner (and configuration): the model-only child, then the trainer end to end;
+    the measurements that failed (the others still run)."""
+    process, address = start_server(data, args.workers, args.lookahead_mb)
+    rows, failed = [], []
+    try:
+        for model in args.models:
+            backbone, _, size = model.partition(":")
+            for learner in args.learners:
+                for config in args.configs:
+                    if learner in ADAPTING and config.endswith(":on"):
+                        print(f"{learner} {backbone} {size}px {config}: skipped (the inner loop runs eager; the "
+                              "trainer refuses --compile on)", flush=True)
+                        continue
+                    try:
+                        result = {**run_child("model", args, address, backbone, int(size), config, learner),
+                                  **run_child("e2e", args, address, backbone, int(size), config, learner)}
+                    except RuntimeError as error:  # the other learners' rows still come
+                        print(f"{learner} {backbone} {size}px {config}: FAILED: {error}", flush=True)
+                        failed.append(f"{learner} {backbone} {size}px {config}")
+                        continue
+                    rows.append((learner, backbone, int(size), config, result))
+                    unit = "episodes" if episodic(learner) else "batches"
+                    inner = (f", {result['syncs_per_inner_step']:g} per inner step"
+                             + (f" ({', '.join(result['inner_sync_names'])})" if result["inner_sync_names"] else "")
+                             if result["syncs_per_inner_step"] is not None else "")
+                    print(f"{learner} {backbone} {size}px {config} on {result['device']}: model-only "
+                          f"{result['model_first']:.1f} / {result['model_second']:.1f} {unit}/s (first / second "
+                          f"pass), end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; "
+                          f"ratio {result['e2e_last'] / result['model_second']:.2f}; data wait after the first "
+                          f"{result['wait_after_first']:.1%}; {result['mean_images']:.0f} images per item, "
+                          f"{result['shapes']} shapes; host syncs per step {result['syncs_per_step']}"
+                          f"{inner}: {', '.join(result['sync_names']) or 'none'}\n  {result['first_line']}",
+                          flush=True)
+    finally:
+        process.terminate()
+        process.wait()
+        log = (data / "server.log").read_text()
+        if "Traceback" in log:
+            print(log[log.index("Traceback"):][:3000], file=sys.stderr)
+    print_learners(rows)
+    if failed:
+        print(f"failed: {'; '.join(failed)}", file=sys.stderr)
+    return failed
+
+
+def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
+    print()
+    print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} "
+          f"{'e2e':>7} {'e2e last':>8} {'ratio':>6} {'wait':>6} {'syncs':>5} {'/inner':>6}")
+    for learner, backbone, size, config, r in rows:
+        inner = f"{r['syncs_per_inner_step']:6g}" if r["syncs_per_inner_step"] is not None else f"{'-':>6}"
+        print(f"{learner:11} {'episodes' if episodic(learner) else 'batches':8} {backbone:9} {size:>4} {config:7} "
+              f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} "
+              f"{r['e2e_last'] / r['model_second']:6.2f} {r['wait_after_first']:6.1%} {r['syncs_per_step']:5d} {inner}")
+    print("rates: items/s (episodes, or a batch learner's batches); ratio: e2e last / model 2nd (target: at least "
+          "0.9); syncs: host syncs counted in one warm step, /inner: per inner step of the MAML family (target: 0)")
 
 
 def print_table(rows: list[tuple[str, int, str, dict]], window: int) -> None:

@@ -1,0 +1,93 @@
+"""The one-GPU training bench's learner mode and its host-sync check, on CPU.
+
+``bench/gpu_train.py --learners`` times every MD learner of the torch trainer (bench/README.md
+gives its GPU figures) and counts the host syncs of a warm training step, for the MAML family
+per inner step (issue 38: its inner loop stays on the GPU without a host sync per step). The
+count (``SyncCounter``: value reads, boolean masks, copies to the CPU, synchronize calls) finds
+code patterns, so it runs here on CPU: the trainer's own step, on a small episode, with one
+inner step and with five; a planted value read in every inner step is found and named.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from clients.md_learners import ADAPTING, MODELS
+from clients.torch import adaptation
+from clients.torch.md_train import TorchFramework
+from clients.torch.staging import StagedEpisode
+from clients.trainer_args import parse_args
+
+REPO = Path(__file__).resolve().parents[2]
+SIZE, SUPPORT, QUERY, WAYS = 16, 6, 6, 3
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("gpu_train", REPO / "bench" / "gpu_train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_train", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_bench()
+
+
+def warm_framework(learner: str) -> tuple[TorchFramework, StagedEpisode]:
+    """The trainer's framework for ``learner`` (the bench's own arguments, on CPU) after one step."""
+    framework = TorchFramework(parse_args("torch", bench.trainer_argv("127.0.0.1:1", "conv4", SIZE, "off:off", 4,
+                                                                      "cpu", 1, "md", learner)))
+    framework.build(0)
+    rng = np.random.RandomState(0)
+    images = torch.from_numpy(rng.randint(0, 256, (SUPPORT + QUERY, SIZE, SIZE, 3), dtype=np.uint8))
+    labels = torch.from_numpy((np.arange(SUPPORT + QUERY) % WAYS).astype(np.int64))
+    item = StagedEpisode(images, labels, SUPPORT, QUERY, WAYS, 0)
+    framework.train_step(item)
+    return framework, item
+
+
+def test_learners_all_is_every_trainer_model_and_runs_buckets_without_compile():
+    args = bench.parse(["--learners", "all"])
+    assert args.learners == list(MODELS) and args.configs == ["on:off"]
+    assert bench.parse([]).configs == ["on:on", "on:off", "off:off"]  # the ProtoNet mode as before
+    with pytest.raises(SystemExit):
+        bench.parse(["--learners", "protonet", "nonesuch"])
+
+
+def test_batch_learners_train_for_steps_and_episodic_ones_for_episodes():
+    batches = bench.trainer_argv("a:1", "conv4", 84, "on:off", 7, "cpu", 1, "md", "baseline")
+    episodes = bench.trainer_argv("a:1", "conv4", 84, "on:off", 7, "cpu", 1, "md", "maml")
+    assert batches[batches.index("--train-steps") + 1] == "7" and "--train-episodes" not in batches
+    assert episodes[episodes.index("--train-episodes") + 1] == "7" and episodes[episodes.index("--model") + 1] == "maml"
+
+
+@pytest.mark.parametrize("learner", ADAPTING)
+def test_the_maml_familys_inner_steps_read_nothing_on_the_host(learner):
+    framework, item = warm_framework(learner)
+    syncs = bench.step_syncs(framework, item)
+    assert syncs["syncs_per_inner_step"] == 0, syncs
+    assert syncs["inner_sync_names"] == []
+    assert framework.train_loop.steps == 5  # restored after the count
+
+
+def test_a_value_read_in_each_inner_step_is_counted_and_named(monkeypatch):
+    original = adaptation.TorchAdaptation.support_gradients
+
+    def reading(self, weights, head):
+        gradients = original(self, weights, head)
+        if float(gradients[1][1].abs().sum()) < 0:  # a host read of a device value, as a loop might branch
+            raise AssertionError
+        return gradients
+
+    monkeypatch.setattr(adaptation.TorchAdaptation, "support_gradients", reading)
+    framework, item = warm_framework("maml")
+    syncs = bench.step_syncs(framework, item)
+    assert syncs["syncs_per_inner_step"] >= 1
+    assert any(name.startswith("Tensor.__float__ at tests/bench/test_gpu_train.py:")
+               for name in syncs["inner_sync_names"]), syncs
