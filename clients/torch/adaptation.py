@@ -22,9 +22,12 @@ from clients.torch.models import classifier_logits, episode_norm
 
 class TorchAdaptation:
     def __init__(self, backbone: nn.Module, images: torch.Tensor, labels: torch.Tensor, support: int, query: int,
-                 ways: int, batch_norm: str, out_dim: int) -> None:
+                 ways: int, batch_norm: str, out_dim: int, support_rows: int | None = None) -> None:
         self.backbone, self.images, self.batch_norm = backbone, images, batch_norm
         self.support, self.query, self.ways, self.out_dim = support, query, ways, out_dim
+        # the rows a support pass embeds: the support's bucket (``clients.buckets``), so the inner
+        # steps meet few shapes; the rows past the support enter no moment and no loss
+        self.support_rows = support if support_rows is None else min(max(support, support_rows), images.shape[0])
         self.support_labels = labels[:support]
         self.names = [name for name, _ in backbone.named_parameters()]
 
@@ -42,8 +45,12 @@ class TorchAdaptation:
         return (torch.zeros(self.ways, self.out_dim, device=device, requires_grad=True),
                 torch.zeros(self.ways, device=device, requires_grad=True))
 
+    def _support(self, weights: list[torch.Tensor]) -> torch.Tensor:
+        """The support rows embedded alone (their batch norms taking the support's moments)."""
+        return self._embed(weights, self.support_rows, 0)[:self.support]
+
     def prototype_head(self, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        embedded = self._embed(weights, self.support, 0)
+        embedded = self._support(weights)
         one_hot = F.one_hot(self.support_labels, self.ways).to(embedded.dtype)
         prototypes = one_hot.t() @ embedded / one_hot.sum(0).clamp_min(1.0).unsqueeze(1)
         return 2.0 * prototypes, -prototypes.pow(2).sum(1)
@@ -53,7 +60,7 @@ class TorchAdaptation:
         # the head as a variable of its own, as the reference's loop variables: the backbone's
         # gradient takes no path through Proto-MAML's initialisation of it
         weight, bias = (t.detach().requires_grad_() for t in head)
-        logits = self._embed(weights, self.support, 0) @ weight.t() + bias
+        logits = self._support(weights) @ weight.t() + bias
         loss = F.cross_entropy(logits, self.support_labels)
         found = torch.autograd.grad(loss, [*weights, weight, bias], allow_unused=True)  # no graph: first order
         gradients = [torch.zeros_like(t) if g is None else g for t, g in zip([*weights, weight, bias], found,
@@ -69,7 +76,7 @@ class TorchAdaptation:
 
     def support_features(self) -> torch.Tensor:
         with torch.no_grad():
-            return self._embed(self.initial_weights(), self.support, 0)
+            return self._support(self.initial_weights())
 
     def head_gradients(self, weights: list[torch.Tensor] | None, features: torch.Tensor | None,
                        head: tuple[Any, ...], settings: Finetuning, rows: torch.Tensor | None
@@ -82,10 +89,12 @@ class TorchAdaptation:
         with torch.enable_grad():
             if weights is not None:
                 weights = [w.detach().requires_grad_() for w in weights]
-                images = self.images[:self.support] if rows is None else self.images[rows]
-                with episode_norm(self.backbone, self.batch_norm, images.shape[0], 0):
-                    features = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
-                                               (images,)).float()
+                if rows is None:
+                    features = self._support(weights)
+                else:
+                    with episode_norm(self.backbone, self.batch_norm, rows.shape[0], 0):
+                        features = functional_call(self.backbone, dict(zip(self.names, weights, strict=True)),
+                                                   (self.images[rows],)).float()
             elif rows is not None:
                 features = features[rows]
             logits = classifier_logits(features, head, settings.classifier)

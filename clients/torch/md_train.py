@@ -62,7 +62,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from clients.buckets import resolve_buckets_for
+from clients.buckets import Ladder, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head, neutral_relation
 from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
@@ -83,6 +83,9 @@ from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, RelationM
 from clients.torch.staging import StagedEpisode, Stager, stage_arrays
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
+
+SUPPORT_LADDER = Ladder()
+"""The support passes' buckets (capped by the staged episode's rows, ``TorchAdaptation``)."""
 
 CHECKPOINT = "checkpoint.pt"
 BEST = "best.pt"  # the backbone of the best validation (``clients.validation``)
@@ -411,11 +414,17 @@ class TorchFramework(Framework):
         return self.protonet.packed(self._input(staged.images), staged.labels, staged.support, staged.query,
                                     staged.ways, self.eval_head)
 
+    def _support_rows(self, staged: StagedEpisode) -> int | None:
+        """The rows a support pass of the inner loop embeds: with shape buckets the support's
+        bucket, so its passes meet the ladder's few shapes (``TorchAdaptation``)."""
+        return SUPPORT_LADDER.size(staged.support) if self.buckets else None
+
     def _adapted(self, staged: StagedEpisode, loop: InnerLoop, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(query logits, query labels) of the MAML family's episode (``md_learners.adapted_query_logits``)."""
         assert self.loaded is not None
         adaptation = TorchAdaptation(self.backbone, self._input(staged.images), staged.labels, staged.support,
-                                     staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim)
+                                     staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim,
+                                     self._support_rows(staged))
         logits = adapted_query_logits(adaptation, loop, training)
         return logits, staged.labels[staged.support:staged.support + staged.query]
 
@@ -484,7 +493,8 @@ class TorchFramework(Framework):
         (``md_learners.finetuned_query_logits``; its head and batches drawn from its own seed)."""
         assert self.loaded is not None
         finetunable = TorchAdaptation(self.backbone, self._input(staged.images), staged.labels, staged.support,
-                                      staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim)
+                                      staged.query, staged.ways, self.args.batch_norm, self.loaded.out_dim,
+                                      self._support_rows(staged))
         head, rows = finetune_inputs(settings, self.loaded.out_dim, staged.ways, staged.support,
                                      derive_seed(self.args.seed, FINETUNE_HEAD_SEED_NAME, index))
         device = self.torch_device

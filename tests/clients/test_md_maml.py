@@ -87,3 +87,19 @@ def test_torch_and_tf_adapt_to_the_same_query_logits(prototype_head):
     in_torch = adapted_query_logits(torch_adaptation(images, labels), loop, training=False).detach().numpy()
     in_tf = adapted_query_logits(tf_adaptation(images, labels), loop, training=False).numpy()
     np.testing.assert_allclose(in_tf, in_torch, rtol=1e-4, atol=1e-4 * float(np.abs(in_torch).max()))
+
+
+@pytest.mark.parametrize("prototype_head", [False, True])
+def test_a_bucketed_support_pass_adapts_as_the_unpadded_one(prototype_head):
+    """With shape buckets the inner loop embeds the support's bucket of rows (here: the query
+    rows as well): the rows past the support enter no moment and no loss, so the adapted query
+    logits are the unpadded loop's."""
+    images, labels = episode(3)
+    loop = InnerLoop(3, 0, 0.1, prototype_head)
+    plain = torch_adaptation(images, labels)
+    bucketed = torch_adaptation(images, labels)
+    bucketed.support_rows = SUPPORT + QUERY
+    with torch.enable_grad():
+        expected = adapted_query_logits(plain, loop, training=True).detach().numpy()
+        got = adapted_query_logits(bucketed, loop, training=True).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
