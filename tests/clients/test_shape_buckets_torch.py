@@ -67,7 +67,7 @@ def _step(model: ProtoNet, episode: tuple[torch.Tensor, ...], ways: int, padded_
                 logits, labels = model.packed(to_input(images, device), all_labels, ns, nq, ways)
             else:  # the control: plain batch norm over the padded batch
                 embedded = model.backbone(to_input(images, device)).float()
-                logits = ProtoNet._logits(embedded, support_labels, ns, nq, ways)
+                logits = model._logits(embedded, support_labels, ns, nq, ways)
                 labels = query_labels
     loss = F.cross_entropy(logits.float(), labels)
     loss.backward()
