@@ -86,6 +86,15 @@ _RATE = re.compile(r"(?:episode|batch) (\d+)/\d+: .*?; ([0-9.]+) (?:episodes|bat
 LEARNER_CONFIGS = ["on:off"]  # --learners' default: buckets on, compile off (the MAML family refuses compile)
 
 
+def stop_server(process: subprocess.Popen, data: Path) -> None:
+    """Stop a bench's server; its traceback, if it logged one, to stderr."""
+    process.terminate()
+    process.wait()
+    log = (data / "server.log").read_text()
+    if "Traceback" in log:
+        print(log[log.index("Traceback"):][:3000], file=sys.stderr)
+
+
 def make_stores(work: Path, classes: int, per_class: int, sizes: set[int]) -> Path:
     """JPEGs in the image_folder layout (150-190 px, class-coloured), packed raw at each size."""
     from sampler_server.fixtures.base import class_image, rng_for
@@ -551,11 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{result['shapes']} distinct shapes ({result['mean_images']:.0f} images per episode, "
                           f"{result['mean_rows']:.0f} rows fed){compiled}\n  {result['first_line']}", flush=True)
         finally:
-            process.terminate()
-            process.wait()
-            log = (data / "server.log").read_text()
-            if "Traceback" in log:
-                print(log[log.index("Traceback"):][:3000], file=sys.stderr)
+            stop_server(process, data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows, args.window)
@@ -600,11 +605,7 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
                           f"{inner}: {', '.join(result['sync_names']) or 'none'}\n  {result['first_line']}",
                           flush=True)
     finally:
-        process.terminate()
-        process.wait()
-        log = (data / "server.log").read_text()
-        if "Traceback" in log:
-            print(log[log.index("Traceback"):][:3000], file=sys.stderr)
+        stop_server(process, data)
     print_learners(rows)
     if failed:
         print(f"failed: {'; '.join(failed)}", file=sys.stderr)
