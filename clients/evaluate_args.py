@@ -229,7 +229,8 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
             option("--regime-seed", type=int_at_least(0), default=None, metavar="S", forward=("transfer",),
                    help="seed of the regimes"),
             option("--regime-sampling", choices=REGIME_SAMPLINGS, default=None, forward=("transfer",),
-                   help="how regimes are drawn"),
+                   help="how regimes are drawn: uniform (default), stratified (scikit-learn's "
+                        "StratifiedShuffleSplit) or one-per-class-first"),
         )),
         OptionGroup("ImageNet-CoG (the cog command's linear evaluation)", (
             option("--levels", nargs="+", default=None, metavar="LEVEL", forward=("cog",),

@@ -429,7 +429,9 @@ TRANSFER_MODES = ("linear", "finetune", "protonet")
 # init on the same data regime, and random init on all of the task's training data.
 ROLES = ("model", "scratch", "max")
 SELECTIONS = vtab_transfer_protocols.SELECTIONS
-REGIME_SAMPLINGS = ("uniform", "stratified")  # RegimeRequest.sampling: the paper's random subsample, or classes first
+# RegimeRequest.sampling: the paper's random subsample, sklearn's StratifiedShuffleSplit (the reference's
+# --stratified), or one per class first
+REGIME_SAMPLINGS = ("uniform", "stratified", "one-per-class-first")
 # Flags whose default (None) means "the protocol's value"; given, they override it
 PROTOCOL_FLAGS = tuple(vtab_transfer_protocols.PROTOCOLS[vtab_transfer_protocols.DEFAULT_PROTOCOL].values())
 
@@ -534,9 +536,11 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
             option("--regime-seed", type=int_at_least(0), default=None, metavar="S", **_RESULT,
                    help="seed drawing the regimes (nested across N for one seed; default 0)"),
             option("--regime-sampling", choices=REGIME_SAMPLINGS, default=None, **_RESULT,
-                   help="how a regime's N examples are drawn from the task's train split: uniform (the "
-                        "control-baselines paper's random subsample) or stratified (one per class first; "
-                        "default: uniform)"),
+                   help="how a regime's N examples are drawn from the task's train split: uniform (a random "
+                        "subsample, nested across N; the default), stratified (scikit-learn's "
+                        "StratifiedShuffleSplit into train and val, 80/20, random_state the regime seed: the "
+                        "control-baselines reference's --stratified) or one-per-class-first (one example per class "
+                        "first)"),
         )),
         OptionGroup("output", (
             log_every_option(100, "progress every N steps"),

@@ -8,8 +8,10 @@ Reads manifests and the stores' TFDS side files only (never an image): the task'
 "train" split is the pool and its "test" split scores the blind guess, both listed as
 ``sampler-server vtab split`` lists them (``store.vtab_records``); the regime itself is
 ``core.baselines.build_regime``: the first n of a uniform random order of the pool (the
-paper's random subsample), or with ``--regime-sampling stratified`` of the class-covering
-order (one example per class first). ``--n 0`` lists no records: it prints the task's pool size,
+paper's random subsample), with ``--regime-sampling one-per-class-first`` of the
+class-covering order (one example per class first), or with ``--regime-sampling
+stratified`` scikit-learn's ``StratifiedShuffleSplit`` into train and val parts (80/20),
+as the control-baselines reference draws it. ``--n 0`` lists no records: it prints the task's pool size,
 default regimes and the blind guess of the whole pool (the R_blind of calibrated reports).
 ``--target ATTR [--loss l2|l1]`` adds the regression blind guess of a numeric per-record
 attribute of the store (``core.baselines.regime_regression``): the mean (l2) or median (l1)
@@ -51,8 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "regime", help="one data regime of a VTAB task: records, labels, blind guess (no images read)",
         description="Regime N of TASK for SEED: the first N examples of a keyed uniform random order of the "
-        "task's train split (a uniform random subsample, nested across N; --regime-sampling stratified: one example "
-        "per class first), split into train and val; with its fingerprint, the blind "
+        "task's train split (a uniform random subsample, nested across N; --regime-sampling one-per-class-first: one "
+        "example per class first), split 80/20 into train and val (--regime-sampling stratified: scikit-learn's "
+        "StratifiedShuffleSplit into the two, random_state SEED, as the control-baselines reference draws it); with "
+        "its fingerprint, the blind "
         "guess of its train part on the task's test split and the task's default regimes. "
         "--n 0 lists only the task's default regimes and the whole train split's blind guess.",
     )
@@ -65,7 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(also valid, validation)")
     parser.add_argument("--regime-sampling", default=DEFAULT_SAMPLING, metavar="|".join(SAMPLINGS),
                         help="how the N examples are drawn: uniform (default: a uniform random subsample of the train "
-                        "split, as the control-baselines paper draws it) or stratified (one example per class first)")
+                        "split, nested across N), stratified (scikit-learn's StratifiedShuffleSplit, train_size 80%% "
+                        "and test_size 20%% of N, random_state SEED: the control-baselines reference's --stratified; "
+                        "each part keeps the split's class proportions; needs a val part of at least one example "
+                        "per class) or one-per-class-first (one example per class first, then uniform)")
     parser.add_argument("--store", help="store name when several hold the task's dataset (default: first by name)")
     parser.add_argument("--target", help="a numeric per-record attribute of the store (e.g. label_x_position): "
                         "also print its regression blind guess")

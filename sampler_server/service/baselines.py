@@ -1,10 +1,13 @@
 """The control baselines served: ``GetRegime`` and the regime parts of ``StreamTaskBatches``.
 
 A regime of a task is defined by the pure core (``core.baselines``): the first n of a
-keyed order of the task's "train" split, split into train and val. The order is uniform
-(the paper's random subsample) unless the request's ``sampling`` (``GetRegime``) or
-``regime_sampling`` (``StreamTaskBatches``) is "stratified" (one example per class
-first); the reply's ``Regime.sampling`` names it, and it enters the regime fingerprint. This
+keyed order of the task's "train" split, split into train and val (80/20). The order is
+uniform (the paper's random subsample; also an empty name, as before samplings existed)
+unless the request's ``sampling`` (``GetRegime``) or ``regime_sampling``
+(``StreamTaskBatches``) is "one-per-class-first" (one example per class first), or the
+regime is "stratified": scikit-learn's ``StratifiedShuffleSplit`` of the pool into the
+train and val parts, as the control-baselines reference draws it (``core.baselines``); the
+reply's ``Regime.sampling`` names it, and it enters the regime fingerprint. This
 module only reads the task's listings through the task catalog (``catalog.tasks``: the same
 store choice, cache and errors as every VTAB RPC) and hands them to
 ``core.baselines.build_regime``. A task is a VTAB task or ``source:<store>``, any packed

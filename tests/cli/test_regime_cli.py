@@ -68,14 +68,29 @@ def test_regime_records_come_from_the_train_split_nested_and_with_the_blind_gues
     assert train["fingerprint"] != _regime(capsys, data, 30, 8, "train")["fingerprint"]
 
 
-def test_regime_sampling_stratified_covers_every_class_in_the_train_part(data, capsys):
-    train = _regime(capsys, data, 30, 7, "train", "--regime-sampling", "stratified")
-    val = _regime(capsys, data, 30, 7, "val", "--regime-sampling", "stratified")
-    assert (train["sampling"], val["sampling"]) == ("stratified", "stratified")
+def test_regime_sampling_one_per_class_first_covers_every_class_in_the_train_part(data, capsys):
+    train = _regime(capsys, data, 30, 7, "train", "--regime-sampling", "one-per-class-first")
+    val = _regime(capsys, data, 30, 7, "val", "--regime-sampling", "one-per-class-first")
+    assert (train["sampling"], val["sampling"]) == ("one-per-class-first", "one-per-class-first")
     pool_labels = {r["label"] for r in _listing(capsys, data, "train")["records"]}
     assert {r["label"] for r in train["records"]} == pool_labels  # n = 30 >= 2 x 8 classes
     assert {r["label"] for r in val["records"]} <= pool_labels
     assert train["fingerprint"] != _regime(capsys, data, 30, 7, "train")["fingerprint"]
+
+
+def test_regime_sampling_stratified_is_sklearns_split_of_the_pool(data, capsys):
+    """The reference's draw: StratifiedShuffleSplit(n_splits=1, train_size, test_size, random_state=seed)."""
+    from sklearn.model_selection import StratifiedShuffleSplit
+
+    pool = _listing(capsys, data, "train")["records"]
+    labels = [r["label"] for r in pool]
+    split = StratifiedShuffleSplit(n_splits=1, train_size=40, test_size=10, random_state=7)
+    expected_train, expected_val = next(split.split(np.zeros(len(labels)), labels))
+    train = _regime(capsys, data, 50, 7, "train", "--regime-sampling", "stratified")
+    val = _regime(capsys, data, 50, 7, "val", "--regime-sampling", "stratified")
+    assert (train["sampling"], train["count"], val["count"]) == ("stratified", 40, 10)
+    assert [r["record_id"] for r in train["records"]] == [pool[i]["record_id"] for i in expected_train]
+    assert [r["record_id"] for r in val["records"]] == [pool[i]["record_id"] for i in expected_val]
 
 
 def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys):
@@ -95,7 +110,10 @@ def test_n_zero_gives_the_whole_pool_blind_guess_and_the_text_form(data, capsys)
     (("--n", -1, "--seed", 1), "--n: got -1, expected an integer >= 0 (0: only the default regimes)"),
     (("--n", 5, "--seed", -1), "seed: got -1, expected an integer in [0, 18446744073709551615]"),
     (("--n", 5, "--seed", 1, "--regime-sampling", "random"),
-     "--regime-sampling: got 'random', expected one of uniform, stratified"),
+     "--regime-sampling: got 'random', expected one of uniform, stratified, one-per-class-first"),
+    (("--n", 30, "--seed", 1, "--regime-sampling", "stratified"),
+     "task clevr_count: regime n=30 drawn stratified (24 train, 6 val): The test_size = 6 should be greater or "
+     "equal to the number of classes = 8"),
 ])
 def test_bad_input_is_one_line_and_exit_2(data, capsys, argv, message):
     code, out, err = _run(capsys, "regime", "--data", data, "--task", "clevr_count", *argv)

@@ -143,28 +143,44 @@ def test_regime_batches_hold_exactly_the_regimes_records(served):
     assert plain[0].fingerprint != shuffled[0].fingerprint  # the task's own split streams apart
 
 
-def test_sampling_uniform_by_default_and_stratified_on_request(served, capsys):
-    """GetRegime's sampling ("uniform" by default) is named in the reply, equals the command's
-    --regime-sampling, and regime batches with the same regime_sampling hold the same records."""
+def test_sampling_uniform_by_default_and_the_others_on_request(served, capsys):
+    """GetRegime's sampling ("uniform" by default, also when empty as before samplings existed) is
+    named in the reply, equals the command's --regime-sampling, and regime batches with the same
+    regime_sampling hold the same records; "stratified" is sklearn's StratifiedShuffleSplit of the pool."""
+    from sklearn.model_selection import StratifiedShuffleSplit
+
     data, stub = served
-    default = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train"))
-    uniform = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="uniform"))
-    stratified = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="stratified"))
+    default = stub.GetRegime(pb.RegimeRequest(task=TASK, n=50, seed=9, split="train"))
+    uniform = stub.GetRegime(pb.RegimeRequest(task=TASK, n=50, seed=9, split="train", sampling="uniform"))
+    first = stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="one-per-class-first"))
+    stratified = stub.GetRegime(pb.RegimeRequest(task=TASK, n=50, seed=9, split="train", sampling="stratified"))
+    stratified_val = stub.GetRegime(pb.RegimeRequest(task=TASK, n=50, seed=9, split="val", sampling="stratified"))
     assert default == uniform and default.sampling == "uniform" and stratified.sampling == "stratified"
-    assert stratified.fingerprint != uniform.fingerprint
-    assert set(stratified.labels) == set(range(8))  # n = 20 >= 2 x 8 classes: every class in train
-    for sampling, regime in (("uniform", uniform), ("stratified", stratified)):
+    assert first.sampling == "one-per-class-first" and stratified.fingerprint != uniform.fingerprint
+    assert set(first.labels) == set(range(8))  # n = 20 >= 2 x 8 classes: every class in train
+    pool = _listing(data, "train", capsys)["records"]
+    split = StratifiedShuffleSplit(n_splits=1, train_size=40, test_size=10, random_state=9)
+    expected_train, expected_val = next(split.split(np.zeros(len(pool)), [r["label"] for r in pool]))
+    assert list(stratified.record_ids) == [pool[i]["record_id"] for i in expected_train]
+    assert list(stratified_val.record_ids) == [pool[i]["record_id"] for i in expected_val]
+    for sampling, regime in (("uniform", uniform), ("one-per-class-first", first), ("stratified", stratified)):
         capsys.readouterr()
-        assert main(["regime", "--data", str(data), "--task", TASK, "--n", "20", "--seed", "9", "--json",
+        assert main(["regime", "--data", str(data), "--task", TASK, "--n", str(regime.n), "--seed", "9", "--json",
                      "--regime-sampling", sampling]) == 0
         cli = json.loads(capsys.readouterr().out)
         assert (cli["sampling"], cli["fingerprint"]) == (sampling, regime.fingerprint)
         assert [r["record_id"] for r in cli["records"]] == list(regime.record_ids)
-    batches = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
-        task=TASK, split="train", batch_size=7, images=IMAGES, regime=20, regime_seed=9,
-        regime_sampling="stratified")))
-    assert [r for b in batches for r in b.record_ids] == list(stratified.record_ids)
-    assert {b.split_fingerprint for b in batches} == {stratified.fingerprint}
+    for part, regime in (("train", stratified), ("val", stratified_val)):
+        batches = list(stub.StreamTaskBatches(pb.StreamTaskBatchesRequest(
+            task=TASK, split=part, batch_size=7, images=IMAGES, regime=50, regime_seed=9,
+            regime_sampling="stratified")))
+        assert [r for b in batches for r in b.record_ids] == list(regime.record_ids)
+        assert {b.split_fingerprint for b in batches} == {regime.fingerprint}
+    with pytest.raises(grpc.RpcError) as caught:  # what sklearn refuses: one line
+        stub.GetRegime(pb.RegimeRequest(task=TASK, n=20, seed=9, split="train", sampling="stratified"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == ("task clevr_count: regime n=20 drawn stratified (16 train, 4 val): The "
+                                      "test_size = 4 should be greater or equal to the number of classes = 8")
 
 
 @pytest.mark.parametrize(("request_", "words"), [
@@ -172,7 +188,7 @@ def test_sampling_uniform_by_default_and_stratified_on_request(served, capsys):
     (pb.RegimeRequest(task=TASK, n=10, seed=0, split="test"), ["split", "test", "train, val"]),
     (pb.RegimeRequest(task="nope", n=10, seed=0, split="train"), ["nope"]),
     (pb.RegimeRequest(task=TASK, n=10, seed=0, split="train", sampling="random"),
-     ["sampling: got 'random', expected one of uniform, stratified"]),
+     ["sampling: got 'random', expected one of uniform, stratified, one-per-class-first"]),
 ])
 def test_get_regime_bad_requests_are_one_line_invalid_arguments(served, request_, words):
     _, stub = served
@@ -248,7 +264,7 @@ def test_bad_regression_requests_are_one_line_invalid_arguments(served, request_
      ["clevr_count", "100000"]),
     (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime=10, regime_sampling="strata",
                                  images=IMAGES),
-     ["regime_sampling: got 'strata', expected one of uniform, stratified"]),
+     ["regime_sampling: got 'strata', expected one of uniform, stratified, one-per-class-first"]),
     (pb.StreamTaskBatchesRequest(task=TASK, split="train", batch_size=4, regime_sampling="stratified",
                                  images=IMAGES),
      ["regime_sampling: got 'stratified' with regime 0"]),

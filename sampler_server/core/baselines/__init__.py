@@ -3,8 +3,10 @@
 Pure functions (no I/O, no gRPC, LMDB or frameworks): the callers read a task's splits
 and labels from its store (``store.vtab_records``) and pass label arrays in.
 
-- ``regimes``: the keyed pool order (uniform, or class-covering when stratified), regime n, its train/val parts,
+- ``regimes``: the keyed pool order (uniform, or one per class first), regime n, its train/val parts,
   default regimes and fingerprints;
+- ``stratified``: the stratified regime draw, scikit-learn's ``StratifiedShuffleSplit`` as the
+  control-baselines reference calls it;
 - ``blind``: the blind guess, classification (most frequent label) and regression
   (mean for L2, median for L1);
 - ``calibration``: cR, the Calibrated Cumulative Improvement and the calibration JSON;
@@ -36,10 +38,14 @@ from sampler_server.core.baselines.regimes import (
     DEFAULT_REGIME_COUNT,
     DEFAULT_SAMPLING,
     MIN_PER_CLASS,
+    ONE_PER_CLASS_FIRST,
+    ORDERED_SAMPLINGS,
     POOL_SPLIT,
     REGIME_SPLITS,
     SAMPLINGS,
+    STRATIFIED,
     TEST_SPLIT,
+    UNIFORM,
     VAL_FRACTION,
     RegimeSplit,
     build_regime,
@@ -69,13 +75,17 @@ __all__ = [
     "DEFAULT_REGIME_COUNT",
     "DEFAULT_SAMPLING",
     "MIN_PER_CLASS",
+    "ONE_PER_CLASS_FIRST",
+    "ORDERED_SAMPLINGS",
     "POOL_SPLIT",
     "REGIME_SPLITS",
     "ROLES",
     "SAMPLINGS",
+    "STRATIFIED",
     "SOURCE_SPLITS",
     "SOURCE_TASK_PREFIX",
     "TEST_SPLIT",
+    "UNIFORM",
     "VAL_FRACTION",
     "BlindGuess",
     "RegimeSplit",

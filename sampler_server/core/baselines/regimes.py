@@ -4,33 +4,41 @@ Definitions (shared by the ``regime`` command, ``GetRegime`` and the calibrated 
 
 - The pool is the task's ``POOL_SPLIT`` ("train") records in split order, the test the
   task's ``TEST_SPLIT`` ("test"). Only the pool's labels enter the order below.
-- The pool order for a seed (``pool_order``): a legacy ``RandomState`` from the one
-  seeding helper (protocol ``vtab_regime``, source ``"<store fingerprint>/<task>"``,
-  split train, index 0) draws a permutation P of the pool positions. Two samplings
-  (``SAMPLINGS``):
-  - ``uniform`` (the default): the order is P itself, so regime n is a uniform random
-    subsample of n examples of the pool, as the control-baselines paper "randomly
-    sub-samples" its training data (../shared/seeds/003_a37aa9789a22a6ef.txt);
-  - ``stratified``: the same RandomState then draws a permutation of the classes present
-    in the pool (sorted labels); the order starts with one example of each present
-    class, the classes in that keyed order, each class represented by its first
-    position in P; the rest of the pool follows in P's order.
-- Regime n is the first n positions of that order, so for one seed and sampling the
-  regime of n lies inside the regime of every larger n; a stratified regime of
+- Three samplings (``SAMPLINGS``). Two are keyed orders of the pool (``pool_order``): a
+  legacy ``RandomState`` from the one seeding helper (protocol ``vtab_regime``, source
+  ``"<store fingerprint>/<task>"``, split train, index 0) draws a permutation P of the pool
+  positions;
+  - ``uniform`` (the default; an empty name on the wire): the order is P itself, so regime n
+    is a uniform random subsample of n examples of the pool, as the control-baselines paper
+    "randomly sub-samples" its training data (../shared/seeds/003_a37aa9789a22a6ef.txt);
+  - ``one-per-class-first`` (named ``stratified`` until scikit-learn's split took that name):
+    the same RandomState then draws a permutation of the classes present in the pool
+    (sorted labels); the order starts with one example of each present class, the classes
+    in that keyed order, each class represented by its first position in P; the rest of
+    the pool follows in P's order.
+  For these, regime n is the first n positions of the order, so for one seed and sampling
+  the regime of n lies inside the regime of every larger n; a one-per-class-first regime of
   n >= (classes present) holds every class present in the pool (a uniform one need not).
-- Its val part is the last ``val_count(n)`` = floor(``VAL_FRACTION`` n) (at least 1 when
+  Its val part is the last ``val_count(n)`` = floor(``VAL_FRACTION`` n) (at least 1 when
   n >= 2, none when n < 2) positions of the regime, its train part the first
-  n - val_count(n). Stratified, when n >= 2 x classes, val_count(n) <= 0.2 n <= n - classes,
-  so the class-covering head stays in train and every class of the regime is in its
-  train part. Both parts are listed in pool-order order.
+  n - val_count(n). One-per-class-first, when n >= 2 x classes, val_count(n) <= 0.2 n <=
+  n - classes, so the class-covering head stays in train and every class of the regime is
+  in its train part. Both parts are listed in the order's order.
+  - ``stratified``: scikit-learn's ``StratifiedShuffleSplit`` as the reference calls it
+    (``stratified.stratified_split``: ``train_size`` n - val_count(n), ``test_size``
+    val_count(n), ``random_state`` the seed itself, not keyed on store or task): each part
+    keeps the pool's class proportions, both are listed in sklearn's order, and regimes are
+    drawn per n, not nested. sklearn refuses a val part smaller than the number of classes
+    (n below about 5 x classes), a class with one example in the pool and a seed above
+    2**32 - 1 (one ``InvalidArgument`` line).
 - Default regimes (``default_regimes``): ``DEFAULT_REGIME_COUNT`` values spaced
   geometrically from ``MIN_PER_CLASS`` x classes to the pool size (both ends included,
   the low end capped at the pool size), rounded half up, deduplicated, ascending.
 - A regression target (``regime_regression``): the regression blind guess of the
   regime's train part (n = 0: the whole pool), whichever part is listed, on the test split.
 - The fingerprint of a regime split hashes (store fingerprint, task, n, seed, split,
-  sampling, ordered record ids, labels); a stratified one leaves the sampling out, so it
-  keeps the fingerprint it had before uniform sampling existed.
+  sampling, ordered record ids, labels); a one-per-class-first one leaves the sampling out,
+  so it keeps the fingerprint it had (as "stratified") before uniform sampling existed.
 
 Everything is a pure function of the pool's labels (and record ids for the listing),
 the store fingerprint, the task, n, the seed, the sampling and the split: no input
@@ -50,6 +58,7 @@ from sampler_common.splits import REGIME
 from sampler_server.core.hashing import FieldHasher
 from sampler_server.core.baselines.blind import BlindGuess, RegressionBlindGuess, RegressionLoss, blind_guess
 from sampler_server.core.baselines.blind import regression_blind_guess
+from sampler_server.core.baselines.stratified import stratified_split
 from sampler_server.core.seeding import Protocol, check_seed_and_index, derive_rng
 from sampler_server.core.split import Split
 from sampler_server.errors import InvalidArgument, field_checks
@@ -67,8 +76,12 @@ MIN_PER_CLASS = 2
 DEFAULT_REGIME_COUNT = 6
 UNIFORM = "uniform"
 STRATIFIED = "stratified"
-SAMPLINGS = (UNIFORM, STRATIFIED)
-"""How a regime's n examples are drawn: a uniform random subsample (the paper's), or one per class first."""
+ONE_PER_CLASS_FIRST = "one-per-class-first"
+SAMPLINGS = (UNIFORM, STRATIFIED, ONE_PER_CLASS_FIRST)
+"""How a regime's n examples are drawn: a uniform random subsample (the paper's), scikit-learn's
+``StratifiedShuffleSplit`` (the reference's ``--stratified``), or one per class first."""
+ORDERED_SAMPLINGS = (UNIFORM, ONE_PER_CLASS_FIRST)
+"""The samplings whose regimes are prefixes of one keyed pool order (nested across n)."""
 DEFAULT_SAMPLING = UNIFORM
 
 
@@ -111,17 +124,19 @@ def _labels(labels: Sequence[int] | np.ndarray) -> np.ndarray:
 
 def pool_order(labels: Sequence[int] | np.ndarray, *, key: str, seed: int,
                sampling: str = DEFAULT_SAMPLING) -> np.ndarray:
-    """The keyed order of the pool (uniform, or class-covering when stratified): a permutation
-    of ``range(len(labels))``.
+    """The keyed order of the pool (uniform, or class-covering for one-per-class-first): a
+    permutation of ``range(len(labels))``. A stratified regime has none (it is drawn per n).
 
     Args:
         labels: the pool's labels in pool (split) order.
         key: ``regime_key(store_fingerprint, task)``.
         seed: the regime seed, 0 <= seed <= 2**64 - 1.
-        sampling: "uniform" or "stratified" (see the module).
+        sampling: "uniform" or "one-per-class-first" (see the module).
     """
     array = _labels(labels)
-    check_sampling(sampling)
+    if check_sampling(sampling) not in ORDERED_SAMPLINGS:
+        raise InvalidArgument(f"sampling: got {quoted(sampling)}, expected one of {', '.join(ORDERED_SAMPLINGS)} "
+                              "(a stratified regime is drawn per n, not a prefix of one order)")
     if not key:
         raise InvalidArgument("key: empty; regimes are keyed on '<store fingerprint>/<task>'")
     rng = derive_rng(check_seed(seed), Protocol.VTAB_REGIME, key, Split.TRAIN, 0)
@@ -158,9 +173,12 @@ def val_count(n: int) -> int:
 
 def regime_positions(labels: Sequence[int] | np.ndarray, *, task: str, key: str, n: int,
                      seed: int, sampling: str = DEFAULT_SAMPLING) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val) pool positions of regime n for ``seed`` and ``sampling``, each in pool-order order."""
+    """(train, val) pool positions of regime n for ``seed`` and ``sampling``: each in pool-order
+    order, or stratified, as sklearn's ``StratifiedShuffleSplit`` returns them."""
     array = _labels(labels)
     n = check_regime_size(task, n, len(array))
+    if check_sampling(sampling) == STRATIFIED:
+        return stratified_split(array, task=task, n_train=n - val_count(n), n_val=val_count(n), seed=seed)
     head = pool_order(array, key=key, seed=seed, sampling=sampling)[:n]
     cut = n - val_count(n)
     return head[:cut], head[cut:]
@@ -187,7 +205,7 @@ def regime_fingerprint(store_fingerprint: str, task: str, n: int, seed: int, spl
     """Stable hash of a regime split's composition (see the module docstring)."""
     hasher = FieldHasher("sampler-server/regime-split/v1").text(store_fingerprint).text(task)
     hasher.integer(int(n)).integer(int(seed)).text(split)
-    if check_sampling(sampling) != STRATIFIED:  # stratified: the fingerprint it had before samplings
+    if check_sampling(sampling) != ONE_PER_CLASS_FIRST:  # the fingerprint it had (as stratified) before samplings
         hasher.text(sampling)
     return "sha256:" + hasher.integers(record_ids).integers(labels).hexdigest()
 
@@ -238,7 +256,7 @@ def build_regime(*, task: str, store_fingerprint: str, num_classes: int, pool_re
                  pool_labels: Sequence[int], test_labels: Sequence[int], n: int, seed: int,
                  split: str, sampling: str = DEFAULT_SAMPLING) -> RegimeSplit:
     """Regime ``n`` (0: none, only the task's description) of ``task`` for ``seed``, part ``split``,
-    drawn by ``sampling`` ("uniform" or "stratified").
+    drawn by ``sampling`` ("uniform", "stratified" or "one-per-class-first").
 
     Args:
         pool_record_ids, pool_labels: the task's "train" split in split order.
@@ -302,6 +320,8 @@ __all__ = [
     "DEFAULT_REGIME_COUNT",
     "DEFAULT_SAMPLING",
     "MIN_PER_CLASS",
+    "ONE_PER_CLASS_FIRST",
+    "ORDERED_SAMPLINGS",
     "POOL_SPLIT",
     "REGIME_SPLITS",
     "SAMPLINGS",

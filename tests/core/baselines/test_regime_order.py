@@ -1,4 +1,4 @@
-"""Regimes: nesting, determinism, class coverage (stratified), val sizes, default regimes, fingerprints.
+"""Regimes: nesting, determinism, class coverage (one-per-class-first), val sizes, default regimes, fingerprints.
 
 The uniform sampling (the default) has its own tests in test_uniform_regimes.py."""
 
@@ -28,7 +28,7 @@ seeds = st.integers(0, 2**64 - 1)
 @settings(max_examples=examples(80), deadline=None)
 @given(labels=pools, seed=seeds)
 def test_pool_order_is_a_permutation_that_covers_the_classes_first(labels, seed):
-    order = pool_order(labels, key=KEY, seed=seed, sampling="stratified")
+    order = pool_order(labels, key=KEY, seed=seed, sampling="one-per-class-first")
     assert sorted(order.tolist()) == list(range(len(labels)))
     classes = sorted(set(labels))
     head = [labels[p] for p in order[: len(classes)]]
@@ -36,7 +36,7 @@ def test_pool_order_is_a_permutation_that_covers_the_classes_first(labels, seed)
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(labels=pools, seed=seeds, data=st.data(), sampling=st.sampled_from(["uniform", "stratified"]))
+@given(labels=pools, seed=seeds, data=st.data(), sampling=st.sampled_from(["uniform", "one-per-class-first"]))
 def test_regimes_nest_and_are_deterministic(labels, seed, data, sampling):
     small = data.draw(st.integers(1, len(labels)))
     large = data.draw(st.integers(small, len(labels)))
@@ -51,7 +51,7 @@ def test_regimes_nest_and_are_deterministic(labels, seed, data, sampling):
 @given(labels=pools, seed=seeds, data=st.data())
 def test_sizes_and_class_coverage_of_the_train_part(labels, seed, data):
     n = data.draw(st.integers(1, len(labels)))
-    train, val = regime_positions(labels, task="t", key=KEY, n=n, seed=seed, sampling="stratified")
+    train, val = regime_positions(labels, task="t", key=KEY, n=n, seed=seed, sampling="one-per-class-first")
     assert len(val) == (0 if n < 2 else max(1, int(n * VAL_FRACTION)))
     assert len(train) + len(val) == n
     assert not set(train.tolist()) & set(val.tolist())
@@ -64,9 +64,9 @@ def test_sizes_and_class_coverage_of_the_train_part(labels, seed, data):
 
 def test_seeds_and_keys_give_different_orders_and_pinned_values():
     labels = [i % 5 for i in range(60)]
-    first = pool_order(labels, key=KEY, seed=1, sampling="stratified").tolist()
-    assert first != pool_order(labels, key=KEY, seed=2, sampling="stratified").tolist()
-    assert first != pool_order(labels, key="sha256:abd/cifar100", seed=1, sampling="stratified").tolist()
+    first = pool_order(labels, key=KEY, seed=1, sampling="one-per-class-first").tolist()
+    assert first != pool_order(labels, key=KEY, seed=2, sampling="one-per-class-first").tolist()
+    assert first != pool_order(labels, key="sha256:abd/cifar100", seed=1, sampling="one-per-class-first").tolist()
     # Pinned: a change to the derivation (or a NumPy stream drift) fails here.
     assert first[:10] == PINNED_ORDER
     uniform = pool_order(labels, key=KEY, seed=1).tolist()
@@ -74,7 +74,7 @@ def test_seeds_and_keys_give_different_orders_and_pinned_values():
     assert uniform[:10] == PINNED_UNIFORM_ORDER
 
 
-PINNED_ORDER = [22, 35, 34, 13, 41, 57, 27, 51, 46, 36]  # stratified (as before uniform sampling existed)
+PINNED_ORDER = [22, 35, 34, 13, 41, 57, 27, 51, 46, 36]  # one-per-class-first (as "stratified" before uniform)
 PINNED_UNIFORM_ORDER = [35, 41, 22, 57, 27, 51, 46, 34, 36, 42]
 
 
@@ -107,7 +107,7 @@ def test_build_regime_lists_records_fingerprints_and_blind_guess():
     labels = [i % 4 for i in range(40)]
     test = [0, 1, 1, 2, 3, 3, 3]
     kwargs = dict(task="t", store_fingerprint="sha256:s", num_classes=4, pool_record_ids=ids, pool_labels=labels,
-                  test_labels=test, seed=3, sampling="stratified")
+                  test_labels=test, seed=3, sampling="one-per-class-first")
     train = build_regime(n=20, split="train", **kwargs)
     val = build_regime(n=20, split="val", **kwargs)
     assert len(train.record_ids) == 16 and len(val.record_ids) == 4
@@ -116,13 +116,13 @@ def test_build_regime_lists_records_fingerprints_and_blind_guess():
     assert train.blind == blind_guess(train.labels, test)
     assert val.blind == train.blind
     assert train.fingerprint == regime_fingerprint("sha256:s", "t", 20, 3, "train", train.record_ids, train.labels,
-                                                   "stratified")
+                                                   "one-per-class-first")
     assert train.fingerprint != val.fingerprint
     assert train.fingerprint != build_regime(n=20, split="train", **{**kwargs, "seed": 4}).fingerprint
     whole = build_regime(n=0, split="train", **kwargs)
     assert whole.record_ids == () and whole.blind == blind_guess(labels, test)
     assert whole.default_regimes == default_regimes(4, 40)
     assert train.to_json()["count"] == 16 and train.to_json()["pool_split"] == "train"
-    assert train.to_json()["sampling"] == "stratified"
+    assert train.to_json()["sampling"] == "one-per-class-first"
     with pytest.raises(InvalidArgument, match="expected one of train, val"):
         build_regime(n=20, split="test", **kwargs)

@@ -1,7 +1,7 @@
 """Regimes as the control-baselines paper samples them: a uniform random subsample of n
 examples of the pool ("randomly sub-sample", ../shared/seeds/003_a37aa9789a22a6ef.txt),
-nested across n for one seed; the class-covering draw stays as ``sampling="stratified"``
-with the fingerprints it had before."""
+nested across n for one seed; the class-covering draw (named "stratified" until scikit-learn's
+split took that name) stays as ``sampling="one-per-class-first"`` with the fingerprints it had before."""
 
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ def _kwargs(**extra):
 
 def test_the_default_regime_is_a_uniform_subsample_not_one_per_class_first():
     """A pool of 99 examples of class 0 and one of class 1: a uniform regime of 2 holds the rare
-    example with probability 2/100 (4 of 200 seeds expected), the stratified draw always."""
+    example with probability 2/100 (4 of 200 seeds expected), the one-per-class-first draw always."""
     uniform = [RARE in np.concatenate(regime_positions(IMBALANCED, task="t", key=KEY, n=2, seed=seed))
                for seed in range(200)]
     assert sum(uniform) <= 15  # binomial(200, 0.02): P(> 15) < 1e-5; the seeds are fixed, so this never flakes
-    stratified = [RARE in np.concatenate(regime_positions(IMBALANCED, task="t", key=KEY, n=2, seed=seed,
-                                                          sampling="stratified"))
+    first = [RARE in np.concatenate(regime_positions(IMBALANCED, task="t", key=KEY, n=2, seed=seed,
+                                                          sampling="one-per-class-first"))
                   for seed in range(200)]
-    assert sum(stratified) == 200
+    assert sum(first) == 200
 
 
 def test_each_position_is_equally_likely():
@@ -57,17 +57,18 @@ def test_the_uniform_order_is_the_keyed_legacy_permutation():
     assert train.tolist() + val.tolist() == expected[:10].tolist() and len(val) == 2
 
 
-def test_fingerprints_name_the_sampling_and_stratified_keeps_its_old_ones():
-    stratified = build_regime(**_kwargs(sampling="stratified"))
+def test_fingerprints_name_the_sampling_and_one_per_class_first_keeps_its_old_ones():
+    first = build_regime(**_kwargs(sampling="one-per-class-first"))
     uniform = build_regime(**_kwargs())
-    assert (uniform.sampling, stratified.sampling) == ("uniform", "stratified")
-    # Pinned before sampling existed (commit ea020f9): the stratified regime's records and fingerprint.
-    assert stratified.record_ids == (130, 105, 111, 136, 108, 128, 123, 124, 110, 126, 127, 107, 115, 117, 109, 118)
-    assert stratified.fingerprint == "sha256:5ff86c6469f8f797a2ed3fc1de59a501b072f1561d035501255a94bec3ab0c50"
-    assert uniform.fingerprint != stratified.fingerprint
+    assert (uniform.sampling, first.sampling) == ("uniform", "one-per-class-first")
+    # Pinned before sampling existed (commit ea020f9, then named stratified): the records and fingerprint.
+    assert first.record_ids == (130, 105, 111, 136, 108, 128, 123, 124, 110, 126, 127, 107, 115, 117, 109, 118)
+    assert first.fingerprint == "sha256:5ff86c6469f8f797a2ed3fc1de59a501b072f1561d035501255a94bec3ab0c50"
+    assert uniform.fingerprint != first.fingerprint
     assert uniform.to_json()["sampling"] == "uniform"
 
 
 def test_an_unknown_sampling_is_one_line():
-    with pytest.raises(InvalidArgument, match="^sampling: got 'random', expected one of uniform, stratified$"):
+    with pytest.raises(InvalidArgument,
+                       match="^sampling: got 'random', expected one of uniform, stratified, one-per-class-first$"):
         build_regime(**_kwargs(sampling="random"))
