@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from clients import cog_protocol, md_presets, vtab_transfer_protocols
-from clients.backbone_contract import backbone_group, check_backbone_group
+from clients.backbone_contract import NAMED_BACKBONES, backbone_group, check_backbone_group
 from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
@@ -492,7 +492,11 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
         reproducibility_group(),
         OptionGroup("the sweep and the final runs (linear, finetune)", (
             option("--lrs", nargs="+", type=positive_float, default=None, metavar="LR", **_RESULT,
-                   help=f"SGD (momentum 0.9, no weight decay) learning rates swept ({protocol_default})"),
+                   help=f"SGD (momentum 0.9) learning rates swept ({protocol_default})"),
+            option("--weight-decay", type=float_in(0.0, 1.0), default=None, metavar="W", **_RESULT,
+                   help="SGD's weight decay (g + W w) on every trained weight (default: VTAB's, 0.001 when "
+                        "--mode finetune trains from random init (--role scratch or max, a named backbone "
+                        "without --weights), else 0)"),
             option("--steps", nargs="+", type=int_at_least(1), default=None, metavar="T", **_RESULT,
                    help=f"training steps swept ({protocol_default})"),
             option("--steps-scale", type=positive_float, default=1.0, metavar="F", **_RESULT,
@@ -615,6 +619,11 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
                      "own batch norm; it applies to --mode protonet's episodes")
     if args.mode == "protonet" and args.batch_norm is None:
         args.batch_norm = "md"  # as Meta-Dataset's learners embed an episode
+    if args.weight_decay is None:
+        from_scratch = args.weights is None and args.backbone in NAMED_BACKBONES
+        args.weight_decay = vtab_transfer_protocols.weight_decay_for(args.mode, from_scratch)
+    else:
+        overridden = sorted({*overridden, "weight_decay"})
     args.overridden = overridden
     args.regimes = sorted(regimes)
     args.regime_seed = args.regime_seed or 0

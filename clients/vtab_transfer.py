@@ -23,7 +23,10 @@ With ``--regime N`` (repeatable) and ``--regime-seed S`` the sweep runs once per
 regime the server draws (``GetRegime``): trained on the regime's ``train`` part, scored on
 its ``val`` part, the chosen setting retrained on the whole regime (``trainval``: train
 and val) and tested on the task's ``test``; each regime's results are reported under its
-N and S; ``--regime-sampling`` (uniform or stratified) says how the server draws them.
+N and S; ``--regime-sampling`` (uniform, stratified: scikit-learn's StratifiedShuffleSplit, or
+one-per-class-first) says how the server draws them. The weight decay is VTAB's (Appendix I):
+0.001 when the network trains from random init (``--mode finetune`` without weights), none
+when fine-tuning a checkpoint or probing (``vtab_transfer_protocols.weight_decay_for``).
 ``--role max`` trains on all of the task's training data: the sweep on ``train``, scored
 on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max`` start
 from random init (no ``--weights``, checked when parsing).
@@ -57,7 +60,7 @@ from clients.trainer_args import TRANSFER_OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
 from clients.md_fixed_features import prototype_predictions
-from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, WEIGHT_DECAY, Schedule, median
+from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, Schedule, median
 
 MAX_SPLITS = ("train", "val", "trainval", "test")
 REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
@@ -353,7 +356,7 @@ class TransferRun:
         values = {key: getattr(args, key) for key in ("mode", "lrs", "steps", "steps_scale", "batch_size", "decay",
                                                       "warmup", "select", "select_split", "final_split", "runs")}
         values.update(image_size=args.image_size, resize=VTAB_RESIZE,  # the pixels asked for, as the server serves them
-                      momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, decay_at=list(self.schedule.decay_at),
+                      momentum=MOMENTUM, weight_decay=args.weight_decay, decay_at=list(self.schedule.decay_at),
                       sweep_split=SWEEP_TRAIN_SPLIT if args.select_split != "none" else None,
                       regime_sampling=args.regime_sampling if args.regimes else None)
         return {"protocol_values": values, "overridden": list(args.overridden), "run_seeds": list(seeds),

@@ -40,7 +40,17 @@ from dataclasses import dataclass
 from typing import Any
 
 MOMENTUM = 0.9  # VTAB Appendix I; task_adaptation's --momentum default
-WEIGHT_DECAY = 0.0  # VTAB Appendix I: none when fine-tuning (none is implemented)
+FINETUNE_WEIGHT_DECAY, SCRATCH_WEIGHT_DECAY = 0.0, 0.001
+"""VTAB Appendix I: "When fine-tuning, we do not use weight decay, and when training from
+scratch we set it to 0.001" (SGD's weight decay: g + wd w, torch's ``SGD(weight_decay=)``)."""
+
+
+def weight_decay_for(mode: str, from_scratch: bool) -> float:
+    """The weight decay of a run: 0.001 when the whole network trains from random init
+    (``--mode finetune`` without weights: ``--role scratch``, ``max``, a named backbone without
+    ``--weights``), none when fine-tuning a checkpoint, and none for a linear probe (the head
+    alone on frozen features, neither of the paper's two cases)."""
+    return SCRATCH_WEIGHT_DECAY if mode == "finetune" and from_scratch else FINETUNE_WEIGHT_DECAY
 
 DECAYS: dict[str, tuple[float, ...]] = {
     # task_adaptation README: 2500 steps, --decay_steps 750,1500,2250 (and 300,600,900 of 1000,

@@ -24,7 +24,8 @@ class BaselineCalls(Rpc):
         ("train" or "val"; "valid" and "validation" read as "val"), its fingerprint, the blind guess
         and the task's default regimes (``n`` = 0: only the default regimes). ``target`` (a numeric
         attribute of the store) adds its regression blind guess under ``loss`` ("l2", the default, or "l1"). ``sampling``:
-        "uniform" (the server's default) or "stratified" draw (RegimeRequest.sampling)."""
+        "uniform" (the server's default), "stratified" (scikit-learn's StratifiedShuffleSplit into
+        train and val, 80/20) or "one-per-class-first" (RegimeRequest.sampling)."""
         request = pb.RegimeRequest(task=task, n=n, seed=check_seed(seed), split=REGIME.canonical(split), store=store,
                                    target=target, loss=loss, sampling=sampling)
         return self.call("GetRegime", request)

@@ -101,7 +101,7 @@ class TFTransferLearner(TransferLearner):
             # counter (dense, dense_1, ...) would make differ between two runs in one process
             logits = keras.layers.Dense(num_classes, kernel_initializer="zeros", name="logits")(inputs)
             self.head = keras.Model(inputs, logits, name="head")
-            self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM)
+            self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM, weight_decay=args.weight_decay)
         head, backbone, optimizer, classes = self.head, self.backbone, self.optimizer, num_classes
         labels = tf.TensorSpec((None,), tf.int64)
         if args.mode == "linear":

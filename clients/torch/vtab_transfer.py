@@ -85,7 +85,8 @@ class TorchTransferLearner(TransferLearner):
         nn.init.zeros_(self.head.bias)
         finetune = self.args.mode == "finetune"
         parameters = list(self.head.parameters()) + (list(self.backbone.parameters()) if finetune else [])
-        self.optimizer = torch.optim.SGD(parameters, lr=self.args.lrs[0], momentum=MOMENTUM)
+        self.optimizer = torch.optim.SGD(parameters, lr=self.args.lrs[0], momentum=MOMENTUM,
+                                         weight_decay=self.args.weight_decay)
 
     def weights_sha256(self) -> str:
         trained = [("head", self.head)] + ([("backbone", self.backbone)] if self.args.mode == "finetune" else [])

@@ -101,3 +101,15 @@ def test_the_printed_summary_names_the_pixels_trained_on():
                "protocol_values": {"image_size": 224, "resize": "legacy_bilinear"},
                "tasks": {}}
     assert format_summary(summary).splitlines()[0] == "run r: torch vtab finetune conv4, 224 px legacy_bilinear"
+
+
+def test_weight_decay_is_vtabs_for_runs_from_scratch_and_none_when_fine_tuning():
+    """VTAB Appendix I: 0.001 when training from scratch, none when fine-tuning; a linear probe
+    trains a head on frozen features (neither): none; a flag overrides it and is named."""
+    scratch = _parse("--backbone", "tiny", "--role", "scratch")
+    assert (scratch.mode, scratch.weight_decay, scratch.overridden) == ("finetune", 0.001, [])
+    assert _parse("--backbone", "tiny", "--role", "max").weight_decay == 0.001
+    assert _parse("--backbone", "tiny").weight_decay == 0.001  # a named backbone without --weights: random init
+    assert _parse("--backbone", "tiny", "--mode", "linear", "--role", "scratch").weight_decay == 0.0
+    given = _parse("--backbone", "tiny", "--role", "scratch", "--weight-decay", "0.01")
+    assert (given.weight_decay, given.overridden) == (0.01, ["weight_decay"])

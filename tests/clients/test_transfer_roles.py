@@ -16,6 +16,7 @@ from conftest import served_kitti
 from transfer_refusals import refusal_lines
 
 from clients.core import SamplerClient
+from clients.trainer_args import parse_transfer_args
 from sampler_server.cli.main import main as server_cli
 from sampler_server.core.baselines import val_count
 from sampler_server.fixtures.tfds import DemoKitti
@@ -83,6 +84,14 @@ def _check_roles(main, served, tmp_path, framework: str, init: str) -> None:
             assert result["val_examples"] == len(regimes[part["n"]]["val"].record_ids)
             assert result["test_examples"] == SIZES["test"] and 0.0 <= result["test_accuracy"] <= 1.0
         _reports_are_held(served, summary, role, 4)
+    # VTAB Appendix I's weight decay: 0.001 for the scratch run (finetune from random init), none
+    # for the probes; recorded, and what each framework's optimizer was given
+    decays = {role: summary["protocol_values"]["weight_decay"]
+              for role, summary in (("model", model), ("scratch", scratch), ("max", maximal))}
+    assert decays == {"model": 0.0, "scratch": 0.001, "max": 0.0}
+    fine_tuned = parse_transfer_args(framework, ["--server", served.address, "--run", "ft", *SMALL, "--mode",
+                                                 "finetune", "--weights", init])
+    assert fine_tuned.weight_decay == 0.0  # fine-tuning a checkpoint: none
     assert maximal["role"] == "max" and "regimes" not in maximal and maximal["config"]["regimes"] == []
     assert maximal["tasks"][TASK]["val_split"] == "val" and maximal["tasks"][TASK]["test_examples"] == 30
     assert val_size >= 1
@@ -142,6 +151,26 @@ def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
     weights = tmp_path / f"{BACKBONE}.weights.h5"
     models.build_backbone(BACKBONE, 16).save_weights(str(weights))
     _check_roles(main, served, tmp_path, "tf", str(weights))
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_each_frameworks_optimizer_takes_the_runs_weight_decay(framework):
+    """SGD's coupled weight decay (g + wd w): torch's ``SGD(weight_decay=)``, tf's ``TorchSGD``."""
+    argv = ["--server", "127.0.0.1:1", "--run", "r", *SMALL, "--mode", "finetune", "--role", "scratch",
+            "--device", "cpu"]
+    args = parse_transfer_args(framework, argv)
+    if framework == "torch":
+        from clients.torch.vtab_transfer import TorchTransferLearner
+
+        learner = TorchTransferLearner(args)
+        learner.reset(3, 0)
+        assert {group["weight_decay"] for group in learner.optimizer.param_groups} == {0.001}
+    else:
+        from clients.tf.vtab_transfer import TFTransferLearner
+
+        learner = TFTransferLearner(args)
+        learner.reset(3, 0)
+        assert learner.optimizer.coupled_weight_decay == 0.001
 
 
 def test_bad_role_and_regime_arguments_end_in_one_line_and_exit_2(served, tmp_path, capfd):
