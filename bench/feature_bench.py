@@ -11,8 +11,9 @@ on 127.0.0.1 and streams every level split ``evaluate`` extracts for CoG (L1..L5
 and test; level size 6, so the levels hold all 30 eligible concepts) with
 StreamCogBatches at ``--image-size`` (the reference's bicubic shorter side and centre
 crop). On the GPU: uint8 NHWC -> float NCHW (channels_last strides), /255, ImageNet
-mean/std, forward in ``torch.inference_mode`` under bf16 autocast with the model
-channels_last (as the trainers run on CUDA), features back to the host. It prints
+mean/std, forward in ``torch.inference_mode`` in ``--precision`` (float32, the default of
+``cog`` and ``evaluate``, as the reference extracts; bf16: under bf16 autocast) with the
+model channels_last (as the trainers run on CUDA), features back to the host. It prints
 images/s of:
 
 - model-only: the same uint8 batches (same sizes, same order) already resident on the
@@ -38,7 +39,7 @@ over ``--passes`` passes after one warm-up pass, which also meets every batch sh
 so cuDNN has chosen its kernels.
 
 Run on a GPU: ``.venv/bin/python bench/feature_bench.py`` (``--stores raw jpeg`` adds the
-JPEG store). A CPU smoke run: ``.venv/bin/python bench/feature_bench.py --device cpu
+JPEG store; ``--precision bf16`` times bf16 extraction). A CPU smoke run: ``.venv/bin/python bench/feature_bench.py --device cpu
 --backbone conv4 --image-size 32 --sides 40 64 --scale 1 --passes 1 --workers 2``.
 Dependencies: torch, numpy, grpcio, lmdb, simplejpeg, Pillow, networkx and this repository.
 """
@@ -119,13 +120,14 @@ def start_server(data: Path, args: argparse.Namespace) -> tuple[subprocess.Popen
 class Extractor:
     """uint8 NHWC batches on the device -> features, as the trainers run a backbone on CUDA."""
 
-    def __init__(self, backbone: str, image_size: int, device: str) -> None:
+    def __init__(self, backbone: str, image_size: int, device: str, precision: str) -> None:
         import torch
 
         from clients.torch.models import build_backbone
 
         self.torch, self.device = torch, torch.device(device)
         self.cuda = self.device.type == "cuda"
+        self.bf16 = precision == "bf16"  # as ``TorchFeatures`` takes ``--precision``: autocast on any device
         torch.manual_seed(0)
         self.model = build_backbone(backbone, image_size).to(self.device).eval()
         if self.cuda:
@@ -138,7 +140,7 @@ class Extractor:
         torch = self.torch
         x = images.permute(0, 3, 1, 2).float()  # NHWC memory seen as NCHW: channels_last strides
         x = x.sub_(self.mean).div_(self.std)    # (x / 255 - mean) / std with mean, std scaled by 255
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.cuda):
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model(x).float()
 
     def sync(self) -> None:
@@ -286,9 +288,10 @@ def evaluate_extractor(args: argparse.Namespace) -> Any:
     from clients.torch.backbones import TorchFeatures, load_backbone
 
     declared = argparse.Namespace(backbone=args.backbone, weights=None, image_size=args.image_size,
-                                  input_range=(0.0, 1.0), mean=IMAGENET_MEAN, std=IMAGENET_STD, seed=0)
+                                  input_range=(0.0, 1.0), mean=IMAGENET_MEAN, std=IMAGENET_STD, seed=0,
+                                  init_seed=None, preprocessing_defaults={})
     loaded = load_backbone(declared, torch.device(args.device), args.image_size, "backbone")
-    return TorchFeatures(loaded, torch.device(args.device), args.batch_size)
+    return TorchFeatures(loaded, torch.device(args.device), args.batch_size, args.precision)
 
 
 def product_pass(features: Any, address: str, args: argparse.Namespace) -> tuple[int, float, float]:
@@ -355,6 +358,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="raw: decoded and resized at pack time (pack --raw-size S --raw-resize "
                         f"{COG_RESIZE}); jpeg: the server decodes and resizes every image it serves")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--precision", default="float32", choices=["float32", "bf16"],
+                        help="feature extraction, as cog's and evaluate's --precision (float32: theirs by default)")
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2),
                         help="serve --workers (and the store writer's processes)")
     parser.add_argument("--lookahead-mb", type=int, default=256, metavar="MB",
@@ -428,11 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stores: {stored} JPEGs (shorter side {args.sides[0]}-{args.sides[1]} px) written and packed as "
               f"{', '.join(args.stores)} in {time.perf_counter() - started:.1f} s; serve --workers {args.workers} "
               f"--lookahead-mb {args.lookahead_mb} --shm-mb {args.shm_mb} on {os.cpu_count()} cores; "
-              f"{args.backbone} at {args.image_size} px on {device_name}, bf16 autocast and channels_last "
+              f"{args.backbone} at {args.image_size} px on {device_name}, {args.precision}, channels_last "
               f"{'on' if args.device == 'cuda' else 'off'}; "
               f"batches of {args.batch_size} over L1..L5 train and test, one stream a split, {args.open_ahead} "
               "opened ahead", flush=True)
-        extract = Extractor(args.backbone, args.image_size, args.device)
+        extract = Extractor(args.backbone, args.image_size, args.device, args.precision)
         for kind in args.stores:
             process, address = start_server(stores[kind], args)
             try:

@@ -4,7 +4,8 @@ with one backbone and reused by every seed, every N and every later run.
 An entry is keyed by everything its features depend on (``feature_key``): the backbone's
 fingerprint (``LoadedBackbone.fingerprint``: the sha256 of its weights as loaded), the
 split's fingerprint (as GetCogSplit and ``sampler-server cog split`` give it), the
-preprocessing (``Preprocessing.key()``: side, range, mean, std) and the resize; so every
+preprocessing (``Preprocessing.key()``: side, range, mean, std), the resize and the
+extraction's precision (float32 or bf16, ``--precision``); so every
 command that embeds the same split with the same weights shares the entry. The key's
 sha256 names a directory
 ``<DIR>/<key>/`` holding ``meta.json`` (the key and the shapes), ``record_ids.npy``,
@@ -104,11 +105,14 @@ class CachedFeatures:
         return rows
 
 
-def feature_key(backbone_sha256: str, split_fingerprint: str, preprocessing: str, resize: str) -> dict[str, str]:
+def feature_key(backbone_sha256: str, split_fingerprint: str, preprocessing: str, resize: str,
+                precision: str) -> dict[str, str]:
     """The key fields of the entry of one split's features: what they depend on, nothing else
-    (not the command, nor the framework beyond what the weights' fingerprint says)."""
+    (not the command, nor the framework beyond what the weights' fingerprint says); the
+    extraction's ``precision`` (``--precision``) among them, so float32 and bf16 features
+    never share an entry."""
     return {"backbone_sha256": backbone_sha256, "split_fingerprint": split_fingerprint,
-            "preprocessing": preprocessing, "resize": resize}
+            "preprocessing": preprocessing, "resize": resize, "precision": precision}
 
 
 def entry_key(fields: Mapping[str, Any]) -> str:

@@ -10,8 +10,11 @@ backbone embeds the level's whole ``train`` split and its ``test`` split once, i
 preprocessed by the server (shorter side to the backbone's input size, bicubic, centre
 crop), then mapped as the backbone declares (``clients.backbone_contract``; a backbone
 that declares nothing gets the reference's: divided by 255, ImageNet's mean and std).
-The features are cached on disk (``clients.cog_cache``, keyed by the weights' sha256,
-the split's fingerprint and the preprocessing) and L2-normalised when read.
+The features are extracted in float32, as the reference's, or under bf16 autocast
+(``--precision bf16``, torch only), cached on disk (``clients.cog_cache``, keyed by the
+weights' sha256, the split's fingerprint, the preprocessing and the precision: a float32
+run never reads bf16 features) and L2-normalised when read. The precision is in the run
+configuration (``precision``): it defines the results.
 For each N of ``--shots`` (``all`` = every train image) and each seed of ``--seeds``,
 three subsets come from the server as record ids (GetCogSplit) and select rows of the
 cached train features, as the reference draws them: val(seed), 20% of the full train
@@ -277,7 +280,8 @@ class CogRun:
     # -- features --
 
     def cache_fields(self, split: SplitIds) -> dict[str, Any]:
-        return feature_key(self.fingerprint, split.fingerprint, self.backend.backbone.preprocessing.key(), RESIZE)
+        return feature_key(self.fingerprint, split.fingerprint, self.backend.backbone.preprocessing.key(), RESIZE,
+                           self.args.precision)
 
     def _batches(self, split: SplitIds) -> Callable[[int], Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
         args = self.args

@@ -376,7 +376,8 @@ class EvaluateJob:
         preprocessing = self.backbone.preprocessing
         batch_norm = self.batch_norm()
         key = key_text(self.fingerprint, episode.fingerprint, preprocessing.key(),
-                       {"resize": episode.resize, "image_size": episode.image_size, "batch_norm": batch_norm})
+                       {"resize": episode.resize, "image_size": episode.image_size, "batch_norm": batch_norm,
+                        "precision": self.args.precision})
 
         def embed() -> dict[str, np.ndarray]:
             support, query = self.extractor().episode_features(episode.support_images, episode.query_images,
@@ -440,7 +441,7 @@ class EvaluateJob:
                 "eval_seed": self.args.md_seed, "learner": learner,
                 "learner_settings": self.md_settings(preset, learner),
                 "batch_norm": self.args.batch_norm, "episode_batch_norms": self.extractor().episode_norms(
-                    self.args.batch_norm),
+                    self.args.batch_norm), "precision": self.args.precision,
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,
                 "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, **backbone.preprocessing.as_config(),
                 **self.framework.describe()}
@@ -588,7 +589,7 @@ class EvaluateJob:
                 bar.write(f"evaluate: {unit.label}: {_describe(result)}", file=sys.stderr)
         summary: dict[str, Any] = {"run": args.run, "framework": self.framework.name,
                                    "backbone": self.backbone.spec.target, "backbone_fingerprint": self.fingerprint,
-                                   "runs": sorted(set(u.run_id for u in units)), "units": done,
+                                   "precision": args.precision, "runs": sorted(set(u.run_id for u in units)), "units": done,
                                    "feature_cache": {"hits": self.cache.hits, "misses": self.cache.misses,
                                                      "recomputed": self.cache.recomputed}}
         if args.scratch_run and "vtab" in args.protocols:

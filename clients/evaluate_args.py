@@ -49,7 +49,7 @@ from clients.md_learners import ADAPTING, BIT_IMAGE_SIZE, FINETUNING
 from clients.server_options import MAX_RUN_ID, SERVER_GROUP, check_server_group
 from clients.trainer_args import (ADAPTATION_GROUP, FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
                                   TrainerHelpFormatter, batch_norm_option, build_cog_parser, build_transfer_parser,
-                                  describe, device_option)
+                                  describe, device_option, precision_option)
 from clients.trainer_options import Option, OptionGroup, add_groups, handed_on, option
 
 PROTOCOLS = ("md", "vtab", "cog")
@@ -148,12 +148,13 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
             option("--protocols", type=_protocols, default=PROTOCOLS, metavar="LIST",
                    help="comma-separated protocols to run, of md,vtab,cog"),
             option("--feature-cache", required=True, metavar="DIR", forward=("cog",),
-                   help="frozen features are cached here, keyed by the weights' sha256, the split's fingerprint "
-                        "and the preprocessing; every protocol and later run reuses them"),
+                   help="frozen features are cached here, keyed by the weights' sha256, the split's fingerprint, "
+                        "the preprocessing and the precision; every protocol and later run reuses them"),
             option("--extract-batch-size", type=int_at_least(1), default=None, metavar="N", forward=("cog",),
                    help=f"images per backbone forward pass (default: MD {MD_EXTRACT_BATCH_SIZE}, CoG the cog "
                         f"command's {cog_protocol.EXTRACT_BATCH_SIZE})"),
             device_option("auto: a GPU when present, else CPU", forward=("transfer", "cog")),
+            precision_option(forward=("cog",)),  # and Meta-Dataset's frozen features (clients.evaluate)
             option("--report-batch", type=int_at_least(1), default=50, metavar="N",
                    help="MD episodes per ReportMetrics call"),
             option("--scratch-run", default=None, type=_name, metavar="RUN",

@@ -672,6 +672,18 @@ class CogArgumentParser(TrainerArgumentParser):
         return parsed, extras
 
 
+PRECISIONS = ("float32", "bf16")
+"""``--precision``: the dtype of frozen feature extraction (float32, the reference's; bf16 autocast)."""
+
+
+def precision_option(forward: Sequence[str] = ()) -> Option:
+    """``--precision``: the feature extraction of ``cog`` and ``evaluate``, recorded as what defines
+    the results (bf16 features are not float32 ones; the feature caches key by it)."""
+    return option("--precision", choices=PRECISIONS, default="float32", record=Record.RESULT, forward=forward,
+                  help="feature extraction: float32 (the reference's, naver/cog) or bf16 (torch autocast on the "
+                       "device; TensorFlow extracts in float32 only)")
+
+
 def cog_groups() -> tuple[OptionGroup, ...]:
     """The cog command's options: the same in both frameworks. What selects work (levels,
     N, seeds) or names a place is left out of its run configuration, and ``--backbone`` as
@@ -706,11 +718,12 @@ def cog_groups() -> tuple[OptionGroup, ...]:
         reproducibility_group(seed=0),  # the MD trainer's random weights at --seed 0
         OptionGroup("features", (
             option("--feature-cache", required=True, metavar="DIR", record=Record.OPERATIONAL,
-                   help="features are cached here, keyed by the weights' sha256, split fingerprint and "
-                        "preprocessing"),
+                   help="features are cached here, keyed by the weights' sha256, split fingerprint, "
+                        "preprocessing and precision"),
             option("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
                    metavar="N", record=Record.OPERATIONAL,
                    help="images per StreamCogBatches batch and backbone forward pass"),
+            precision_option(),
             device_option("auto: a GPU when present, else CPU"),
         )),
         OptionGroup("the linear classifier", (

@@ -7,7 +7,10 @@ SavedModel directory or Keras model file, or ``module:callable`` (a factory call
 arguments), with ``--weights`` for named and ``module:callable`` ones. Its features are
 taken in inference mode (``TFFeatures``, ``training=False``) of the server's uint8 RGB crop
 mapped as the backbone declares; one that declares nothing gets the reference's
-extraction ([0, 1], then ImageNet's mean and std: the CoG parser's defaults).
+extraction ([0, 1], then ImageNet's mean and std: the CoG parser's defaults). Features are
+float32 only: a backbone's dtype is fixed when it is built or saved (a Keras mixed-precision
+policy acts on layers built after it is set; a SavedModel keeps its own), so ``--precision
+bf16`` is refused with one line (``check_precision``) rather than half honoured.
 
 The classifier mirrors ``torch.nn.Linear`` trained by ``torch.optim.SGD``: the update is
 written out (gradient plus weight decay on weight and bias, then the momentum buffer
@@ -30,6 +33,7 @@ import tensorflow as tf
 from clients import cog_protocol
 from clients.determinism import weights_sha256
 from clients.cog_eval import CogBackend, run_cog_main
+from clients.errors import UsageError
 from clients.seeds import COG_BACKBONE_SEED_NAME
 from clients.cog_protocol import MOMENTUM
 from clients.tf.backbones import TFFeatures, load_backbone
@@ -41,10 +45,18 @@ keras = tf.keras
 PREDICT_ROWS = 8192
 
 
+def check_precision(args: argparse.Namespace) -> None:
+    """``--precision``: float32 only in TensorFlow (module docstring); bf16 refused, one line."""
+    if args.precision != "float32":
+        raise UsageError(f"argument --precision: got {args.precision}, expected float32 in TensorFlow (a backbone's "
+                         "dtype is fixed when it is built or saved); bf16 extraction is the torch client's")
+
+
 class TFCogBackend(CogBackend):
     name = "tf"
 
     def __init__(self, args: argparse.Namespace) -> None:
+        check_precision(args)
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before any model is built
         with tf.device(self.device):

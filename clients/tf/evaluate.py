@@ -36,7 +36,7 @@ from clients.seeds import EVALUATE_BACKBONE_SEED_NAME
 from clients.trainer_args import MD_IMAGE_SIZE
 from clients.tf.adaptation import TFAdaptation
 from clients.tf.backbones import TFFeatures, load_backbone, probe, to_model_input
-from clients.tf.cog_eval import TFCogBackend
+from clients.tf.cog_eval import TFCogBackend, check_precision
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
 from clients.tf.vtab_transfer import TFTransferLearner
@@ -106,6 +106,7 @@ class TFEvaluate(EvaluateFramework):
     name = "tf"
 
     def __init__(self, args: argparse.Namespace) -> None:
+        check_precision(args)  # before a device or a model: TensorFlow extracts in float32 only
         super().__init__(args)
         self.device = select_device(args.device)
         self.determinism = apply_determinism(args, self.device)  # before any model is built

@@ -50,6 +50,7 @@ from clients.errors import UsageError
 from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
 from clients.seeds import backbone_seed
 from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
+from clients.trainer_args import PRECISIONS
 from clients.torch.models import ResNet18, adopt_batch_norms, build_backbone, episode_norm
 
 PROBE_ROWS = 2
@@ -305,9 +306,13 @@ def to_model_input(images: torch.Tensor, preprocessing: Preprocessing, device: t
     return x.contiguous(memory_format=memory_format)
 
 
-def autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast on CUDA, off elsewhere."""
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+def autocast(device: torch.device, precision: str | None = None) -> torch.autocast:
+    """bf16 autocast on CUDA, off elsewhere (the trainers'); a ``precision`` of ``PRECISIONS``
+    (``--precision``) decides instead: ``float32`` takes none, ``bf16`` takes it on any device."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision: got {precision!r}, expected one of {', '.join(PRECISIONS)}")
+    enabled = device.type == "cuda" if precision is None else precision == "bf16"
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def checked(spec: BackboneSpec, output: Any, rows: int) -> torch.Tensor:
@@ -375,12 +380,17 @@ def load_backbone(args: argparse.Namespace, device: torch.device, default_size: 
 
 class TorchFeatures:
     """``FeatureExtractor``: frozen features of uint8 NHWC images, ``batch_size`` at a time,
-    eval mode, inference mode, bf16 autocast on CUDA; every batch's output is checked."""
+    eval mode, inference mode, under ``autocast(device, precision)`` (``precision`` None: bf16
+    on CUDA, as the trainers; ``float32``: none, a plain forward pass; ``bf16``: on any
+    device); every batch's output is checked."""
 
-    def __init__(self, backbone: LoadedBackbone, device: torch.device, batch_size: int) -> None:
+    def __init__(self, backbone: LoadedBackbone, device: torch.device, batch_size: int,
+                 precision: str | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: got {batch_size}, expected an integer >= 1")
         self.backbone, self.device, self.batch_size = backbone, torch.device(device), batch_size
+        autocast(self.device, precision)  # a precision not of PRECISIONS is refused here
+        self.precision = precision
         self._episode_norms: int | None = None  # ``episode_norms``
 
     def features(self, images: np.ndarray) -> np.ndarray:
@@ -389,7 +399,7 @@ class TorchFeatures:
         set_mode(model, False)
         pixels = images if images.flags.writeable else np.array(images)  # wire arrays are read-only views
         out = []
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, self.precision):
             for start in range(0, len(pixels), self.batch_size):
                 batch = torch.from_numpy(np.ascontiguousarray(pixels[start:start + self.batch_size]))
                 output = model(to_model_input(batch, self.backbone.preprocessing, self.device))
@@ -407,7 +417,7 @@ class TorchFeatures:
         model, spec = self.backbone.model, self.backbone.spec
         set_mode(model, False)
         pixels = np.concatenate([support, query])
-        with torch.inference_mode(), autocast(self.device), episode_norm(model, batch_norm, len(support), len(query)):
+        with torch.inference_mode(), autocast(self.device, self.precision), episode_norm(model, batch_norm, len(support), len(query)):
             output = model(to_model_input(torch.from_numpy(pixels), self.backbone.preprocessing, self.device))
             features = checked(spec, output, len(pixels)).float().cpu().numpy()
         return features[:len(support)], features[len(support):]
@@ -438,7 +448,7 @@ class TorchFeatures:
         for images in batches:
             host = torch.empty(images.shape, dtype=torch.uint8, pin_memory=True)
             np.copyto(host.numpy(), images)  # out of the read-only wire view, into pinned memory
-            with torch.inference_mode(), autocast(self.device):
+            with torch.inference_mode(), autocast(self.device, self.precision):
                 output = checked(spec, model(to_model_input(host, self.backbone.preprocessing, self.device)),
                                  len(images)).float()
             back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)

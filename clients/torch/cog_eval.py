@@ -4,8 +4,8 @@ itself is ``clients.cog_eval``; this file holds the backbone and the linear clas
 ``--backbone`` is any backbone of the contract (``clients.torch.backbones``): a named one
 (``tiny`` is a small random-init network for tests and demos), ``module:callable``, a
 TorchScript or ``.pt2`` file; ``--weights`` loads a state dict into a named or
-module:callable one. It runs in eval mode under ``torch.inference_mode`` (bf16 autocast
-on CUDA); its input is the server's uint8 RGB crop mapped as it declares, by default as
+module:callable one. It runs in eval mode under ``torch.inference_mode``, in float32 (the
+reference's) or, with ``--precision bf16``, under bf16 autocast on the device; its input is the server's uint8 RGB crop mapped as it declares, by default as
 the reference's feature extraction does (divided by 255, ImageNet's mean and std). The
 classifier is ``nn.Linear`` trained by ``torch.optim.SGD`` (momentum 0.9,
 ``weight_decay`` on weight and bias, as the reference passes ``model.parameters()``) with
@@ -46,7 +46,7 @@ class TorchCogBackend(CogBackend):
         super().__init__(args, load_checked(
             lambda: load_backbone(args, self.device, IMAGE_SIZE, COG_BACKBONE_SEED_NAME), self.determinism,
             self.device))
-        self.extractor = TorchFeatures(self.backbone, self.device, args.extract_batch_size)
+        self.extractor = TorchFeatures(self.backbone, self.device, args.extract_batch_size, args.precision)
         self.linear: nn.Linear | None = None
 
     def describe(self) -> dict[str, Any]:

@@ -2,14 +2,14 @@
 itself is ``clients.evaluate``; this file names the torch parts it runs).
 
 The backbone is loaded by the contract (``clients.torch.backbones.load_backbone``) and
-embeds Meta-Dataset episodes through ``TorchFeatures`` (eval mode, inference mode, bf16
-autocast on CUDA); VTAB-1k runs the ``transfer`` command's ``TorchTransferLearner`` and
+embeds Meta-Dataset episodes through ``TorchFeatures`` (eval mode, inference mode, float32 or,
+with ``--precision bf16``, bf16 autocast on the device); VTAB-1k runs the ``transfer`` command's ``TorchTransferLearner`` and
 ImageNet-CoG the ``cog`` command's ``TorchCogBackend``, each built from that command's own
 parsed arguments. The adapting Meta-Dataset learners (``TorchEpisodes``) run ``clients.md_learners``'s
 loops over ``TorchAdaptation``: explicit weights through ``torch.func.functional_call``, each step
 a new tensor, so the module's own parameters and buffers are never written (eval mode, its batch
-norms taking the episode's moments under ``--batch-norm md``; bf16 autocast on CUDA, as the trainer's
-evaluation). ``--deterministic`` and ``--threads`` are applied once
+norms taking the episode's moments under ``--batch-norm md``; in ``--precision`` as the frozen
+features). ``--deterministic`` and ``--threads`` are applied once
 (``clients.torch.determinism``) before the backbone is built; the ``transfer`` and ``cog``
 parts are parsed with the same flags (``clients.evaluate_args``), so every part runs, and
 records, the same settings.
@@ -48,7 +48,7 @@ from clients.vtab_transfer import TransferLearner
 class TorchEpisodes:
     """``clients.evaluate.AdaptingEpisodes`` in torch."""
 
-    def __init__(self, backbone: LoadedBackbone, device: torch.device, batch_norm: str) -> None:
+    def __init__(self, backbone: LoadedBackbone, device: torch.device, batch_norm: str, precision: str) -> None:
         model = backbone.model
         if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
             raise UsageError(f"argument --md-learners: the adapting learners need the backbone's weights as a torch "
@@ -57,6 +57,7 @@ class TorchEpisodes:
         for parameter in model.parameters():  # every layer adapts, as Meta-Dataset's loops adapt them
             parameter.requires_grad_(True)
         self.backbone, self.model, self.device, self.batch_norm = backbone, model, device, batch_norm
+        self.precision = precision
 
     def _episode(self, episode: EpisodeArrays) -> TorchAdaptation:
         pixels = torch.from_numpy(np.concatenate([episode.support_images, episode.query_images]))
@@ -69,7 +70,7 @@ class TorchEpisodes:
     def finetuned(self, episode: EpisodeArrays, settings: Finetuning, head: tuple[np.ndarray, ...],
                   rows: np.ndarray | None) -> np.ndarray:
         adaptation = self._episode(episode)
-        with torch.no_grad(), autocast(self.device):  # each step takes its own gradients (``head_gradients``)
+        with torch.no_grad(), autocast(self.device, self.precision):  # each step takes its own gradients (``head_gradients``)
             logits = finetuned_query_logits(adaptation, settings, tuple(torch.from_numpy(t).to(self.device)
                                                                         for t in head),
                                             None if rows is None else torch.from_numpy(rows).to(self.device))
@@ -77,7 +78,7 @@ class TorchEpisodes:
 
     def adapted(self, episode: EpisodeArrays, loop: InnerLoop) -> np.ndarray:
         adaptation = self._episode(episode)
-        with autocast(self.device):  # the inner loop takes gradients: no inference mode
+        with autocast(self.device, self.precision):  # the inner loop takes gradients: no inference mode
             logits = adapted_query_logits(adaptation, loop, training=False)
         return logits.detach().argmax(1).cpu().numpy()
 
@@ -95,10 +96,10 @@ class TorchEvaluate(EvaluateFramework):
                             self.determinism, self.device)
 
     def extractor(self, backbone: LoadedBackbone, batch_size: int) -> FeatureExtractor:
-        return TorchFeatures(backbone, self.device, batch_size)
+        return TorchFeatures(backbone, self.device, batch_size, self.args.precision)
 
     def adapting(self, backbone: LoadedBackbone, batch_norm: str) -> TorchEpisodes:
-        return TorchEpisodes(backbone, self.device, batch_norm)
+        return TorchEpisodes(backbone, self.device, batch_norm, self.args.precision)
 
     def resized(self, backbone: LoadedBackbone, size: int) -> LoadedBackbone:
         preprocessing = dataclasses.replace(backbone.preprocessing, size=size)

@@ -298,3 +298,24 @@ def test_transfer_runs_a_module_callable_backbone(tmp_path, kitti):
     assert summary["config"]["preprocessing"]["input_range"] == [0.0, 1.0]
     assert {tuple(x.shape[1:]) for x in SEEN} == {(3, 24, 24)}
 
+
+
+# ---- precision (--precision) -------------------------------------------------------------------------
+
+
+def test_float32_precision_is_a_plain_forward_pass_and_bf16_autocast_stays_within_bf16s_error():
+    from clients.torch.backbones import TorchFeatures, to_model_input
+
+    loaded = _load("tiny")
+    images = np.random.RandomState(1).randint(0, 256, (6, 32, 32, 3), dtype=np.uint8)
+    with torch.inference_mode():  # the reference's extraction: float32, no autocast
+        plain = loaded.model(to_model_input(torch.from_numpy(images), loaded.preprocessing, CPU)).numpy()
+    float32 = TorchFeatures(loaded, CPU, 6, "float32").features(images)
+    assert float32.dtype == np.float32 and np.array_equal(float32, plain)  # bit for bit
+    assert np.array_equal(TorchFeatures(loaded, CPU, 6).features(images), plain)  # the trainers' default off CUDA
+    bf16 = TorchFeatures(loaded, CPU, 6, "bf16").features(images)  # autocast on any device, the CPU included
+    assert bf16.dtype == np.float32 and not np.array_equal(bf16, plain)
+    error = np.linalg.norm(bf16 - plain, axis=1) / np.linalg.norm(plain, axis=1)
+    assert error.max() < 0.05, error  # bf16 keeps 8 bits of mantissa: ~0.4% per rounding, a few layers deep
+    with pytest.raises(ValueError, match="precision: got 'fp16', expected one of float32, bf16"):
+        TorchFeatures(loaded, CPU, 6, "fp16")

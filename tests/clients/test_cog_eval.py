@@ -17,7 +17,7 @@ import torch
 from cog_eval_fake import SMALL, FakeCogClient, fit_toy, results_of, separable
 
 from clients import cog_eval
-from clients.cog_cache import FeatureCacheError
+from clients.cog_cache import FeatureCacheError, feature_key
 from clients.cog_eval import CogRun, HParams, choose, cosine_lr, log_points, search_grid
 from clients.torch.cog_eval import TorchCogBackend
 from clients.torch.cog_eval import main as torch_main
@@ -185,6 +185,22 @@ def test_cache_is_keyed_by_image_size_and_checkpoint(tmp_path):
     torch.save(Tiny().state_dict(), tmp_path / "other.pt")  # other random weights
     _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--weights", str(tmp_path / "other.pt"))
     assert client.streamed == 3 * streamed
+
+
+def test_precision_is_recorded_and_keys_the_cache(tmp_path):
+    client = FakeCogClient()
+    first = _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    streamed = client.streamed
+    assert first["config"]["precision"] == "float32" == json.loads(client.configs[0])["precision"]  # the reference's
+    bf16_client = FakeCogClient()
+    second = _run(tmp_path, bf16_client, "--levels", "L1", "--shots", "4", "--seeds", "1", "--precision", "bf16")
+    assert bf16_client.streamed == streamed and second["extracted"] == first["extracted"]  # not float32's entry
+    assert second["config"]["precision"] == "bf16" == json.loads(bf16_client.configs[0])["precision"]
+    paths = [summary["levels"]["L1"]["cache"]["train"] for summary in (first, second)]
+    assert paths[0] != paths[1]
+    assert (feature_key("w", "s", "p", "bicubic", "float32") != feature_key("w", "s", "p", "bicubic", "bf16"))
+    third = _run(tmp_path, FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1", "--precision", "bf16")
+    assert third["extracted"] == 0 and third["levels"]["L1"]["cache"]["train"] == paths[1]  # bf16 reads bf16's
 
 
 def test_cache_entry_that_disagrees_with_the_split_is_refused(tmp_path):

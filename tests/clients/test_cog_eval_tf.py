@@ -105,3 +105,9 @@ def test_tf_bad_backbone_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{conv4} is Keras weights of 20 arrays" in err, err
     assert "--backbone tiny expects 6 arrays" in err, err
+
+
+def test_tf_refuses_bf16_extraction_in_one_line(tmp_path, capsys):
+    assert tf_main([*SMALL, "--feature-cache", str(tmp_path), "--precision", "bf16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "argument --precision: got bf16, expected float32 in TensorFlow" in err, err

@@ -320,6 +320,26 @@ def test_a_rerun_with_another_checkpoint_under_the_same_run_is_refused(served, t
     assert len(err) == 1 and "run 'ckpt-a/md-v1/prototypes' holds results of another checkpoint" in err[0], err
 
 
+def test_precision_is_in_the_md_configuration_and_keys_the_episode_cache(served, tmp_path, one_thread):
+    from clients.torch.evaluate import main
+
+    summary_path = tmp_path / "summary.json"
+    common = [*one_thread, "--protocols", "md", "--md-sources", "folder", "--episodes", "1", "--learners", "prototypes",
+              "--device", "cpu", "--server", served[0].address, "--feature-cache", str(tmp_path / "cache"),
+              "--backbone", "tiny", "--image-size", "16", "--json-summary", str(summary_path)]
+    summaries = {}
+    for precision in ("float32", "bf16"):
+        flags = [] if precision == "float32" else ["--precision", precision]  # float32: the default
+        assert main(["--run", f"p-{precision}", *common, *flags]) == 0
+        summaries[precision] = json.loads(summary_path.read_text())
+    assert [s["precision"] for s in summaries.values()] == ["float32", "bf16"]
+    cached = [s["feature_cache"] for s in summaries.values()]
+    assert cached[1] == {**cached[0], "hits": 0} and cached[0]["misses"] > 0, cached  # bf16 embedded its own
+    held = _held(served, ["p-float32/md-v1/prototypes", "p-bf16/md-v1/prototypes"])
+    assert {run: h.config["precision"] for run, h in held.items()} == {
+        "p-float32/md-v1/prototypes": "float32", "p-bf16/md-v1/prototypes": "bf16"}
+
+
 @pytest.mark.slow
 def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accuracies(served, tmp_path,
                                                                                       one_thread):

@@ -58,6 +58,7 @@ def _values(tmp_path: Path) -> dict[str, list[str]]:
         "--std": ["0.5", "0.25", "2"],
         "--deterministic": ["on"], "--threads": ["3"],
         "--device": ["cpu"], "--feature-cache": [str(tmp_path / "features")], "--extract-batch-size": ["16"],
+        "--precision": ["bf16"],
         "--tasks": ["cifar100", "dtd"], "--vtab-protocol": ["vtab-md"], "--mode": ["linear"], "--lrs": ["0.5"],
         "--steps": ["7"], "--steps-scale": ["0.5"], "--vtab-batch-size": ["8"], "--decay": ["paper"],
         "--warmup": ["0.25"], "--select": ["all-tasks"], "--select-split": ["val200"],
