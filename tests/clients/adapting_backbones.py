@@ -11,7 +11,7 @@ the Keras model takes any side (``Input((None, None, 3))``).
 
 from __future__ import annotations
 
-from evaluate_backbones import CHANNELS, INPUT_RANGE, MEAN, STD, weights
+from evaluate_backbones import INPUT_RANGE, MEAN, STD, build_keras, build_torch
 
 EPSILON = 1e-5
 
@@ -22,33 +22,8 @@ def _declare(model):
 
 
 def torch_backbone():
-    import torch
-    from torch import nn
-
-    layers = []
-    for c_in, c_out in CHANNELS:
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.BatchNorm2d(c_out, eps=EPSILON), nn.ReLU()]
-    model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    with torch.no_grad():
-        for conv, (kernel, bias) in zip([m for m in model if isinstance(m, nn.Conv2d)], weights()):
-            conv.weight.copy_(torch.from_numpy(kernel))
-            conv.bias.copy_(torch.from_numpy(bias))
-    return _declare(model)
+    return _declare(build_torch(EPSILON))
 
 
 def keras_backbone():
-    import tensorflow as tf
-
-    keras = tf.keras
-    inputs = keras.Input((None, None, 3))
-    x = inputs
-    convs = []
-    for _, c_out in CHANNELS:
-        x = keras.layers.ZeroPadding2D(1)(x)
-        conv = keras.layers.Conv2D(c_out, 3, strides=2, padding="valid")
-        x = keras.layers.ReLU()(keras.layers.BatchNormalization(epsilon=EPSILON)(conv(x)))
-        convs.append(conv)
-    model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(x))
-    for conv, (kernel, bias) in zip(convs, weights()):
-        conv.set_weights([kernel.transpose(2, 3, 1, 0), bias])
-    return _declare(model)
+    return _declare(build_keras(None, EPSILON))

@@ -32,34 +32,49 @@ def _declare(model):
     return model
 
 
-def torch_backbone():
+def build_torch(batch_norm_epsilon: float | None = None):
+    """The network in torch; with ``batch_norm_epsilon`` a batch norm after each convolution."""
     import torch
     from torch import nn
 
     layers = []
     for c_in, c_out in CHANNELS:
-        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.ReLU()]
+        norm = [] if batch_norm_epsilon is None else [nn.BatchNorm2d(c_out, eps=batch_norm_epsilon)]
+        layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), *norm, nn.ReLU()]
     model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
     with torch.no_grad():
         for conv, (kernel, bias) in zip([m for m in model if isinstance(m, nn.Conv2d)], weights()):
             conv.weight.copy_(torch.from_numpy(kernel))
             conv.bias.copy_(torch.from_numpy(bias))
-    return _declare(model)
+    return model
 
 
-def keras_backbone():
+def build_keras(side: int | None, batch_norm_epsilon: float | None = None):
+    """The network in Keras for inputs of ``side`` pixels (None: any), as ``build_torch``."""
     import tensorflow as tf
 
     keras = tf.keras
-    inputs = keras.Input((INPUT_SIZE, INPUT_SIZE, 3))
+    inputs = keras.Input((side, side, 3))
     x = inputs
     convs = []
     for _, c_out in CHANNELS:
         x = keras.layers.ZeroPadding2D(1)(x)
-        conv = keras.layers.Conv2D(c_out, 3, strides=2, padding="valid", activation="relu")
-        x = conv(x)
+        if batch_norm_epsilon is None:
+            conv = keras.layers.Conv2D(c_out, 3, strides=2, padding="valid", activation="relu")
+            x = conv(x)
+        else:
+            conv = keras.layers.Conv2D(c_out, 3, strides=2, padding="valid")
+            x = keras.layers.ReLU()(keras.layers.BatchNormalization(epsilon=batch_norm_epsilon)(conv(x)))
         convs.append(conv)
     model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(x))
     for conv, (kernel, bias) in zip(convs, weights()):
         conv.set_weights([kernel.transpose(2, 3, 1, 0), bias])
-    return _declare(model)
+    return model
+
+
+def torch_backbone():
+    return _declare(build_torch())
+
+
+def keras_backbone():
+    return _declare(build_keras(INPUT_SIZE))
