@@ -429,9 +429,9 @@ TRANSFER_MODES = ("linear", "finetune", "protonet")
 # init on the same data regime, and random init on all of the task's training data.
 ROLES = ("model", "scratch", "max")
 SELECTIONS = vtab_transfer_protocols.SELECTIONS
-# RegimeRequest.sampling: the paper's random subsample, sklearn's StratifiedShuffleSplit (the reference's
-# --stratified), or one per class first
-REGIME_SAMPLINGS = ("uniform", "stratified", "one-per-class-first")
+# RegimeRequest.sampling: a random subsample, sklearn's StratifiedShuffleSplit (the control-baselines
+# reference's --stratified), or one per class first
+REGIME_SAMPLINGS = vtab_transfer_protocols.REGIME_SAMPLINGS
 # Flags whose default (None) means "the protocol's value"; given, they override it
 PROTOCOL_FLAGS = tuple(vtab_transfer_protocols.PROTOCOLS[vtab_transfer_protocols.DEFAULT_PROTOCOL].values())
 
@@ -475,7 +475,8 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
             option("--protocol", choices=tuple(vtab_transfer_protocols.PROTOCOLS),
                    default=vtab_transfer_protocols.DEFAULT_PROTOCOL, **_RESULT,
                    help="the whole protocol: vtab (the VTAB paper's lightweight sweep), vtab-md (VTAB+MD's), "
-                        "reference-script (task_adaptation's run_all_tasks.sh); see below"),
+                        "reference-script (task_adaptation's run_all_tasks.sh), control-baselines (the "
+                        "transfer-controls reference: AdamW, early stopping on validation loss, flip); see below"),
             option("--mode", choices=TRANSFER_MODES, default=None, **_RESULT,
                    help="linear: probe on frozen features; finetune: all weights; protonet: full-way episodes "
                         f"({protocol_default}: finetune)"),
@@ -491,11 +492,15 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
                        "task_adaptation resizes)"),
         reproducibility_group(),
         OptionGroup("the sweep and the final runs (linear, finetune)", (
+            option("--optimizer", choices=vtab_transfer_protocols.OPTIMIZERS, default=None, **_RESULT,
+                   help="sgd: SGD with momentum 0.9 (VTAB); adamw: AdamW, betas 0.9/0.999, eps 1e-8 (the "
+                        f"control-baselines reference) ({protocol_default})"),
             option("--lrs", nargs="+", type=positive_float, default=None, metavar="LR", **_RESULT,
-                   help=f"SGD (momentum 0.9) learning rates swept ({protocol_default})"),
+                   help=f"learning rates swept ({protocol_default})"),
             option("--weight-decay", type=float_in(0.0, 1.0), default=None, metavar="W", **_RESULT,
-                   help="SGD's weight decay (g + W w) on every trained weight (default: VTAB's, 0.001 when "
-                        "--mode finetune trains from random init (--role scratch or max, a named backbone "
+                   help="weight decay on every trained weight: SGD's coupled (g + W w), AdamW's decoupled (w -= "
+                        "lr W w) (default: the protocol's; vtab, vtab-md and reference-script take VTAB's, 0.001 "
+                        "when --mode finetune trains from random init (--role scratch or max, a named backbone "
                         "without --weights), else 0)"),
             option("--steps", nargs="+", type=int_at_least(1), default=None, metavar="T", **_RESULT,
                    help=f"training steps swept ({protocol_default})"),
@@ -524,6 +529,14 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
             option("--runs", type=int_at_least(1), default=None, metavar="N", **_RESULT,
                    help="final runs (seeds) per task; the test accuracy reported is their median, as the VTAB "
                         f"paper reports ({protocol_default})"),
+            option("--validate-every", type=int_at_least(0), default=None, metavar="K", **_RESULT,
+                   help="validate each fit every K steps (scaled by --steps-scale) and at its end, on the "
+                        "--select-split (a regime's or --role max's own val part), and test the checkpoint of "
+                        "the lowest validation loss, the setting chosen by that loss; needs --final-split none "
+                        f"(0: no validation during fits) ({protocol_default})"),
+            option("--augment", choices=vtab_transfer_protocols.AUGMENTS, default=None, **_RESULT,
+                   help="flip: each training image mirrored left-right with probability 1/2, drawn from "
+                        f"--seed, the task, split and regime (finetune only) ({protocol_default})"),
             option("--eval-batch-size", type=int_at_least(1), default=256, metavar="N", **_RESULT,
                    help="images per evaluation forward pass"),
         )),
@@ -541,10 +554,10 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
                    help="seed drawing the regimes (nested across N for one seed; default 0)"),
             option("--regime-sampling", choices=REGIME_SAMPLINGS, default=None, **_RESULT,
                    help="how a regime's N examples are drawn from the task's train split: uniform (a random "
-                        "subsample, nested across N; the default), stratified (scikit-learn's "
-                        "StratifiedShuffleSplit into train and val, 80/20, random_state the regime seed: the "
-                        "control-baselines reference's --stratified) or one-per-class-first (one example per class "
-                        "first)"),
+                        "subsample, nested across N), stratified (scikit-learn's StratifiedShuffleSplit into "
+                        "train and val, 80/20, random_state the regime seed: the control-baselines reference's "
+                        "--stratified) or one-per-class-first (one example per class first) (default: the "
+                        "protocol's: stratified for control-baselines, else uniform)"),
         )),
         OptionGroup("output", (
             log_every_option(100, "progress every N steps"),
@@ -606,6 +619,7 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
     if args.regime_sampling is not None and not regimes:
         parser.error(f"argument --regime-sampling: got {args.regime_sampling}, expected it only with --regime N")
     values, overridden = vtab_transfer_protocols.resolve(args.protocol, {k: getattr(args, k) for k in PROTOCOL_FLAGS})
+    _check_validation(parser, args, values, overridden)
     if values["select_split"] == "none" and args.mode != "protonet":
         settings = len(values["lrs"]) * len(values["steps"])
         if settings > 1:
@@ -619,15 +633,39 @@ def _validate_transfer(parser: argparse.ArgumentParser, args: argparse.Namespace
                      "own batch norm; it applies to --mode protonet's episodes")
     if args.mode == "protonet" and args.batch_norm is None:
         args.batch_norm = "md"  # as Meta-Dataset's learners embed an episode
-    if args.weight_decay is None:
+    if args.weight_decay is None:  # the protocol's rule: VTAB's
         from_scratch = args.weights is None and args.backbone in NAMED_BACKBONES
         args.weight_decay = vtab_transfer_protocols.weight_decay_for(args.mode, from_scratch)
-    else:
-        overridden = sorted({*overridden, "weight_decay"})
     args.overridden = overridden
     args.regimes = sorted(regimes)
     args.regime_seed = args.regime_seed or 0
-    args.regime_sampling = args.regime_sampling or REGIME_SAMPLINGS[0]
+
+
+def _check_validation(parser: argparse.ArgumentParser, args: argparse.Namespace, values: dict[str, Any],
+                      overridden: Sequence[str]) -> None:
+    """Early stopping (``--validate-every``) and the final split agree, and flips go with finetuning."""
+    if args.mode == "protonet":
+        return
+    source = {key: f"--{key.replace('_', '-')} {values[key]}" if key in overridden else f"--protocol {args.protocol}"
+              for key in ("validate_every", "final_split", "select_split", "augment")}
+    if values["validate_every"] and values["final_split"] != "none":
+        parser.error(f"argument --validate-every: got {values['validate_every']} ({source['validate_every']}), "
+                     f"but --final-split {values['final_split']} ({source['final_split']}) retrains and tests the "
+                     "retrained weights; add --final-split none to test the best-validated checkpoint, or "
+                     "--validate-every 0")
+    if values["final_split"] == "none" and not values["validate_every"]:
+        parser.error(f"argument --final-split: got none ({source['final_split']}), which tests the best-validated "
+                     "checkpoint of each fit, expected --validate-every K > 0 too")
+    if values["validate_every"] and values["select_split"] == "none":
+        parser.error(f"argument --validate-every: got {values['validate_every']}, but --select-split none "
+                     f"({source['select_split']}) leaves nothing to validate on; add --select-split val or val200")
+    if values["validate_every"] and values["select"] == "all-tasks":
+        parser.error(f"argument --select: got all-tasks, but --validate-every {values['validate_every']} tests each "
+                     "task's own best-validated checkpoint; use --select per-task")
+    if values["augment"] != "none" and values["mode"] != "finetune":
+        parser.error(f"argument --augment: got {values['augment']} ({source['augment']}), but --mode "
+                     f"{values['mode']} embeds each image once with the frozen backbone; use --mode finetune "
+                     "or --augment none")
 
 
 def parse_transfer_args(framework: str, argv: Sequence[str] | None = None) -> argparse.Namespace:

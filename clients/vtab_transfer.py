@@ -13,10 +13,10 @@ setting in sweep order. ``--select-split none`` skips the sweep (one setting, as
 reference script trains). The chosen setting is trained again ``--runs`` times (seeds)
 on ``--final-split`` (``train800val200``, or the script's ``trainval1000``) and scored
 on ``test`` (the evaluation form: every example once); the test accuracy reported is
-the median of the runs (VTAB Sec. 3.1), each run kept in the summary. Optimiser: SGD,
-momentum 0.9, no weight decay, the protocol's schedule (``Schedule``: warm-up and /10
-decay points as fractions of the steps). Simplified against the reference: no
-augmentation, one ``--image-size`` for all tasks.
+the median of the runs (VTAB Sec. 3.1), each run kept in the summary. Optimiser: the
+protocol's (``--optimizer``: SGD with momentum 0.9, or AdamW), its weight decay and schedule
+(``Schedule``: warm-up and /10 decay points as fractions of the steps). Simplified against
+the VTAB reference: no augmentation, one ``--image-size`` for all tasks.
 
 Control baselines (issue 12): ``--role model|scratch|max`` is stored with every report.
 With ``--regime N`` (repeatable) and ``--regime-seed S`` the sweep runs once per data
@@ -31,6 +31,16 @@ when fine-tuning a checkpoint or probing (``vtab_transfer_protocols.weight_decay
 on ``val``, the chosen setting retrained on ``trainval``. ``scratch`` and ``max`` start
 from random init (no ``--weights``, checked when parsing).
 
+Early stopping (``--validate-every K``, the ``control-baselines`` protocol's, with
+``--final-split none``): each fit is validated every K steps and at its end on the point's
+val split (the mean cross-entropy over its examples, in inference mode), the weights of the
+lowest validation loss are kept (``TransferLearner.snapshot``), the setting whose best
+checkpoint has the lowest loss is chosen, and that checkpoint is the one tested: nothing is
+retrained (the reference's ``ModelCheckpoint(monitor='val_loss')`` and ``trainer.test``).
+``--augment flip`` mirrors each training image with probability 1/2, drawn here (not in a
+framework) from the batch-order seed, task, split and regime (the data stream, the same for
+every setting), so torch and tf train on the same images.
+
 Determinism: every fit starts from the same initial weights (``--weights``, or drawn
 from ``--seed``) and a head drawn from a seed hashed from (--seed, task, split, lr, steps, and the final run's seed after the
 first); batches come from the server's shuffle under ``--seed`` (the final runs after
@@ -42,6 +52,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -60,7 +71,7 @@ from clients.trainer_args import TRANSFER_OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
 from clients.md_fixed_features import prototype_predictions
-from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, Schedule, median
+from clients.vtab_transfer_protocols import DECAYS, MOMENTUM, SWEEP_TRAIN_SPLIT, Schedule, median, validation_steps
 
 MAX_SPLITS = ("train", "val", "trainval", "test")
 REGIME_SPLITS = ("train", "val", "trainval", "test")  # the regime's parts, then the task's test
@@ -88,22 +99,46 @@ class DataPoint:
 
     @property
     def splits(self) -> tuple[str, ...]:
-        """The splits this point reads: the sweep's (when there is one), the final fit's and the test."""
-        return ((self.train, self.val) if self.val else ()) + (self.final, self.test)
+        """The splits this point reads: the sweep's (when there is one), the final fit's (unless none) and the test."""
+        return ((self.train, self.val) if self.val else ()) + ((self.final,) if self.final != "none" else ()) + (
+            self.test,)
 
 
 def data_points(args: argparse.Namespace) -> list[DataPoint]:
     """The sweeps of a run in order: one per ``--regime`` (ascending), else the role's splits
     (``--role max``) or the protocol's (``--select-split``, ``--final-split``). A regime's or
-    the max role's val part is its own; ``--select-split none`` drops the sweep everywhere."""
+    the max role's val part is its own; ``--select-split none`` drops the sweep everywhere, and
+    ``--final-split none`` the final fit (early stopping tests the sweep's best checkpoint)."""
     sweep = args.select_split != "none"
     if args.regimes:
         train, val, final, test = REGIME_SPLITS
+        final = "none" if args.final_split == "none" else final
         return [DataPoint(n, train, val if sweep else None, final, test) for n in args.regimes]
     if args.role == "max":
         train, val, final, test = MAX_SPLITS
+        final = "none" if args.final_split == "none" else final
         return [DataPoint(0, train, val if sweep else None, final, test)]
     return [DataPoint(0, SWEEP_TRAIN_SPLIT, args.select_split if sweep else None, args.final_split)]
+
+
+def flipped(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A copy of uint8 NHWC ``images``, each mirrored left-right with probability 1/2 (one draw
+    per image, in batch order: torchvision's ``RandomHorizontalFlip``)."""
+    mirror = rng.random(len(images)) < 0.5
+    out = np.array(images)
+    out[mirror] = out[mirror][:, :, ::-1]
+    return out
+
+
+@dataclass
+class Validated:
+    """A fit checked on a val split during training: every check (step, loss, accuracy) and the
+    best (lowest loss; the first of equals), whose weights the learner holds after the fit."""
+
+    split: str
+    examples: int = 0
+    checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    best: dict[str, Any] | None = None
 
 
 def run_seeds(args: argparse.Namespace) -> list[int]:
@@ -184,6 +219,18 @@ class TransferLearner(abc.ABC):
     @abc.abstractmethod
     def predict(self, batch: TaskBatchArrays) -> np.ndarray:
         """Predicted labels of a batch (inference mode)."""
+
+    @abc.abstractmethod
+    def predict_with_loss(self, batch: TaskBatchArrays) -> tuple[np.ndarray, float]:
+        """Predicted labels of a batch and the sum of its examples' cross-entropy (inference mode)."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Any:
+        """A copy of the weights a fit trains (head; finetuning, backbone and its statistics too)."""
+
+    @abc.abstractmethod
+    def restore(self, snapshot: Any) -> None:
+        """The weights of ``snapshot`` put back."""
 
     @abc.abstractmethod
     def protonet_predict(self, episode: TaskEpisodeArrays) -> np.ndarray:
@@ -269,24 +316,50 @@ class TransferRun:
             return {"regime": 0}
         return {"regime": regime, "regime_seed": self.args.regime_seed, "regime_sampling": self.args.regime_sampling}
 
-    def fit(self, task: str, split: str, setting: Setting, regime: int = 0, seed: int | None = None) -> float:
+    def fit(self, task: str, split: str, setting: Setting, regime: int = 0, seed: int | None = None,
+            validated: Validated | None = None) -> float:
         """Train a fresh head (and, finetuning, the backbone from its initial weights) for ``setting.steps``
-        steps on ``split``, batches shuffled under ``seed`` (default ``--seed``); the last loss."""
+        steps on ``split``, batches shuffled under ``seed`` (default ``--seed``); the last loss. With
+        ``validated``, checked on its split every ``--validate-every`` steps and at the end, and the
+        best checkpoint's weights put back at the end."""
         args = self.args
         seed = args.seed if seed is None else seed
         where = ((task, split, setting.lr, setting.steps) + ((f"regime={regime}", args.regime_seed) if regime else ())
                  + ((f"seed={seed}",) if seed != args.seed else ()))
-        self.learner.reset(self.num_classes[task], derive_seed(args.seed, *where))
+        fit_seed = derive_seed(args.seed, *where)
+        self.learner.reset(self.num_classes[task], fit_seed)
+        # the flips belong to the data stream, as the batch order does: the same for every setting
+        flips = (np.random.default_rng(derive_seed(seed, "flip", task, split, regime, args.regime_seed))
+                 if args.augment == "flip" else None)
+        checks = set(validation_steps(self.validate_every, setting.steps) if validated is not None else ())
+        kept = None
         loss = float("nan")
         batches = self.client.task_batches(task, split, args.batch_size, seed=seed, count=setting.steps,
                                            image_size=args.image_size, **self._regime_keys(regime))
         label = f"{task} {split}{f' (regime {regime})' if regime else ''} {setting.label}"
         for step, batch in enumerate(batches):
+            if flips is not None:
+                batch = dataclasses.replace(batch, images=flipped(batch.images, flips))
             loss = self.learner.train_step(batch, self.schedule.learning_rate(setting.lr, step, setting.steps))
             if (step + 1) % args.log_every == 0:
                 self.log(f"{label}: step {step + 1}/{setting.steps} loss {loss:.4f}")
+            if step + 1 in checks:
+                check_loss, accuracy, validated.examples = self.validate(task, validated.split, regime)
+                check = {"step": step + 1, "loss": check_loss, "accuracy": accuracy}
+                validated.checks.append(check)
+                if validated.best is None or check_loss < validated.best["loss"]:
+                    validated.best, kept = check, self.learner.snapshot()
+                self.log(f"{label}: step {step + 1} {validated.split} loss {check_loss:.4f} accuracy {accuracy:.4f}"
+                         f"{' (best)' if validated.best is check else ''}")
+        if kept is not None:
+            self.learner.restore(kept)
         self.fits.update(self.learner.weights_sha256().encode())
         return loss
+
+    @property
+    def validate_every(self) -> int:
+        """``--validate-every`` scaled as the steps are (``--steps-scale``; at least 1)."""
+        return max(1, round(self.args.validate_every * self.args.steps_scale)) if self.args.validate_every else 0
 
     def evaluate(self, task: str, split: str, regime: int = 0) -> tuple[float, int]:
         correct = total = 0
@@ -295,6 +368,17 @@ class TransferRun:
             correct += int(np.sum(np.asarray(self.learner.predict(batch)) == batch.labels))
             total += len(batch.labels)
         return correct / max(total, 1), total
+
+    def validate(self, task: str, split: str, regime: int) -> tuple[float, float, int]:
+        """(mean cross-entropy, accuracy, examples) of the learner's weights on ``split`` (every example once)."""
+        correct, summed, total = 0, 0.0, 0
+        for batch in self.client.eval_batches(task, split, self.args.eval_batch_size, image_size=self.args.image_size,
+                                              **self._regime_keys(regime)):
+            predicted, loss = self.learner.predict_with_loss(batch)
+            correct += int(np.sum(np.asarray(predicted) == batch.labels))
+            summed += float(loss)
+            total += len(batch.labels)
+        return summed / max(total, 1), correct / max(total, 1), total
 
     def execute(self) -> dict[str, Any]:
         self.check_tasks()
@@ -330,14 +414,21 @@ class TransferRun:
         seeds = run_seeds(args)
         protocol = self.protocol_values(settings, seeds)
         config = self.config({"settings": [s.label for s in settings], **protocol})
-        swept = [self._sweep_point(point, settings) for point in points]
-        for point, (val, _, chosen) in zip(points, swept):
-            key = "chosen" if not point.regime else f"chosen_regime_{point.regime}"
-            config[key] = {task: s.label for task, s in chosen.items()}
         summary: dict[str, Any] = {"run": args.run, "protocol": args.protocol, "mode": args.mode,
                                    "select": args.select, "role": args.role, **protocol,
                                    "settings": [{"lr": s.lr, "steps": s.steps} for s in settings]}
-        parts = [self._final(point, settings, *result, config, seeds) for point, result in zip(points, swept)]
+        if args.validate_every:
+            stopped = [self._early_stopped(point, settings, seeds) for point in points]
+            for point, results in zip(points, stopped):
+                key = "chosen" if not point.regime else f"chosen_regime_{point.regime}"
+                config[key] = {task: results[task]["chosen_label"] for task in args.tasks}
+            parts = [self._report_stopped(point, settings, results, config) for point, results in zip(points, stopped)]
+        else:
+            swept = [self._sweep_point(point, settings) for point in points]
+            for point, (val, _, chosen) in zip(points, swept):
+                key = "chosen" if not point.regime else f"chosen_regime_{point.regime}"
+                config[key] = {task: s.label for task, s in chosen.items()}
+            parts = [self._final(point, settings, *result, config, seeds) for point, result in zip(points, swept)]
         summary["config"] = config
         summary["result_sha256"] = self.fits.hexdigest()
         if args.regimes:
@@ -353,10 +444,13 @@ class TransferRun:
         overrode it, and each setting's schedule in steps: recorded in the summary and the
         run configuration."""
         args = self.args
-        values = {key: getattr(args, key) for key in ("mode", "lrs", "steps", "steps_scale", "batch_size", "decay",
-                                                      "warmup", "select", "select_split", "final_split", "runs")}
+        values = {key: getattr(args, key) for key in ("mode", "optimizer", "lrs", "steps", "steps_scale", "batch_size",
+                                                      "decay", "warmup", "select", "select_split", "final_split",
+                                                      "runs", "validate_every", "augment")}
         values.update(image_size=args.image_size, resize=VTAB_RESIZE,  # the pixels asked for, as the server serves them
-                      momentum=MOMENTUM, weight_decay=args.weight_decay, decay_at=list(self.schedule.decay_at),
+                      momentum=MOMENTUM if args.optimizer == "sgd" else None, betas=[0.9, 0.999]
+                      if args.optimizer == "adamw" else None, weight_decay=args.weight_decay,
+                      decay_at=list(self.schedule.decay_at), validation_steps_every=self.validate_every,
                       sweep_split=SWEEP_TRAIN_SPLIT if args.select_split != "none" else None,
                       regime_sampling=args.regime_sampling if args.regimes else None)
         return {"protocol_values": values, "overridden": list(args.overridden), "run_seeds": list(seeds),
@@ -378,6 +472,68 @@ class TransferRun:
                 self.log(f"{task}{f' regime {point.regime}' if point.regime else ''} {setting.label}: "
                          f"{point.val} accuracy {val[task][setting.label]:.4f}")
         return val, val_examples, choose(val, settings, args.select == "per-task")
+
+    def _early_stopped(self, point: DataPoint, settings: Sequence[Setting], seeds: Sequence[int]
+                       ) -> dict[str, dict[str, Any]]:
+        """Each task: every setting fitted on the point's train split and validated on its val
+        split during the fit; the setting of the lowest validation loss (ties: sweep order); its best checkpoint
+        tested (and, for each further ``--runs`` seed, the chosen setting fitted and validated
+        again and its best checkpoint tested). Nothing is reported yet."""
+        args = self.args
+        results: dict[str, dict[str, Any]] = {}
+        for task in args.tasks:
+            validated: dict[str, Validated] = {}
+            kept: tuple[Setting, Any] | None = None
+            for setting in settings:
+                checked = validated[setting.label] = Validated(point.val)
+                self.fit(task, point.train, setting, point.of(point.train), validated=checked)
+                if kept is None or checked.best["loss"] < validated[kept[0].label].best["loss"]:
+                    kept = (setting, self.learner.snapshot() if len(settings) > 1 else None)
+            setting, weights = kept
+            if weights is not None:
+                self.learner.restore(weights)
+            best = validated[setting.label].best
+            accuracy, examples = self.evaluate(task, point.test)
+            runs = [{"seed": seeds[0], "best_step": best["step"], "test_accuracy": accuracy}]
+            for seed in seeds[1:]:
+                again = Validated(point.val)
+                self.fit(task, point.train, setting, point.of(point.train), seed=seed, validated=again)
+                runs.append({"seed": seed, "best_step": again.best["step"],
+                             "test_accuracy": self.evaluate(task, point.test)[0]})
+            self.log(f"{task}{f' regime {point.regime}' if point.regime else ''} {setting.label}: best {point.val} "
+                     f"loss {best['loss']:.4f} at step {best['step']}, test accuracy {runs[0]['test_accuracy']:.4f}")
+            results[task] = {"chosen_label": setting.label, "setting": setting, "validated": validated,
+                             "runs": runs, "examples": examples}
+        return results
+
+    def _report_stopped(self, point: DataPoint, settings: Sequence[Setting], results: dict[str, dict[str, Any]],
+                        config: dict[str, Any]) -> dict[str, Any]:
+        """The early-stopped tests' median and the chosen checkpoint's val accuracy reported; the summary part."""
+        args = self.args
+        keys = {"role": args.role, "regime": point.regime, "regime_seed": args.regime_seed if point.regime else 0}
+        tasks: dict[str, Any] = {}
+        for task in args.tasks:
+            result = results[task]
+            setting, validated = result["setting"], result["validated"]
+            chosen = validated[setting.label]
+            accuracy = median([run["test_accuracy"] for run in result["runs"]])
+            test_examples = result["examples"]
+            self.client.report_task(args.run, task, point.val, chosen.best["accuracy"], chosen.examples,
+                                    run_config=config, **keys)
+            self.client.report_task(args.run, task, point.test, accuracy, test_examples, run_config=config, **keys)
+            tasks[task] = {"chosen": {"lr": setting.lr, "steps": setting.steps}, "final_split": point.final,
+                           "test_accuracy": accuracy, "test_examples": test_examples, "test_runs": result["runs"],
+                           "best_step": chosen.best["step"], "val_loss": chosen.best["loss"],
+                           "val_accuracy": chosen.best["accuracy"], "val_split": point.val,
+                           "val_examples": chosen.examples,
+                           "val": {label: v.best["accuracy"] for label, v in validated.items()},
+                           "validations": {label: v.checks for label, v in validated.items()}}
+        part: dict[str, Any] = {"tasks": tasks}
+        if point.regime:
+            part["n"] = point.regime
+        if args.select == "all-tasks" or len(settings) == 1:
+            part["chosen"] = tasks[args.tasks[0]]["chosen"]
+        return part
 
     def _final(self, point: DataPoint, settings: Sequence[Setting], val: dict[str, dict[str, float]],
                val_examples: dict[str, int], chosen: dict[str, Setting], config: dict[str, Any],
@@ -441,6 +597,8 @@ def _task_lines(tasks: Mapping[str, Any], indent: str) -> list[str]:
     lines = []
     for task, result in tasks.items():
         val = f"{result.get('val_split', 'val200')} {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
+        if "best_step" in result:  # early stopping: the checkpoint tested
+            val = f"best step {result['best_step']} ({result['val_split']} loss {result['val_loss']:.4f}), {val}"
         chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
         runs = result.get("test_runs", [])
         scores = " ".join(f"{run['test_accuracy']:.4f}" for run in runs)

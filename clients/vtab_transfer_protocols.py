@@ -27,8 +27,19 @@ Sources (cited, not copied):
   step) under a linear warm-up from 0 (``apply_warmup_lr``), momentum 0.9 from
   ``adapt_and_eval.py``'s flag default.
 
+- ``control-baselines``: the transfer-controls reference (EPFL-VILAB/transfer-controls:
+  ``run_cls.sh``, ``train_ssl2taskonomy.py``, ``downstream_tasks/taskonomy_dst.py``,
+  ``data/cifar100.py``, ``data/eurosat.py``; Atanov et al. 2022, ``../shared/seeds/``):
+  ``torch.optim.AdamW`` (betas 0.9/0.999, eps 1e-8) at lr 1e-4 with weight decay 1e-4, no
+  schedule (``--lr_decay none``, ``--lr_warmup_step 0``), batch 64, up to 40,000 steps,
+  validation every 1,000 (``--val_check_interval``), and the checkpoint of the lowest
+  validation loss is the one tested (``ModelCheckpoint(monitor='val_loss', mode='min')``, then
+  ``trainer.test``, whose default checkpoint is the best); a random horizontal flip at
+  training; regimes drawn by ``StratifiedShuffleSplit`` 80/20 (``--stratified``). Nothing is
+  retrained on train + val (``--final-split none``).
+
 Warm-up and decay points are fractions of each setting's steps, so they follow ``--steps``
-and ``--steps-scale`` (the script's 80 of 1000 steps is 0.08).
+and ``--steps-scale`` (the script's 80 of 1000 steps is 0.08); so does ``--validate-every``.
 """
 
 from __future__ import annotations
@@ -59,12 +70,23 @@ DECAYS: dict[str, tuple[float, ...]] = {
     # VTAB Appendix I: "after 1/3 and 2/3 of the training time, and one more time shortly
     # before the end" (no number given for the last: 9/10, the README example's)
     "paper": (1 / 3, 2 / 3, 0.9),
+    # the control-baselines reference: a constant rate (--lr_decay none, no --lr_step)
+    "none": (),
 }
 SELECT_SPLITS = ("val", "val200", "none")
-FINAL_SPLITS = ("train800val200", "trainval1000")
+FINAL_SPLITS = ("train800val200", "trainval1000", "none")
+"""``none``: nothing is retrained; the sweep's best-validated checkpoint (``--validate-every``) is tested."""
 SWEEP_TRAIN_SPLIT = "train800"
 SELECTIONS = ("all-tasks", "per-task")
 MODES = ("linear", "finetune")
+OPTIMIZERS = ("sgd", "adamw")
+"""sgd: ``torch.optim.SGD`` with momentum 0.9 (VTAB); adamw: ``torch.optim.AdamW`` with its
+defaults (betas 0.9/0.999, eps 1e-8; the control-baselines reference's)."""
+AUGMENTS = ("none", "flip")
+"""flip: each training image mirrored left-right with probability 1/2 (torchvision's
+``RandomHorizontalFlip``, the control-baselines reference's training transform)."""
+REGIME_SAMPLINGS = ("uniform", "stratified", "one-per-class-first")
+"""How the server draws a data regime (``sampler_common.splits``'s names, the wire's)."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +129,22 @@ class Protocol:
     select_split: str
     final_split: str
     runs: int
+    optimizer: str = "sgd"
+    weight_decay: float | None = None
+    """None: VTAB's rule (``weight_decay_for``)."""
+    validate_every: int = 0
+    """Steps between validations of a fit, whose best checkpoint is tested (0: none)."""
+    augment: str = "none"
+    regime_sampling: str = "uniform"
 
     def values(self) -> dict[str, Any]:
         """The overridable values by flag name (dashes as underscores)."""
         return {"mode": self.mode, "lrs": list(self.lrs), "steps": list(self.steps), "batch_size": self.batch_size,
                 "decay": self.decay, "warmup": self.warmup, "select": self.select,
-                "select_split": self.select_split, "final_split": self.final_split, "runs": self.runs}
+                "select_split": self.select_split, "final_split": self.final_split, "runs": self.runs,
+                "optimizer": self.optimizer, "weight_decay": self.weight_decay,
+                "validate_every": self.validate_every, "augment": self.augment,
+                "regime_sampling": self.regime_sampling}
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
@@ -125,6 +157,11 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("reference-script", "task_adaptation scripts/run_all_tasks.sh",
              mode="finetune", lrs=(0.01,), steps=(1000,), batch_size=64, decay="readme", warmup=0.08,
              select="per-task", select_split="none", final_split="trainval1000", runs=1),
+    Protocol("control-baselines", "transfer-controls run_cls.sh (AdamW, best validation loss of 40 checks, flip, "
+             "stratified regimes)",
+             mode="finetune", lrs=(1e-4,), steps=(40000,), batch_size=64, decay="none", warmup=0.0,
+             select="per-task", select_split="val200", final_split="none", runs=1, optimizer="adamw",
+             weight_decay=1e-4, validate_every=1000, augment="flip", regime_sampling="stratified"),
 )}
 DEFAULT_PROTOCOL = "vtab"
 
@@ -136,6 +173,15 @@ def resolve(name: str, given: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
     overridden = sorted(key for key in values if given.get(key) is not None)
     values.update({key: given[key] for key in overridden})
     return values, overridden
+
+
+def validation_steps(every: int, total: int) -> list[int]:
+    """The steps (counted from 1) after which a fit of ``total`` steps is validated: every
+    ``every``-th, and the last when it is not one of them (none when ``every`` is 0)."""
+    if not every:
+        return []
+    steps = list(range(every, total + 1, every))
+    return steps if steps and steps[-1] == total else [*steps, total]
 
 
 def schedule(decay: str, warmup: float) -> Schedule:
@@ -153,11 +199,15 @@ def describe(width: int = 100) -> str:
     for protocol in PROTOCOLS.values():
         v = protocol.values()
         decay = ", ".join(f"{f:.3g}" for f in DECAYS[v["decay"]])
+        decay = f" (/10 after {decay} of the steps)" if decay else " (a constant rate)"
+        decay_text = "VTAB's" if v["weight_decay"] is None else f"{v['weight_decay']:g}"
         text = (f"{protocol.name}{' (default)' if protocol.name == DEFAULT_PROTOCOL else ''}: {protocol.source}. "
-                f"--mode {v['mode']}, --lrs {' '.join(map(str, v['lrs']))}, --steps "
-                f"{' '.join(map(str, v['steps']))}, --batch-size {v['batch_size']}, --decay {v['decay']} (/10 after "
-                f"{decay} of the steps), --warmup {v['warmup']:g}, --select {v['select']}, --select-split "
-                f"{v['select_split']}, --final-split {v['final_split']}, --runs {v['runs']}")
+                f"--mode {v['mode']}, --optimizer {v['optimizer']}, --lrs {' '.join(map(str, v['lrs']))}, "
+                f"--weight-decay {decay_text}, --steps {' '.join(map(str, v['steps']))}, --batch-size "
+                f"{v['batch_size']}, --decay {v['decay']}{decay}, --warmup {v['warmup']:g}, --select {v['select']}, "
+                f"--select-split {v['select_split']}, --final-split {v['final_split']}, --runs {v['runs']}, "
+                f"--validate-every {v['validate_every']}, --augment {v['augment']}, --regime-sampling "
+                f"{v['regime_sampling']}")
         blocks.append(textwrap.fill(text, width, initial_indent="  ", subsequent_indent="    ",
                                     break_on_hyphens=False))
     return "\n".join(blocks)

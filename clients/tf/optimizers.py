@@ -11,6 +11,9 @@ Keras' and torch's SGD and Adam share a name but not a definition:
   default 1e-7), torch to ``sqrt(v_hat)`` after it (default 1e-8); they differ where the
   gradients are small.
 
+``TorchAdam(decoupled=True)`` is ``torch.optim.AdamW``: the weights shrink by ``lr * wd`` before
+the Adam step, and the gradient is left as it is.
+
 ``TorchSGD`` and ``TorchAdam`` are Keras optimizers (``apply_gradients``, distribution
 strategies, ``tf.train.Checkpoint``) whose ``update_step`` is torch's (``torch.optim.SGD``
 with dampening 0, not Nesterov; ``torch.optim.Adam`` without amsgrad), in float32 with
@@ -76,10 +79,12 @@ class TorchSGD(keras.optimizers.Optimizer):
 class TorchAdam(keras.optimizers.Optimizer):
     """``torch.optim.Adam(lr, betas, eps, weight_decay)``: ``g += wd * w``;
     ``m = beta_1 m + (1 - beta_1) g``, ``v = beta_2 v + (1 - beta_2) g^2``;
-    ``w -= lr / (1 - beta_1^t) * m / (sqrt(v) / sqrt(1 - beta_2^t) + eps)``."""
+    ``w -= lr / (1 - beta_1^t) * m / (sqrt(v) / sqrt(1 - beta_2^t) + eps)``. With ``decoupled``,
+    ``torch.optim.AdamW``: ``w *= 1 - lr * wd`` first, ``g`` unchanged."""
 
     def __init__(self, learning_rate: Any = 0.001, beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-8, weight_decay: float = 0.0, name: str = "torch_adam", **kwargs: Any) -> None:
+                 epsilon: float = 1e-8, weight_decay: float = 0.0, decoupled: bool = False,
+                 name: str = "torch_adam", **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         for label, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
             if not 0.0 <= beta < 1.0:
@@ -87,7 +92,8 @@ class TorchAdam(keras.optimizers.Optimizer):
         if epsilon < 0.0 or weight_decay < 0.0:
             raise ValueError(f"epsilon, weight_decay: got {epsilon}, {weight_decay}, expected floats >= 0")
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self.coupled_weight_decay = float(weight_decay)
+        self.coupled_weight_decay = 0.0 if decoupled else float(weight_decay)
+        self.decoupled_weight_decay = float(weight_decay) if decoupled else 0.0
 
     def build(self, variables: list[Any]) -> None:
         if self.built:
@@ -97,6 +103,10 @@ class TorchAdam(keras.optimizers.Optimizer):
 
     def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
         dtype = variable.dtype
+        if self.decoupled_weight_decay:  # torch AdamW: param.mul_(1 - lr * weight_decay)
+            self.assign(variable, ops.multiply(variable, ops.subtract(
+                ops.cast(1.0, dtype), ops.multiply(ops.cast(learning_rate, dtype),
+                                                   ops.cast(self.decoupled_weight_decay, dtype)))))
         gradient = _coupled_decay(ops.cast(gradient, dtype), variable, self.coupled_weight_decay)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
@@ -117,5 +127,6 @@ class TorchAdam(keras.optimizers.Optimizer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update({"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
-                       "weight_decay": self.coupled_weight_decay})
+                       "weight_decay": self.coupled_weight_decay or self.decoupled_weight_decay,
+                       "decoupled": bool(self.decoupled_weight_decay)})
         return config

@@ -30,7 +30,7 @@ from clients.tf import models
 from clients.tf.backbones import TFFeatures, inference, load_backbone, to_model_input
 from clients.tf.determinism import apply_determinism, determinism_failure, tf_record
 from clients.tf.md_train import select_device
-from clients.tf.optimizers import TorchSGD
+from clients.tf.optimizers import TorchAdam, TorchSGD
 from clients.errors import UsageError
 from clients.seeds import TRANSFER_BACKBONE_SEED_NAME
 from clients.trainer_args import TRANSFER_IMAGE_SIZE
@@ -63,7 +63,7 @@ class TFTransferLearner(TransferLearner):
         images = tf.TensorSpec((None, args.image_size, args.image_size, 3), tf.uint8)
         forward = inference(self.backbone)
         self._embed = tf.function(lambda x: forward(self._input(x)), input_signature=[images])
-        self._built: dict[int, tuple[keras.Model, TorchSGD, Any]] = {}  # per class count: head, optimizer, step
+        self._built: dict[int, tuple[keras.Model, TorchSGD | TorchAdam, Any]] = {}  # per class count: head, optimizer, step
         self._episodes: TFFeatures | None = None  # ``episode_extractor``
 
     def _input(self, images: tf.Tensor) -> tf.Tensor:
@@ -92,7 +92,7 @@ class TFTransferLearner(TransferLearner):
                 variable.assign(tf.zeros_like(variable))
             self.optimizer.iterations.assign(0)
             self.optimizer.learning_rate.assign(args.lrs[0])
-            for slot in self.optimizer.momentums:
+            for slot in self.optimizer.variables[2:]:  # after iterations and the learning rate: its moments
                 slot.assign(tf.zeros_like(slot))
             return
         with tf.device(self.device):
@@ -101,7 +101,11 @@ class TFTransferLearner(TransferLearner):
             # counter (dense, dense_1, ...) would make differ between two runs in one process
             logits = keras.layers.Dense(num_classes, kernel_initializer="zeros", name="logits")(inputs)
             self.head = keras.Model(inputs, logits, name="head")
-            self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM, weight_decay=args.weight_decay)
+            if args.optimizer == "adamw":  # torch.optim.AdamW's defaults, the reference's
+                self.optimizer = TorchAdam(learning_rate=args.lrs[0], weight_decay=args.weight_decay, decoupled=True)
+            else:
+                self.optimizer = TorchSGD(learning_rate=args.lrs[0], momentum=MOMENTUM,
+                                          weight_decay=args.weight_decay)
         head, backbone, optimizer, classes = self.head, self.backbone, self.optimizer, num_classes
         labels = tf.TensorSpec((None,), tf.int64)
         if args.mode == "linear":
@@ -147,10 +151,28 @@ class TFTransferLearner(TransferLearner):
         with tf.device(self.device):
             return float(self._step(inputs, np.asarray(batch.labels, np.int64)))
 
-    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+    def _logits(self, batch: TaskBatchArrays) -> tf.Tensor:
         with tf.device(self.device):
             features = self._frozen_features(batch) if self.args.mode == "linear" else self._embed(batch.images)
-            return tf.argmax(self.head(features, training=False), axis=1).numpy()
+            return self.head(features, training=False)
+
+    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+        return tf.argmax(self._logits(batch), axis=1).numpy()
+
+    def predict_with_loss(self, batch: TaskBatchArrays) -> tuple[np.ndarray, float]:
+        logits = tf.cast(self._logits(batch), tf.float32)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(np.asarray(batch.labels, np.int64), logits)
+        return tf.argmax(logits, axis=1).numpy(), float(tf.reduce_sum(losses))
+
+    def _trained(self) -> list[keras.Model]:
+        return [self.head] + ([self.backbone] if self.args.mode == "finetune" else [])
+
+    def snapshot(self) -> list[list[np.ndarray]]:
+        return [model.get_weights() for model in self._trained()]
+
+    def restore(self, snapshot: list[list[np.ndarray]]) -> None:
+        for model, weights in zip(self._trained(), snapshot, strict=True):
+            model.set_weights(weights)
 
     def _embed_all(self, images: np.ndarray) -> tf.Tensor:
         step = self.args.eval_batch_size

@@ -40,7 +40,6 @@ from clients.vtab_transfer import TransferLearner, run_transfer_main
 from clients.vtab_transfer_protocols import MOMENTUM
 
 
-
 class TorchTransferLearner(TransferLearner):
     name = "torch"
 
@@ -85,8 +84,11 @@ class TorchTransferLearner(TransferLearner):
         nn.init.zeros_(self.head.bias)
         finetune = self.args.mode == "finetune"
         parameters = list(self.head.parameters()) + (list(self.backbone.parameters()) if finetune else [])
-        self.optimizer = torch.optim.SGD(parameters, lr=self.args.lrs[0], momentum=MOMENTUM,
-                                         weight_decay=self.args.weight_decay)
+        if self.args.optimizer == "adamw":  # the reference's: betas (0.9, 0.999), eps 1e-8, no amsgrad
+            self.optimizer = torch.optim.AdamW(parameters, lr=self.args.lrs[0], weight_decay=self.args.weight_decay)
+        else:
+            self.optimizer = torch.optim.SGD(parameters, lr=self.args.lrs[0], momentum=MOMENTUM,
+                                             weight_decay=self.args.weight_decay)
 
     def weights_sha256(self) -> str:
         trained = [("head", self.head)] + ([("backbone", self.backbone)] if self.args.mode == "finetune" else [])
@@ -122,7 +124,7 @@ class TorchTransferLearner(TransferLearner):
     def classify(self, error: BaseException) -> tuple[int, str] | None:
         return classify_determinism(error, self.determinism, self.device)
 
-    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+    def _logits(self, batch: TaskBatchArrays) -> torch.Tensor:
         if self.args.mode == "linear":
             features = self._frozen_features(batch)
         else:
@@ -130,7 +132,28 @@ class TorchTransferLearner(TransferLearner):
             with torch.inference_mode():
                 features = self.backbone(self._input(batch.images))
         with torch.inference_mode():
-            return self.head(features).argmax(1).cpu().numpy()
+            return self.head(features)
+
+    def predict(self, batch: TaskBatchArrays) -> np.ndarray:
+        return self._logits(batch).argmax(1).cpu().numpy()
+
+    def predict_with_loss(self, batch: TaskBatchArrays) -> tuple[np.ndarray, float]:
+        logits = self._logits(batch)
+        labels = torch.from_numpy(np.array(batch.labels, np.int64)).to(self.device)
+        with torch.inference_mode():
+            loss = F.cross_entropy(logits.float(), labels, reduction="sum")
+        return logits.argmax(1).cpu().numpy(), float(loss)
+
+    def _trained(self) -> dict[str, nn.Module]:
+        return {"head": self.head, **({"backbone": self.backbone} if self.args.mode == "finetune" else {})}
+
+    def snapshot(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {part: {name: tensor.detach().clone() for name, tensor in module.state_dict().items()}
+                for part, module in self._trained().items()}
+
+    def restore(self, snapshot: dict[str, dict[str, torch.Tensor]]) -> None:
+        for part, module in self._trained().items():
+            module.load_state_dict(snapshot[part])
 
     def _embed(self, images: np.ndarray) -> torch.Tensor:
         self._train_mode(False)

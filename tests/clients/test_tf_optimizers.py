@@ -86,6 +86,11 @@ def test_torch_adam_takes_torchs_steps_with_tiny_gradients_and_rate_changes():
                                                        weight_decay=1e-3))
 
 
+def test_decoupled_torch_adam_takes_torch_adamws_steps():
+    _assert_same_steps(TorchAdam(learning_rate=LRS[0], weight_decay=1e-2, decoupled=True),
+                       lambda params: torch.optim.AdamW(params, lr=LRS[0], weight_decay=1e-2))
+
+
 def test_keras_sgd_and_adam_fail_the_same_comparison():
     """The comparison sees the difference the Torch* optimizers remove."""
     sgd = lambda params: torch.optim.SGD(params, lr=LRS[0], momentum=0.9)  # noqa: E731
@@ -124,6 +129,21 @@ def test_the_transfer_learners_optimizer_is_torchs_sgd_with_momentum():
     learner.reset(3, 0)
     _assert_same_steps(_fresh(learner.optimizer),
                        lambda params: torch.optim.SGD(params, lr=LRS[0], momentum=MOMENTUM))
+
+
+def test_the_control_baselines_transfer_optimizer_is_torchs_adamw():
+    """The control-baselines reference's AdamW (lr 1e-4, weight decay 1e-4, torch's betas and eps)."""
+    from clients.tf.vtab_transfer import TFTransferLearner
+    from clients.trainer_args import parse_transfer_args
+
+    args = parse_transfer_args("tf", ["--server", "h:1", "--run", "r", "--tasks", "kitti_distance", "--backbone",
+                                      "tiny", "--image-size", "16", "--device", "cpu",
+                                      "--protocol", "control-baselines"])
+    assert (args.optimizer, args.lrs, args.weight_decay) == ("adamw", [1e-4], 1e-4)
+    learner = TFTransferLearner(args)
+    learner.reset(3, 0)
+    _assert_same_steps(_fresh(learner.optimizer),
+                       lambda params: torch.optim.AdamW(params, lr=LRS[0], weight_decay=1e-4))
 
 
 def test_a_keras_adam_checkpoint_restores_into_torch_adam(tmp_path):
