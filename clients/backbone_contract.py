@@ -11,11 +11,23 @@ trainer checkpoints, into it.
 
 The model maps float images (NCHW in torch, NHWC in tf) to features [N, D]. What it
 expects is declared once, by flags or by attributes on the model (``input_size``,
-``input_range``, ``mean``, ``std``); a flag wins over an attribute, an attribute over the
-command's default. The server serves images at the declared size, resized as the
-protocol prescribes; the trainer maps uint8 [0, 255] linearly onto ``input_range`` and
-then subtracts ``mean`` and divides by ``std`` per channel. Our named backbones declare
-[-1, 1], mean 0 and std 1 (Meta-Dataset's scaling).
+``input_range``, ``mean``, ``std``); the server serves images at the declared size, resized
+as the protocol prescribes; the trainer maps uint8 [0, 255] linearly onto ``input_range``
+and then subtracts ``mean`` and divides by ``std`` per channel.
+
+A checkpoint has one input convention, the one it was trained with, so every command and
+every protocol of a run (``evaluate``'s MD, VTAB and CoG alike) resolves the same one, each
+value by the first of (``resolve_preprocessing``):
+  1. the flags ``--input-range``, ``--mean``, ``--std``;
+  2. the model's attributes ``input_range``, ``mean``, ``std``;
+  3. what the backbone's kind or weights say (``Convention``): our named backbones, trained
+     by our MD trainer, [-1, 1], mean 0, std 1 (Meta-Dataset's scaling), unless they hold
+     torchvision weights (``TORCHVISION_CONVENTION``: ImageNet's mean and std on [0, 1]);
+  4. the one default for a backbone that declares nothing (``DEFAULT_CONVENTION``, ImageNet's
+     mean and std on [0, 1]).
+No protocol has a default of its own: a protocol's convention is that of its own models,
+not of the checkpoint evaluated. The resolved ``Preprocessing`` says whose values it holds
+(``source``), which run configurations record and the first line of a run names.
 
 A model whose output is not [N, D] floating point is refused at once (``check_features``)
 with one line naming what it returned and what was expected.
@@ -24,11 +36,12 @@ with one line naming what it returned and what was expected.
 from __future__ import annotations
 
 import argparse
+import enum
 import importlib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -113,15 +126,61 @@ def load_callable(target: str) -> Callable[..., Any]:
 # ---- what the model expects -------------------------------------------------------------------
 
 
+class InputSource(enum.Enum):
+    """Whose input convention a backbone gets (``Preprocessing.source``), strongest first."""
+
+    FLAGS = "flags"
+    ATTRIBUTES = "model attributes"
+    TORCHVISION = "torchvision weights"
+    NAMED = "named backbone"
+    DEFAULT = "default"
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+"""torchvision's ImageNet statistics, on [0, 1] (the CoG reference normalises with them too)."""
+
+
+@dataclass(frozen=True)
+class Convention:
+    """An input convention a backbone gets where neither flags nor its attributes say one."""
+
+    source: InputSource
+    input_range: tuple[float, float]
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    def attributes(self) -> dict[str, Any]:
+        """As a model's attributes declare it."""
+        return {"input_range": self.input_range, "mean": self.mean, "std": self.std}
+
+
+NAMED_CONVENTION = Convention(InputSource.NAMED, (-1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+"""Our named backbones': our MD trainer trains them on [-1, 1], mean 0, std 1 (Meta-Dataset's scaling)."""
+TORCHVISION_CONVENTION = Convention(InputSource.TORCHVISION, (0.0, 1.0), IMAGENET_MEAN, IMAGENET_STD)
+"""A named backbone holding torchvision's weights: torchvision trained them on ImageNet's statistics."""
+DEFAULT_CONVENTION = Convention(InputSource.DEFAULT, (0.0, 1.0), IMAGENET_MEAN, IMAGENET_STD)
+"""The one default for a backbone that declares nothing (a ``module:callable``, a model file), in
+every command and protocol: ImageNet's mean and std on [0, 1], the convention of the pretrained
+models users bring (torchvision's and timm's ResNets and ViTs, the checkpoints the CoG
+reference evaluates). [-1, 1] is our own trainers' scaling, and our named backbones declare it
+themselves; a checkpoint trained on it elsewhere says so with ``--input-range -1 1 --mean 0 0 0
+--std 1 1 1`` or attributes."""
+
+
 @dataclass(frozen=True)
 class Preprocessing:
-    """Served side ``size``; uint8 [0, 255] -> [low, high] linearly, then (x - mean) / std."""
+    """Served side ``size``; uint8 [0, 255] -> [low, high] linearly, then (x - mean) / std.
+    ``source`` says whose values they are (``InputSource``' values; where values come from
+    several: ``flags (mean), named backbone (input_range, std)``); equality, hashes and cache
+    keys are of the numbers alone."""
 
     size: int
     low: float
     high: float
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    source: str = field(default="", compare=False)
 
     @property
     def divisor(self) -> float:
@@ -143,7 +202,16 @@ class Preprocessing:
 
     def as_config(self) -> dict[str, Any]:
         return {"input_size": self.size, "input_range": [self.low, self.high], "mean": list(self.mean),
-                "std": list(self.std)}
+                "std": list(self.std), "source": self.source}
+
+    def describe(self) -> str:
+        """One line for a run's log: the numbers and whose they are."""
+        numbers = (f"input {self.size} px: [{self.low:g}, {self.high:g}], mean {_shown(self.mean)}, "
+                   f"std {_shown(self.std)}")
+        if self.source == InputSource.DEFAULT.value:
+            return (f"{numbers}, the default for a backbone that declares none (a checkpoint trained otherwise "
+                    "declares input_range, mean and std, or takes --input-range, --mean, --std)")
+        return f"{numbers}, declared by {self.source}"
 
     def key(self) -> str:
         """A stable text for cache keys."""
@@ -151,7 +219,13 @@ class Preprocessing:
                 f"{','.join(map(repr, self.std))}")
 
 
-NAMED_PREPROCESSING = {"input_range": (-1.0, 1.0), "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+def _shown(values: Sequence[float]) -> str:
+    return " ".join(f"{v:g}" for v in values)
+
+
+def convention_preprocessing(convention: Convention, size: int) -> Preprocessing:
+    """``convention`` at side ``size``, as a backbone that declares nothing else gets it."""
+    return Preprocessing(size, *convention.input_range, convention.mean, convention.std, convention.source.value)
 
 
 def _triple(name: str, value: Any, positive: bool, source: str) -> tuple[float, float, float]:
@@ -178,22 +252,36 @@ def _range(value: Any, source: str) -> tuple[float, float]:
     return low, high
 
 
-def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: int) -> Preprocessing:
-    """Flags, then the model's declared attributes, then the command's defaults (set by
-    ``backbone_group``). Sets ``args.image_size`` to the resolved side."""
+def _sources(origins: dict[str, str]) -> str:
+    """``Preprocessing.source`` of the values' origins (name -> ``InputSource`` value): the one
+    origin, else each with its values, strongest first."""
+    order = [source.value for source in InputSource]
+    named = sorted(set(origins.values()), key=order.index)
+    if len(named) == 1:
+        return named[0]
+    return ", ".join(f"{origin} ({', '.join(n for n, o in origins.items() if o == origin)})" for origin in named)
+
+
+def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: int,
+                          convention: Convention = DEFAULT_CONVENTION) -> Preprocessing:
+    """Each value from the flags, else the model's declared attributes (``model`` None: it
+    declares none), else ``convention``: what the backbone's kind or weights say
+    (``NAMED_CONVENTION``, ``TORCHVISION_CONVENTION``) or the one default. The side: the flag,
+    the attribute, else ``default_size`` (the command's). Sets ``args.image_size`` to the
+    resolved side."""
     options = BackboneOptions.from_args(args)
-    defaults = {**NAMED_PREPROCESSING, **options.preprocessing_defaults}
+    defaults = convention.attributes()
     declared = {name: getattr(model, name) for name in ATTRIBUTES if getattr(model, name, None) is not None}
-    where = "the command's default"
+    origins: dict[str, str] = {}  # range, mean, std -> whose (InputSource's value)
 
-    def pick(name: str, flag: Any) -> tuple[Any, str]:
+    def pick(name: str, flag: Any) -> tuple[Any, str, str]:
         if flag is not None:
-            return flag, f"argument --{name.replace('_', '-')}"
+            return flag, f"argument --{name.replace('_', '-')}", InputSource.FLAGS.value
         if name in declared:
-            return declared[name], f"the backbone's {name} attribute"
-        return defaults.get(name), where
+            return declared[name], f"the backbone's {name} attribute", InputSource.ATTRIBUTES.value
+        return defaults.get(name), f"the {convention.source.value} convention", convention.source.value
 
-    size_value, size_source = pick("input_size", options.image_size)
+    size_value, size_source, _ = pick("input_size", options.image_size)
     size_source = "argument --image-size" if size_source.startswith("argument") else size_source
     if size_value is None:
         size_value = default_size
@@ -203,14 +291,14 @@ def resolve_preprocessing(args: argparse.Namespace, model: Any, default_size: in
         size = -1
     if size < 8 or size != size_value:
         raise UsageError(f"{size_source}: input_size got {size_value!r}, expected an integer >= 8")
-    value, source = pick("input_range", options.input_range)
+    value, source, origins["input_range"] = pick("input_range", options.input_range)
     low, high = _range(value, source)
-    value, source = pick("mean", options.mean)
+    value, source, origins["mean"] = pick("mean", options.mean)
     mean = _triple("mean", value, False, source)
-    value, source = pick("std", options.std)
+    value, source, origins["std"] = pick("std", options.std)
     std = _triple("std", value, True, source)
     args.image_size = size
-    return Preprocessing(size, low, high, mean, std)
+    return Preprocessing(size, low, high, mean, std, _sources(origins))
 
 
 @dataclass(frozen=True)
@@ -290,17 +378,15 @@ def _std_flag(text: str) -> float:
 
 
 def backbone_group(default: str | None, image_size_default: int | str, image_size_help: str,
-                   preprocessing: dict[str, Any] | None = None,
                    backbone_record: Record = Record.RESULT) -> OptionGroup:
     """``--backbone``, ``--weights``, ``--init-seed``, ``--image-size``, ``--input-range``,
     ``--mean``, ``--std``: the same flags and meanings in every trainer command. A command
     gives its ``default`` backbone (None: required), the side used when neither the flag nor
-    the backbone says one (``image_size_default``, as the help shows it), ``preprocessing``:
-    its default for a backbone that declares none (kept on the parsed arguments as
-    ``preprocessing_defaults``), and how its run records ``--backbone`` (the cog command
-    records the name it resolves instead)."""
-    defaults = {**NAMED_PREPROCESSING, **(preprocessing or {})}
-    shown = {name: " ".join(f"{v:g}" for v in value) for name, value in defaults.items()}
+    the backbone says one (``image_size_default``, as the help shows it) and how its run
+    records ``--backbone`` (the cog command records the name it resolves instead). The input
+    convention has no per-command default: ``resolve_preprocessing``'s order, in every command."""
+    named, other = NAMED_CONVENTION, DEFAULT_CONVENTION  # torchvision weights' are the default's numbers
+    unless = "for a named backbone without torchvision weights"
     both = ("transfer", "cog")  # evaluate hands every one on to the commands it runs
     return OptionGroup(
         "backbone",
@@ -327,18 +413,19 @@ def backbone_group(default: str | None, image_size_default: int | str, image_siz
          option("--input-range", nargs=2, type=_range_flag, default=None, metavar=("LOW", "HIGH"),
                 record=Record.RESULT, resume=Resume.FREE, forward=both,
                 help="pixel values 0..255 are mapped linearly onto [LOW, HIGH] (default: the backbone's "
-                     f"input_range, else {shown['input_range']})" + HIDE_DEFAULT),
+                     f"input_range; {_shown(named.input_range)} {unless}; else {_shown(other.input_range)})"
+                     + HIDE_DEFAULT),
          option("--mean", nargs=3, type=_range_flag, default=None, metavar="M", record=Record.RESULT,
                 resume=Resume.FREE, forward=both,
-                help="per-channel mean subtracted after the range mapping, RGB (default: the backbone's mean, "
-                     f"else {shown['mean']})" + HIDE_DEFAULT),
+                help="per-channel mean subtracted after the range mapping, RGB (default: the backbone's mean; "
+                     f"{_shown(named.mean)} {unless}; else {_shown(other.mean)})" + HIDE_DEFAULT),
          option("--std", nargs=3, type=_std_flag, default=None, metavar="S", record=Record.RESULT,
                 resume=Resume.FREE, forward=both,
-                help="per-channel standard deviation divided by, RGB (default: the backbone's std, else "
-                     f"{shown['std']})" + HIDE_DEFAULT)),
+                help="per-channel standard deviation divided by, RGB (default: the backbone's std; "
+                     f"{_shown(named.std)} {unless}; else {_shown(other.std)})" + HIDE_DEFAULT)),
         "the model maps float images to features [N, D]; what it expects is declared by these flags or by its "
-        "attributes input_size, input_range, mean, std (a flag wins)",
-        {"preprocessing_defaults": defaults})
+        "attributes input_size, input_range, mean, std (a flag wins), else by the backbone: the same in every "
+        "command and protocol")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,13 +440,11 @@ class BackboneOptions:
     input_range: Sequence[float] | None  # as given: checked when resolved (resolve_preprocessing)
     mean: Sequence[float] | None
     std: Sequence[float] | None
-    preprocessing_defaults: Mapping[str, Any]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BackboneOptions:
         return cls(backbone=args.backbone, weights=args.weights, init_seed=args.init_seed,
-                   image_size=args.image_size, input_range=args.input_range, mean=args.mean, std=args.std,
-                   preprocessing_defaults=args.preprocessing_defaults)
+                   image_size=args.image_size, input_range=args.input_range, mean=args.mean, std=args.std)
 
 
 _size_flag = field_flag(check_image_size, 8)

@@ -420,7 +420,10 @@ class CogRun:
         config = self.config()
         levels: dict[str, Any] = {}
         extracted = 0
-        for summary in self.levels():
+        served = self.levels()  # a level refused: one line, before any other
+        backbone = self.backend.backbone
+        self.log(f"backbone {backbone.spec.describe()}; {backbone.preprocessing.describe()}")
+        for summary in served:
             level = summary.level
             for split_name in ("train", "test"):
                 self.features[f"{level}/{split_name}"] = found = self.level_features(level, split_name)

@@ -443,8 +443,8 @@ class EvaluateJob:
                 "batch_norm": self.args.batch_norm, "episode_batch_norms": self.extractor().episode_norms(
                     self.args.batch_norm), "precision": self.args.precision,
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,
-                "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, **backbone.preprocessing.as_config(),
-                **self.framework.describe()}
+                "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, "input_size": backbone.preprocessing.size,
+                "preprocessing": backbone.preprocessing.as_config(), **self.framework.describe()}
 
     def predictions(self, preset: str, learner: str, episode: EpisodeArrays) -> np.ndarray:
         """The predicted query labels of one episode by ``learner``."""
@@ -562,6 +562,9 @@ class EvaluateJob:
                              f"({differ}); give those or another --run")
         pending = [u for u in units if not self.finished(u, held.get(u.run_id, Held()), context)]
         skipped = [u for u in units if u not in pending]
+        # the job's first line once nothing is refused: the transfer and cog commands resolve the same
+        # convention from the same flags, attributes and weights
+        self.log(f"backbone {self.backbone.spec.describe()}; {self.backbone.preprocessing.describe()}")
         self.log(f"{len(units)} units ({len(skipped)} held by the server, {len(pending)} to run); checkpoint sha256 "
                  f"{self.fingerprint[:16]}, {self.framework.name}, runs {', '.join(sorted(set(u.run_id for u in units)))}")
         cog_backend = self.framework.cog_backend(context["cog"]) if any(u.protocol == "cog" for u in pending) else None
@@ -589,6 +592,7 @@ class EvaluateJob:
                 bar.write(f"evaluate: {unit.label}: {_describe(result)}", file=sys.stderr)
         summary: dict[str, Any] = {"run": args.run, "framework": self.framework.name,
                                    "backbone": self.backbone.spec.target, "backbone_fingerprint": self.fingerprint,
+                                   "preprocessing": self.backbone.preprocessing.as_config(),
                                    "precision": args.precision, "runs": sorted(set(u.run_id for u in units)), "units": done,
                                    "feature_cache": {"hits": self.cache.hits, "misses": self.cache.misses,
                                                      "recomputed": self.cache.recomputed}}

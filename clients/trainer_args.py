@@ -750,9 +750,7 @@ def cog_groups() -> tuple[OptionGroup, ...]:
                         "concept's train and test images are the file's"),
         )),
         backbone_group(None, cog_protocol.IMAGE_SIZE, "S: the server resizes the shorter side to S (bicubic) and "
-                       "crops the centre S x S",
-                       {"input_range": (0.0, 1.0), "mean": cog_protocol.MEAN, "std": cog_protocol.STD},
-                       backbone_record=Record.OPERATIONAL),
+                       "crops the centre S x S", backbone_record=Record.OPERATIONAL),
         reproducibility_group(seed=0),  # the MD trainer's random weights at --seed 0
         OptionGroup("features", (
             option("--feature-cache", required=True, metavar="DIR", record=Record.OPERATIONAL,

@@ -5,7 +5,8 @@ tf command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
 ``LoadedBackbone``:
   - a named backbone (``clients.tf.models``), its random initial weights drawn from the
     command's seed and a name (``clients.seeds.backbone_seed``), declaring Meta-Dataset's
-    scaling ([-1, 1], mean 0, std 1);
+    scaling ([-1, 1], mean 0, std 1: ``NAMED_CONVENTION``, whatever weights it is given; no tf
+    file holds torchvision's);
   - ``module:callable``: the factory is called with no arguments (under the same seed) and
     returns a Keras model or any callable mapping NHWC float32 images to features;
   - a SavedModel directory (Keras ``model.export``'s ``serve`` endpoint, a callable module,
@@ -47,9 +48,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, LoadedBackbone, Preprocessing,
-                                       backbone_spec, check_features, describe_output, load_callable,
-                                       resolve_preprocessing)
+from clients.backbone_contract import (DEFAULT_CONVENTION, NAMED_CONVENTION, BackboneSpec, LoadedBackbone,
+                                       Preprocessing, backbone_spec, check_features, convention_preprocessing,
+                                       describe_output, load_callable, resolve_preprocessing)
 from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 from clients.errors import UsageError
 from clients.init_weights import (backbone_of_keras_shapes, backbone_of_names, chw_to_hwc_rows, layout, neutral_weights,
@@ -74,8 +75,7 @@ def _reason(error: BaseException, limit: int = 200) -> str:
 
 def named_preprocessing(size: int) -> Preprocessing:
     """What our named backbones declare, at side ``size``: [-1, 1], mean 0, std 1."""
-    values = NAMED_PREPROCESSING
-    return Preprocessing(size, *values["input_range"], values["mean"], values["std"])
+    return convention_preprocessing(NAMED_CONVENTION, size)
 
 
 # ---- building -----------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class SavedModelFunction:
 
 
 def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int, seed_name: str) -> keras.Model:
-    size = resolve_preprocessing(args, _Declared(NAMED_PREPROCESSING), default_size).size
+    size = resolve_preprocessing(args, None, default_size, NAMED_CONVENTION).size
     keras.utils.set_random_seed(backbone_seed(args.seed, seed_name, spec.target))
     try:
         return models.build_backbone(spec.target, size)
@@ -427,16 +427,17 @@ def load_backbone(args: argparse.Namespace, default_size: int, seed_name: str) -
     """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags),
     probed; ``args.image_size`` is set to the resolved side. A named or module:callable
     backbone's random weights come from ``backbone_seed(args.seed, seed_name, target)``, a named
-    one's from ``neutral_weights`` with ``--init-seed``. Call
-    it under the device (or distribution strategy scope) its variables belong to."""
+    one's from ``neutral_weights`` with ``--init-seed``. Its input convention: the flags, else a
+    module:callable's or a file's declarations, else a named backbone's, else the one default
+    (``clients.backbone_contract``). Call it under the device (or distribution strategy scope)
+    its variables belong to."""
     spec = backbone_spec(args)
     if spec.kind == "named":
         model: Any = _build_named(spec, args, default_size, seed_name)
-        declared: Any = _Declared(NAMED_PREPROCESSING)
+        preprocessing = resolve_preprocessing(args, None, default_size, NAMED_CONVENTION)
     else:
         model = _build_callable(spec, args, seed_name) if spec.kind == "callable" else _load_file(spec)
-        declared = _declarations(model)
-    preprocessing = resolve_preprocessing(args, declared, default_size)
+        preprocessing = resolve_preprocessing(args, _declarations(model), default_size, DEFAULT_CONVENTION)
     init_seed = args.init_seed
     if spec.kind == "named" and init_seed is not None:
         assign_neutral(model, spec.target, preprocessing.size,

@@ -5,15 +5,17 @@ torch command (MD training and evaluation, ``transfer``, ``cog``, ``evaluate``).
 ``LoadedBackbone``:
   - a named backbone (``clients.torch.models``), its random initial weights drawn from
     the command's seed and a name (``clients.seeds.backbone_seed``), declaring Meta-Dataset's
-    scaling ([-1, 1], mean 0, std 1) as attributes;
+    scaling ([-1, 1], mean 0, std 1) as attributes (``NAMED_CONVENTION``), or ImageNet's
+    statistics on [0, 1] once it holds torchvision's weights (``TORCHVISION_CONVENTION``);
   - ``module:callable``: the factory is called with no arguments (under the same seeded
     generator) and returns an ``nn.Module`` or any callable on NCHW float tensors;
   - a TorchScript file (``torch.jit.save``) or a ``.pt2`` exported program (``torch.export``);
 then ``--weights`` (named and ``module:callable`` backbones): a plain state dict, our MD
 trainer's ``checkpoint.pt`` (its backbone), a ``{"state_dict": ...}`` / ``{"model": ...}``
 wrapper, keys prefixed ``module.`` (DDP), a classifier ``fc.*`` the backbone lacks, or a
-torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers), or a framework-neutral
-``.npz`` (``clients.init_weights``: a state dict's names and layouts in NumPy arrays).
+torchvision ResNet-18 state dict (renamed to our ``resnet18``'s layers; ``torchvision_layout``
+says which files are torchvision's), or a framework-neutral ``.npz`` (``clients.init_weights``: a
+state dict's names and layouts in NumPy arrays).
 ``--init-seed S`` starts a named backbone from ``neutral_weights(name, side, S)``, the
 numbers tf starts from with the same flag. A file that does not fit is refused with one
 line naming what it holds (the named backbone its keys match, or "not a state dict"),
@@ -43,8 +45,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.backbone_contract import (NAMED_PREPROCESSING, BackboneSpec, LoadedBackbone, Preprocessing,
-                                       backbone_spec, check_features, describe_output, load_callable,
+from clients.backbone_contract import (DEFAULT_CONVENTION, NAMED_CONVENTION, TORCHVISION_CONVENTION, BackboneSpec,
+                                       LoadedBackbone, Preprocessing, backbone_spec, check_features,
+                                       convention_preprocessing, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
 from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
@@ -64,15 +67,8 @@ _TORCHVISION_DEPTHS = {("basic", (2, 2, 2, 2)): "ResNet-18", ("basic", (3, 4, 6,
 # ---- building -----------------------------------------------------------------------------
 
 
-class _Declared:
-    """What a named backbone declares, before it is built (its side is the command's)."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
 def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int, seed_name: str) -> nn.Module:
-    size = resolve_preprocessing(args, _Declared(NAMED_PREPROCESSING), default_size).size
+    size = resolve_preprocessing(args, None, default_size, NAMED_CONVENTION).size
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(backbone_seed(args.seed, seed_name, spec.target))
         try:
@@ -83,9 +79,14 @@ def _build_named(spec: BackboneSpec, args: argparse.Namespace, default_size: int
     if init_seed is not None:  # the framework-neutral weights, the same numbers as tf's
         model.load_state_dict({name: torch.from_numpy(value)
                                for name, value in neutral_weights(spec.target, size, init_seed).items()})
-    for name, value in NAMED_PREPROCESSING.items():
-        setattr(model, name, value)
+    _declare(model, NAMED_CONVENTION.attributes())
     return model
+
+
+def _declare(model: nn.Module, values: Mapping[str, Any]) -> None:
+    """A named backbone's convention as its attributes (a TorchScript of it keeps them)."""
+    for name, value in values.items():
+        setattr(model, name, value)
 
 
 def _build_callable(spec: BackboneSpec, args: argparse.Namespace, seed_name: str) -> Any:
@@ -146,6 +147,16 @@ def describe_state(state: Mapping[str, torch.Tensor]) -> str:
     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
     return (f"{len(names)} tensors ({values:,} values)" + (f", like {looks}" if looks else "")
             + (f": {shown}" if names else ""))
+
+
+def torchvision_layout(names: Iterable[str]) -> bool:
+    """Whether a state dict of these key names is torchvision's: its ResNet-18's names (ours
+    differ), or a torchvision ResNet's names with its classifier ``fc`` (our ``resnet50`` shares
+    torchvision's names, not the classifier). A ResNet-50 state dict without ``fc`` could be
+    either; it is read as ours."""
+    names = [name.removeprefix("module.") for name in names]
+    looks = architecture(names) or ""
+    return looks == "torchvision's ResNet-18" or (looks.startswith("torchvision's") and "fc.weight" in names)
 
 
 def from_torchvision(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -223,8 +234,10 @@ def _read_neutral(path: str) -> dict[str, torch.Tensor]:
         raise UsageError(f"argument --weights: {error}") from None
 
 
-def load_weights(model: Any, spec: BackboneSpec) -> None:
-    """Load ``--weights`` into ``model`` (strict), or one line saying why it does not fit."""
+def load_weights(model: Any, spec: BackboneSpec) -> bool:
+    """Load ``--weights`` into ``model`` (strict), or one line saying why it does not fit;
+    whether the weights were torchvision's (``torchvision_layout``; never our MD trainer's
+    checkpoint)."""
     path = str(spec.weights)
     if not isinstance(model, nn.Module):
         raise UsageError(f"argument --weights: got {path!r}, but --backbone {spec.target} made a "
@@ -239,6 +252,7 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
         raise UsageError(f"argument --weights: {path} is not a state dict torch can read ({type(error).__name__}: "
                          f"{reason}); expected one saved with torch.save(model.state_dict(), FILE)") from None
     state, what = weights_state(raw, path)
+    torchvision = what != "our MD trainer's checkpoint" and torchvision_layout(state)
     state = adapt_state(state, model)
     expected = model.state_dict()
     problem = mismatch(state, expected)
@@ -253,6 +267,7 @@ def load_weights(model: Any, spec: BackboneSpec) -> None:
         raise UsageError(f"argument --weights: {path} does not fit --backbone {spec.target} ({len(expected)} tensors"
                          f"{', ' + looks if looks else ''}): {what_to_change(named, spec.target)} ({what} of "
                          f"{describe_state(state)}; {problem})")
+    return torchvision
 
 
 # ---- fingerprint, input, probe ------------------------------------------------------------------
@@ -276,8 +291,7 @@ def fingerprint(model: Any, spec: BackboneSpec) -> str:
 
 def named_preprocessing(size: int) -> Preprocessing:
     """What our named backbones expect at side ``size``: [-1, 1], mean 0, std 1 (Meta-Dataset's)."""
-    return Preprocessing(size, *NAMED_PREPROCESSING["input_range"], NAMED_PREPROCESSING["mean"],
-                         NAMED_PREPROCESSING["std"])
+    return convention_preprocessing(NAMED_CONVENTION, size)
 
 
 @functools.lru_cache(maxsize=32)
@@ -357,7 +371,9 @@ def load_backbone(args: argparse.Namespace, device: torch.device, default_size: 
     """The backbone ``args`` names (``--backbone``, ``--weights``, the preprocessing flags) on
     ``device`` in eval mode, probed; ``args.image_size`` is set to the resolved side. A named
     or module:callable backbone's random weights come from ``backbone_seed(args.seed, seed_name,
-    target)``."""
+    target)``. Its input convention: the flags, else a module:callable's or a file's attributes,
+    else a named backbone's (torchvision's once it holds torchvision's weights), else the one
+    default (``clients.backbone_contract``)."""
     spec = backbone_spec(args)
     if spec.kind == "named":
         model: Any = _build_named(spec, args, default_size, seed_name)
@@ -365,9 +381,13 @@ def load_backbone(args: argparse.Namespace, device: torch.device, default_size: 
         model = _build_callable(spec, args, seed_name)
     else:
         model = _load_file(spec)
-    if spec.weights is not None:
-        load_weights(model, spec)
-    preprocessing = resolve_preprocessing(args, model, default_size)
+    torchvision = load_weights(model, spec) if spec.weights is not None else False
+    if spec.kind == "named":
+        convention = TORCHVISION_CONVENTION if torchvision else NAMED_CONVENTION
+        _declare(model, convention.attributes())
+        preprocessing = resolve_preprocessing(args, None, default_size, convention)
+    else:
+        preprocessing = resolve_preprocessing(args, model, default_size, DEFAULT_CONVENTION)
     digest = fingerprint(model, spec)
     if isinstance(model, nn.Module):
         model = model.to(device)
@@ -465,4 +485,4 @@ class TorchFeatures:
 
 
 __all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",
-           "load_weights", "named_preprocessing", "set_mode", "to_model_input"]
+           "load_weights", "named_preprocessing", "set_mode", "to_model_input", "torchvision_layout"]

@@ -377,7 +377,8 @@ def run_card(args: argparse.Namespace) -> int:
     _check_runs_known(store, registry.run_ids_named(query))
     context = StoresContext(args.data) if args.data is not None else None
     provenance = [f"metrics: {store.name}"
-                  + (f"; packed stores: {args.data}" if args.data is not None else "; no --data (packed stores)")]
+                  + (f"; packed stores: {args.data}" if args.data is not None else "; no --data (packed stores)"),
+                  *card.input_lines({run: store.run_config(run) for run in query.run_ids})]
     failures: list[SamplerError] = []
     with tempfile.TemporaryDirectory(prefix="sampler-card-") as scratch:
         directory = args.plots if args.plots is not None else (Path(scratch) if args.html is not None else None)

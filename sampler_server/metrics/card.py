@@ -16,6 +16,10 @@ of one preset: runs of md-v1 and md-v2 (an ``evaluate`` run's ``RUN/md-v1/<learn
 shows the runs with MD-v2 test episodes, each beside its VTAB-v2 side (an ``evaluate``
 run's ``RUN/vtab``), as averages (that paper ranks nothing).
 
+Under the heading: where the numbers come from, and the input convention each run's backbone
+was fed (``input_lines``: range, mean, std and whose they are, as its configuration records
+them), so a card says whether a checkpoint got its own convention or the default.
+
 The HTML has its CSS inline, the plots as ``data:image/png;base64`` URIs and no script
 or external resource: it opens in any browser, offline, and travels as one file.
 """
@@ -155,8 +159,32 @@ class Section:
 class Card:
     runs: tuple[str, ...]
     sections: tuple[Section, ...]
-    provenance: tuple[str, ...] = ()  # where the numbers come from, one line each
+    provenance: tuple[str, ...] = ()  # where the numbers come from, one line each (the runs' input conventions too)
     plots_dir: str = ""  # where the PNGs were written (named in the markdown); empty: nowhere kept
+
+
+def _numbers(values: Sequence[Any]) -> str:
+    return " ".join(f"{float(v):g}" for v in values)
+
+
+def input_lines(configs: Mapping[str, Mapping[str, Any] | None]) -> tuple[str, ...]:
+    """One line per input convention among the runs' configurations (their ``preprocessing``,
+    as every trainer command records it: range, mean, std and ``source``, whose they are), with
+    the runs that share it; a run without one says nothing. ``evaluate``'s runs of one
+    checkpoint share one line."""
+    runs_of: dict[tuple[str, str], list[str]] = {}
+    for run, config in configs.items():
+        recorded = (config or {}).get("preprocessing")
+        if not isinstance(recorded, Mapping) or not {"input_range", "mean", "std"} <= recorded.keys():
+            continue
+        low, high = recorded["input_range"]
+        numbers = (f"[{float(low):g}, {float(high):g}], mean {_numbers(recorded['mean'])}, "
+                   f"std {_numbers(recorded['std'])}")
+        source = str(recorded.get("source") or "")
+        whose = ("the default for a backbone that declares none" if source == "default"
+                 else f"declared by {source}" if source else "not recorded whose")
+        runs_of.setdefault((numbers, whose), []).append(run)
+    return tuple(f"input of {', '.join(runs)}: {numbers} ({whose})" for (numbers, whose), runs in runs_of.items())
 
 
 def left_out(title: str, why: str) -> Section:

@@ -118,7 +118,7 @@ def test_saved_model_and_keras_file_give_the_named_backbones_features(tmp_path):
         loaded = load_backbone(_cog(tmp_path, str(path), *NAMED_FLAGS), 224, "backbone")
         assert loaded.preprocessing == named.preprocessing, path  # the .keras model's fixed input declares 16
         assert loaded.out_dim == 64 and np.allclose(TFFeatures(loaded, 8).features(images), expected, atol=1e-6)
-    # a file declaring nothing gets the command's default: CoG's ImageNet normalisation of [0, 1]
+    # a file declaring nothing gets the one default of every command: ImageNet's mean and std on [0, 1]
     plain = load_backbone(_cog(tmp_path, str(tmp_path / "saved")), 224, "backbone")
     assert (plain.preprocessing.low, plain.preprocessing.high) == (0.0, 1.0) and plain.preprocessing.normalises
 
@@ -206,7 +206,8 @@ def test_a_module_callable_backbone_trains_transfers_and_is_evaluated(served, ki
     config = md["config"]
     assert config["image_size"] == user.SMALL_SIDE and config["shape_buckets"] == "off"  # served at the declared side
     assert config["preprocessing"] == {"input_size": 16, "input_range": list(user.SMALL_RANGE),
-                                       "mean": list(user.SMALL_MEAN), "std": list(user.SMALL_STD)}
+                                       "mean": list(user.SMALL_MEAN), "std": list(user.SMALL_STD),
+                                       "source": "model attributes"}
     assert md["train"]["steps"] == 4 and md["eval"]["folder"]["episodes"] == 2
 
     # the MD trainer's checkpoint as --weights: exactly the trained weights, in transfer and in CoG

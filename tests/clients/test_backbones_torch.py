@@ -44,7 +44,7 @@ class DeclaredNet(nn.Module):
 
 
 class Plain(nn.Module):
-    """No declarations: the command's defaults apply."""
+    """No declarations: the one default applies (``clients.backbone_contract.DEFAULT_CONVENTION``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -75,8 +75,7 @@ def declared() -> nn.Module:
 
 
 def _namespace(backbone: str, weights: str | None = None, **flags) -> argparse.Namespace:
-    values = {"image_size": None, "input_range": None, "mean": None, "std": None, "seed": 0, "init_seed": None,
-              "preprocessing_defaults": {}}
+    values = {"image_size": None, "input_range": None, "mean": None, "std": None, "seed": 0, "init_seed": None}
     values.update(flags)
     return argparse.Namespace(backbone=backbone, weights=weights, **values)
 
@@ -251,7 +250,7 @@ def test_md_trainer_trains_and_evaluates_a_module_callable_backbone_at_its_decla
     config = served.server.metrics.run_config("torch-user-backbone")
     assert config["backbone"] == f"{HERE}:declared" and config["image_size"] == 24
     assert config["preprocessing"] == {"input_size": 24, "input_range": [0.0, 1.0], "mean": [0.25, 0.5, 0.75],
-                                       "std": [0.5, 0.25, 2.0]}
+                                       "std": [0.5, 0.25, 2.0], "source": "model attributes"}
     assert len(config["backbone_sha256"]) == 64 and config["shape_buckets"] == "off" and "weights" not in config
     # the trained backbone, from the MD checkpoint, into the same callable
     trained = _load(f"{HERE}:declared", str(tmp_path / "ckpt" / "checkpoint.pt"))

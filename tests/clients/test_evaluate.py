@@ -360,7 +360,7 @@ def test_the_same_network_in_torch_and_keras_gives_the_same_features_and_md_accu
 
     def args(backbone: str) -> argparse.Namespace:
         return argparse.Namespace(backbone=backbone, weights=None, image_size=None, input_range=None, mean=None,
-                                  std=None, seed=0, init_seed=None, preprocessing_defaults={})
+                                  std=None, seed=0, init_seed=None)
 
     in_torch = load_torch(args(BACKBONES["torch"]), torch.device("cpu"), 84, "evaluate")
     in_tf = load_tf(args(BACKBONES["tf"]), 84, "evaluate")
@@ -408,3 +408,124 @@ def test_a_named_backbone_without_weights_is_one_network_in_every_protocol(serve
     assert {h.config["backbone_sha256"] for h in held.values()} == {fingerprint}, {
         r: h.config.get("backbone_sha256") for r, h in held.items()}
     assert (tmp_path / "cache" / "initial-weights" / f"{fingerprint}.pt").is_file()
+
+
+# ---- one input convention per checkpoint (issue 39) -------------------------------------------------
+
+IMAGENET = {"input_range": (0.0, 1.0), "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+MINUS_ONE_TO_ONE = {"input_range": (-1.0, 1.0), "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
+CONVENTIONS = {"imagenet": IMAGENET, "[-1, 1]": MINUS_ONE_TO_ONE}
+PROBES = {"torch": "torch_backbone", "tf": "keras_backbone"}
+
+
+def _one_of_each(served, run: str, cache: Path, backbone: str) -> list[str]:
+    """``_small`` cut to one unit per protocol: MD prototypes, one VTAB setting, CoG L3 at N=2."""
+    argv = _small(served, run, cache, backbone)
+    argv[argv.index("--lrs") + 1:argv.index("--steps")] = ["0.1"]
+    argv[argv.index("--levels") + 1:argv.index("--shots")] = ["L3"]
+    argv[argv.index("--shots") + 1:argv.index("--seeds")] = ["2"]
+    argv[argv.index("--episodes") + 1] = "2"
+    return [*argv, "--learners", "prototypes", "--grid", "1x1", "--epochs", "1"]
+
+
+def _by_protocol(monkeypatch, phase: list[str]) -> None:
+    """``phase[0]`` names the protocol whose unit runs (else 'other': loading, probing)."""
+    from clients.evaluate import EvaluateJob
+
+    for protocol in ("md", "vtab", "cog"):
+        unit = getattr(EvaluateJob, f"run_{protocol}")
+
+        def tagged(self, *args, _unit=unit, _protocol=protocol):
+            phase[0] = _protocol
+            try:
+                return _unit(self, *args)
+            finally:
+                phase[0] = "other"
+
+        monkeypatch.setattr(EvaluateJob, f"run_{protocol}", tagged)
+
+
+def _fed_as(fed: list[tuple[str, np.ndarray]]) -> dict[str, set[str]]:
+    """The conventions (``CONVENTIONS``' names) each protocol's fed tensors are uint8 pixels under."""
+    import input_probe_backbones as probe
+
+    seen: dict[str, set[str]] = {}
+    for phase, rows in fed:
+        seen.setdefault(phase, set()).update(
+            [name for name, convention in CONVENTIONS.items() if probe.fits(rows, **convention)] or ["neither"])
+    assert {"md", "vtab", "cog"} <= set(seen), seen
+    return seen
+
+
+def _recorded_sources(served, summary_path: Path, runs: list[str]) -> set[tuple[str, str]]:
+    """(the summary's, each run configuration's) preprocessing source, with its numbers checked equal."""
+    summary = json.loads(summary_path.read_text())
+    wanted = {key: summary["preprocessing"][key] for key in ("input_range", "mean", "std", "source")}
+    configs = {run: held.config["preprocessing"] for run, held in _held(served, runs).items()}
+    for run, recorded in configs.items():
+        assert {key: recorded[key] for key in wanted} == wanted, (run, recorded, wanted)
+    return {("summary", wanted["source"])} | {(run, c["source"]) for run, c in configs.items()}
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_a_backbone_declaring_nothing_is_fed_imagenet_statistics_in_every_protocol(served, tmp_path, framework,
+                                                                                    monkeypatch, capsys, one_thread):
+    """The one default (ImageNet's mean and std on [0, 1]) in MD, VTAB and CoG alike, read off the
+    tensors the model was fed, named in the job's first line and recorded in every run."""
+    import input_probe_backbones as probe
+
+    main = __import__(f"clients.{framework}.evaluate", fromlist=["main"]).main
+    run, summary_path = f"undeclared-{framework}", tmp_path / "summary.json"
+    _by_protocol(monkeypatch, probe.PHASE)
+    probe.RECORDED.clear()
+    argv = _one_of_each(served, run, tmp_path / "cache", f"input_probe_backbones:{PROBES[framework]}")
+    assert main([*argv, *THREADS[framework], "--json-summary", str(summary_path)]) == 0
+    fed = _fed_as(probe.RECORDED)
+    assert set(map(frozenset, fed.values())) == {frozenset({"imagenet"})}, fed
+    first = capsys.readouterr().err.splitlines()[0]
+    assert "[0, 1], mean 0.485 0.456 0.406, std 0.229 0.224 0.225" in first and "default" in first, first
+    runs = [f"{run}/md-v1/prototypes", f"{run}/vtab", f"{run}/cog"]
+    assert _recorded_sources(served, summary_path, runs) == {("summary", "default")} | {(r, "default") for r in runs}
+    if framework == "torch":  # the card says it, once for the checkpoint's runs
+        from sampler_server.cli.main import main as server_cli
+
+        assert server_cli(["report", "--card", "--data", str(served[1]), "--run", run]) == 0
+        card = capsys.readouterr().out
+        assert (f"input of {run}/cog, {run}/md-v1/prototypes, {run}/vtab: [0, 1], mean 0.485 0.456 0.406, std "
+                "0.229 0.224 0.225 (the default for a backbone that declares none)") in card, card[:2000]
+
+
+@pytest.mark.parametrize("backbone", ["tiny", "resnet18+torchvision"])
+def test_a_named_backbone_is_fed_minus_one_to_one_and_torchvision_weights_imagenet_statistics(
+        served, tmp_path, backbone, monkeypatch, one_thread):
+    """Our named backbones (trained by our MD trainer on [-1, 1]) keep [-1, 1] in every protocol;
+    torchvision's ResNet-18 weights loaded into ``resnet18`` bring ImageNet's statistics on [0, 1]."""
+    import input_probe_backbones as probe
+    import torch
+
+    from clients.torch.evaluate import main
+
+    name, _, weights = backbone.partition("+")
+    run, summary_path = f"convention-{name}", tmp_path / "summary.json"
+    phase = ["other"]
+    _by_protocol(monkeypatch, phase)
+    fed: list[tuple[str, np.ndarray]] = []
+
+    def hook(module, inputs):
+        if type(module).__name__ in ("Tiny", "ResNet18"):  # the backbone itself, not its layers
+            fed.append((phase[0], inputs[0][:2].detach().float().permute(0, 2, 3, 1).numpy()))
+
+    argv = _one_of_each(served, run, tmp_path / "cache", name)
+    if weights:
+        probe.write_torchvision_resnet18(tmp_path / "resnet18.pt")
+        argv += ["--weights", str(tmp_path / "resnet18.pt")]
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        assert main([*argv, *one_thread, "--image-size", "16", "--json-summary", str(summary_path)]) == 0
+    finally:
+        handle.remove()
+    conventions = _fed_as(fed)
+    assert set(map(frozenset, conventions.values())) == {frozenset({"imagenet" if weights else "[-1, 1]"})}, conventions
+    source = "torchvision weights" if weights else "named backbone"
+    runs = [f"{run}/md-v1/prototypes", f"{run}/vtab", f"{run}/cog"]
+    assert _recorded_sources(served, summary_path, runs) == {("summary", source)} | {(r, source) for r in runs}

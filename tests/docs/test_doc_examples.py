@@ -60,7 +60,8 @@ def test_the_backbone_factory_example_declares_what_the_trainers_apply(tmp_path,
     loaded = load_backbone(args, torch.device("cpu"), 224, "backbone")
     assert args.image_size == 32 and loaded.out_dim == 32
     assert loaded.preprocessing.as_config() == {"input_size": 32, "input_range": [0.0, 1.0],
-                                                "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+                                                "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225],
+                                                "source": "model attributes"}
     images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
     with torch.inference_mode():
         expected = loaded.model(torch.from_numpy(loaded.preprocessing.to_float(images)).permute(0, 3, 1, 2))

@@ -274,3 +274,20 @@ def test_a_checkpoint_evaluated_as_one_run_id_is_asked_for_by_that_id():
     assert expand_runs(["ck-other", "ck/vtab", "ck"], known) == (
         "ck-other", "ck/vtab", "ck/cog", "ck/md-v1/logreg", "ck/md-v1/prototypes")
     assert expand_runs(["scratch", "missing"], known) == ("scratch", "missing")  # missing: refused by name later
+
+
+def test_each_runs_input_convention_is_one_line_saying_whose_it_is():
+    def config(low: float, mean: list[float], std: list[float], source: str | None) -> dict:
+        preprocessing = {"input_size": 84, "input_range": [low, 1.0], "mean": mean, "std": std}
+        return {"preprocessing": {**preprocessing, **({"source": source} if source is not None else {})}}
+
+    imagenet = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    lines = card.input_lines({
+        "ck/md-v1/prototypes": config(0.0, *imagenet, "default"), "ck/vtab": config(0.0, *imagenet, "default"),
+        "named": config(-1.0, [0.0] * 3, [1.0] * 3, "named backbone"), "old": config(-1.0, [0.0] * 3, [1.0] * 3, None),
+        "no-config": None, "card-a": {"run": "card-a"}})
+    assert lines == (
+        "input of ck/md-v1/prototypes, ck/vtab: [0, 1], mean 0.485 0.456 0.406, std 0.229 0.224 0.225 (the default "
+        "for a backbone that declares none)",
+        "input of named: [-1, 1], mean 0 0 0, std 1 1 1 (declared by named backbone)",
+        "input of old: [-1, 1], mean 0 0 0, std 1 1 1 (not recorded whose)")
