@@ -101,6 +101,7 @@ class _Float64(torch.nn.Module):
 
 
 EPISODES = [(13, 15, 5, 40), (7, 9, 3, 24), (20, 30, 6, 56)]  # support, query, ways, bucket rows
+EPISODES_BY_BACKBONE = {"conv4": EPISODES, "resnet18": EPISODES[:2]}  # two row counts suffice for the slow net
 
 
 def _compare_steps(backbone: str, device: str, float64: bool, temperature: float, tolerance: float,
@@ -118,7 +119,7 @@ def _compare_steps(backbone: str, device: str, float64: bool, temperature: float
                                   backend="inductor" if device == "cuda" else "aot_eager")
     reference.train()
     compiled_net.train()
-    for seed, (support, query, ways, rows) in enumerate(EPISODES):
+    for seed, (support, query, ways, rows) in enumerate(EPISODES_BY_BACKBONE[backbone]):
         images, labels = (t.to(where) for t in _episode(seed, support, query, ways, size))
         logits = reference(to_model_input(images[:support], scaling, where), labels[:support],
                            to_model_input(images[support:], scaling, where), ways)
@@ -139,7 +140,7 @@ def _compare_steps(backbone: str, device: str, float64: bool, temperature: float
             assert torch.allclose(buffer.double(), other.double(), rtol=1e-5, atol=1e-6), name  # running statistics
         reference.zero_grad()
         compiled_net.zero_grad()
-    assert embedding.graphs == 1  # one graph for 40, 24 and 56 rows and every count
+    assert embedding.graphs == 1  # one graph for every row count (40, 24 and, for conv4, 56) and every count
 
 
 @pytest.mark.parametrize("device", _DEVICES)

@@ -1,5 +1,5 @@
 """Control baselines in the transfer trainers (torch and tf): a model, a scratch and a max run
-on one small KITTI task at 3 regimes report through a real server, keyed by role, regime
+on one small KITTI task at 2 regimes report through a real server, keyed by role, regime
 and regime seed; each regime's sweep is scored on its val part and tested on the task's test;
 the regime sampling asked for is recorded; bad role/regime arguments end in one line and exit 2.
 The runs use VTAB+MD's protocol (one final run each) and the three-convolution ``tiny``
@@ -23,7 +23,7 @@ from sampler_server.fixtures.tfds import DemoKitti
 
 SIZES = {"train": 60, "validation": 20, "test": 30}
 TASK = "kitti_distance"
-REGIMES = (8, 16, 32)
+REGIMES = (8, 32)
 BACKBONE = "tiny"
 SMALL = ["--protocol", "vtab-md", "--tasks", TASK, "--backbone", BACKBONE, "--image-size", "16", "--batch-size", "8",
          "--eval-batch-size", "64", "--lrs", "0.1", "0.01", "--steps", "2", "--log-every", "1000"]
@@ -126,7 +126,7 @@ def _calibrated_table_and_plots(served, tmp_path: Path, framework: str) -> None:
     assert sorted(path.name for path in plots.iterdir()) == [f"calibrated_n_{TASK}.png", f"calibrated_scratch_{TASK}.png"]
 
 
-def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
+def test_torch_model_scratch_and_max_runs_at_two_regimes(served, tmp_path):
     import torch
     from clients.torch.models import build_backbone
     from clients.torch.vtab_transfer import main
@@ -144,7 +144,7 @@ def test_torch_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
         torch.set_num_threads(threads)
 
 
-def test_tf_model_scratch_and_max_runs_at_three_regimes(served, tmp_path):
+def test_tf_model_scratch_and_max_runs_at_two_regimes(served, tmp_path):
     from clients.tf import models
     from clients.tf.vtab_transfer import main
 
