@@ -43,11 +43,12 @@ from typing import Any
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.determinism import reproducibility_group
-from clients.flag_types import int_at_least
+from clients.flag_types import int_at_least, split_flag, split_metavar
 from clients.md_fixed_features import DEFAULT_LEARNERS, LEARNERS
 from clients.md_learners import ADAPTING, BIT_IMAGE_SIZE, FINETUNING
 from clients.server_options import MAX_RUN_ID, SERVER_GROUP, check_server_group
-from clients.trainer_args import (ADAPTATION_GROUP, FRAMEWORKS, MD_IMAGE_SIZE, REGIME_SAMPLINGS, SELECTIONS, TrainerArgumentParser,
+from clients.trainer_args import (ADAPTATION_GROUP, FRAMEWORKS, MD_IMAGE_SIZE, NO_SWEEP, REGIME_SAMPLINGS, SELECT_SPLITS,
+                                  SELECTIONS, TrainerArgumentParser,
                                   TrainerHelpFormatter, batch_norm_option, build_cog_parser, build_transfer_parser,
                                   describe, device_option, precision_option)
 from clients.trainer_options import Option, OptionGroup, add_groups, handed_on, option
@@ -214,8 +215,8 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
                    help="warm-up fraction (default: the protocol's)"),
             option("--select", choices=SELECTIONS, default=None, forward=("transfer",),
                    help="selection (default: the protocol's)"),
-            option("--select-split", choices=vtab_transfer_protocols.SELECT_SPLITS, default=None,
-                   forward=("transfer",), help="the split settings are scored on (default: the protocol's)"),
+            option("--select-split", type=split_flag(SELECT_SPLITS, NO_SWEEP), default=None,
+                   metavar=split_metavar(SELECT_SPLITS, NO_SWEEP), forward=("transfer",), help="the split settings are scored on (default: the protocol's)"),
             option("--final-split", choices=vtab_transfer_protocols.FINAL_SPLITS, default=None,
                    forward=("transfer",), help="what the chosen setting is trained on (default: the protocol's)"),
             option("--runs", type=int_at_least(1), default=None, metavar="N", forward=("transfer",),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sampler_common.checks import FieldError, check_image_size, check_seed
+from sampler_common.splits import SplitNames
 
 
 def int_at_least(minimum: int) -> Any:
@@ -80,3 +81,26 @@ seed_flag = field_flag(check_seed)
 """A seed flag: 0 to 2**64 - 1, as every layer checks it."""
 image_size_flag = field_flag(check_image_size)
 """An image size flag: 1 to 1024 pixels, as every layer checks it."""
+
+
+def split_flag(vocabulary: SplitNames, others: tuple[str, ...] = ()) -> Any:
+    """An argparse type: a split name of ``vocabulary`` (``sampler_common.splits``: its canonical
+    names and the validation split's aliases, valid/val/validation, as the client, the server and
+    the CLI take them), or one of ``others`` (words that are not splits, e.g. ``none``); the
+    canonical name, else one line listing what is accepted."""
+    def parse(text: str) -> str:
+        if text in others:
+            return text
+        try:
+            return vocabulary.canonical(text)
+        except FieldError:
+            extra = f", or {', '.join(others)}" if others else ""
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected {vocabulary.accepted}{extra}") from None
+
+    parse.__name__ = "split"
+    return parse
+
+
+def split_metavar(vocabulary: SplitNames, others: tuple[str, ...] = ()) -> str:
+    """``{name,...}`` as argparse shows choices: the canonical names and ``others``."""
+    return "{" + ",".join((*vocabulary.names, *others)) + "}"

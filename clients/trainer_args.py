@@ -37,7 +37,7 @@ from clients.backbone_contract import NAMED_BACKBONES, backbone_group, check_bac
 from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
-from clients.flag_types import float_in, int_at_least, positive_float, seed_flag
+from clients.flag_types import float_in, int_at_least, positive_float, seed_flag, split_flag, split_metavar
 from clients.server_options import SERVER_GROUP, check_server_group
 from clients.md_learners import OPTIMIZERS as FINETUNE_OPTIMIZERS
 from clients.md_learners import (ADAPTING, BIT_IMAGE_SIZE, EPISODE_HEADS, FINETUNE_LR, FINETUNE_STEPS, MAML_ALPHA,
@@ -45,12 +45,17 @@ from clients.md_learners import (ADAPTING, BIT_IMAGE_SIZE, EPISODE_HEADS, FINETU
 from clients.recipe import OPTIMIZERS
 from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
+from sampler_common import splits
 
 COMPILE_SETTINGS = ("on", "off")
 """The torch trainer's ``--compile`` (``clients.torch.compiled.resolve_compile``)."""
 
 FRAMEWORKS = ("torch", "tf")
-SPLITS = ("train", "valid", "test")
+MD_SPLITS = splits.MD
+"""The MD trainer's split flags take Meta-Dataset's names and their aliases (val, validation), as every layer does."""
+SELECT_SPLITS = splits.VTAB.within(("val", "val200"))
+"""The transfer sweep's validation splits (with ``none``: no sweep); valid and validation name val."""
+NO_SWEEP = ("none",)
 DEVICES = ("auto", "cpu", "cuda")
 MD_IMAGE_SIZE = 84
 TRANSFER_IMAGE_SIZE = 224
@@ -271,7 +276,8 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
                    help="evaluation episodes per source (0: no evaluation)"),
             option("--eval-sources", nargs="+", type=_source_name, default=None, metavar="NAME", **_RESULT,
                    help="sources evaluated one at a time (default: --sources)"),
-            option("--eval-split", choices=SPLITS, default="test", **_RESULT, help="split of the evaluation episodes"),
+            option("--eval-split", type=split_flag(MD_SPLITS), default="test", metavar=split_metavar(MD_SPLITS),
+                   **_RESULT, help="split of the evaluation episodes (val and validation name valid, as everywhere)"),
             option("--eval-seed", type=seed_flag, default=0, **_RESULT, help="seed of the evaluation episodes"),
             # evaluating a checkpoint again sends the same configuration
             option("--eval-only", action="store_true", **_OPERATIONAL,
@@ -519,7 +525,8 @@ def transfer_groups() -> tuple[OptionGroup, ...]:
             option("--select", choices=SELECTIONS, default=None, **_RESULT,
                    help="per-task: each task's best setting (VTAB); all-tasks: one setting, the best mean "
                         f"accuracy over the tasks (VTAB+MD) ({protocol_default})"),
-            option("--select-split", choices=vtab_transfer_protocols.SELECT_SPLITS, default=None, **_RESULT,
+            option("--select-split", type=split_flag(SELECT_SPLITS, NO_SWEEP), default=None,
+                   metavar=split_metavar(SELECT_SPLITS, NO_SWEEP), **_RESULT,
                    help="the split each setting (trained on train800) is scored on: val, the task's regular "
                         "validation split (VTAB's 1000-example runs); val200 (the 800/200 variant); none: no "
                         f"sweep, one setting goes straight to the final runs ({protocol_default})"),
