@@ -422,7 +422,8 @@ class CogRun:
         extracted = 0
         served = self.levels()  # a level refused: one line, before any other
         backbone = self.backend.backbone
-        self.log(f"backbone {backbone.spec.describe()}; {backbone.preprocessing.describe()}")
+        self.log(f"backbone {backbone.spec.describe()}; {backbone.preprocessing.describe()}; "
+                 f"features cached in {self.args.feature_cache}")
         for summary in served:
             level = summary.level
             for split_name in ("train", "test"):

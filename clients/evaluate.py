@@ -564,7 +564,8 @@ class EvaluateJob:
         skipped = [u for u in units if u not in pending]
         # the job's first line once nothing is refused: the transfer and cog commands resolve the same
         # convention from the same flags, attributes and weights
-        self.log(f"backbone {self.backbone.spec.describe()}; {self.backbone.preprocessing.describe()}")
+        self.log(f"backbone {self.backbone.spec.describe()}; {self.backbone.preprocessing.describe()}; "
+                 f"features cached in {self.args.feature_cache}")
         self.log(f"{len(units)} units ({len(skipped)} held by the server, {len(pending)} to run); checkpoint sha256 "
                  f"{self.fingerprint[:16]}, {self.framework.name}, runs {', '.join(sorted(set(u.run_id for u in units)))}")
         cog_backend = self.framework.cog_backend(context["cog"]) if any(u.protocol == "cog" for u in pending) else None

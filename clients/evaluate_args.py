@@ -43,6 +43,7 @@ from typing import Any
 from clients import cog_protocol, vtab_transfer_protocols
 from clients.backbone_contract import backbone_group, check_backbone_group
 from clients.determinism import reproducibility_group
+from clients.feature_cache import default_cache_dir
 from clients.flag_types import int_at_least, split_flag, split_metavar
 from clients.md_fixed_features import DEFAULT_LEARNERS, LEARNERS
 from clients.md_learners import ADAPTING, BIT_IMAGE_SIZE, FINETUNING
@@ -148,9 +149,10 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
         OptionGroup("the job", (
             option("--protocols", type=_protocols, default=PROTOCOLS, metavar="LIST",
                    help="comma-separated protocols to run, of md,vtab,cog"),
-            option("--feature-cache", required=True, metavar="DIR", forward=("cog",),
+            option("--feature-cache", default=None, metavar="DIR", forward=("cog",),
                    help="frozen features are cached here, keyed by the weights' sha256, the split's fingerprint, "
-                        "the preprocessing and the precision; every protocol and later run reuses them"),
+                        "the preprocessing and the precision; every protocol and later run reuses them "
+                        "(default: $XDG_CACHE_HOME/sampler-server/features, else ~/.cache/sampler-server/features; the run's first line names it)"),
             option("--extract-batch-size", type=int_at_least(1), default=None, metavar="N", forward=("cog",),
                    help=f"images per backbone forward pass (default: MD {MD_EXTRACT_BATCH_SIZE}, CoG the cog "
                         f"command's {cog_protocol.EXTRACT_BATCH_SIZE})"),
@@ -295,6 +297,7 @@ def _validate(parser: EvaluateArgumentParser, args: argparse.Namespace) -> None:
                      f"fixes the backbone's input at {image_size} px; leave bit-md out or give --image-size "
                      f"{BIT_IMAGE_SIZE}")
     check_backbone_group(parser, args, MD_IMAGE_SIZE)
+    args.feature_cache = args.feature_cache or str(default_cache_dir())
     args.image_size = image_size
     framework = parser.framework
     # the VTAB and CoG flags, checked by their own commands' parsers now (the real tasks come later)

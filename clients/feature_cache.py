@@ -29,6 +29,17 @@ from typing import Any
 
 import numpy as np
 
+CACHE_DIR_NAME = Path("sampler-server") / "features"
+
+
+def default_cache_dir() -> Path:
+    """Where ``--feature-cache`` points when not given: the user's cache directory
+    (``$XDG_CACHE_HOME``, else ``~/.cache``), shared by every run of the user, which is what
+    lets a later run or another protocol reuse the features (they are keyed by what they depend
+    on, so sharing is safe)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / CACHE_DIR_NAME
+
 CACHE_FORMAT = "sampler-features-v1"
 KEY_ARRAY = "__key__"
 

@@ -37,6 +37,7 @@ from clients.backbone_contract import NAMED_BACKBONES, backbone_group, check_bac
 from clients.batch_norm import BATCH_NORMS
 from clients.buckets import SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
+from clients.feature_cache import default_cache_dir
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag, split_flag, split_metavar
 from clients.server_options import SERVER_GROUP, check_server_group
 from clients.md_learners import OPTIMIZERS as FINETUNE_OPTIMIZERS
@@ -760,9 +761,9 @@ def cog_groups() -> tuple[OptionGroup, ...]:
                        "crops the centre S x S", backbone_record=Record.OPERATIONAL),
         reproducibility_group(seed=0),  # the MD trainer's random weights at --seed 0
         OptionGroup("features", (
-            option("--feature-cache", required=True, metavar="DIR", record=Record.OPERATIONAL,
+            option("--feature-cache", default=None, metavar="DIR", record=Record.OPERATIONAL,
                    help="features are cached here, keyed by the weights' sha256, split fingerprint, "
-                        "preprocessing and precision"),
+                        "preprocessing and precision " "(default: $XDG_CACHE_HOME/sampler-server/features, else ~/.cache/sampler-server/features; the run's first line names it)"),
             option("--extract-batch-size", type=int_at_least(1), default=cog_protocol.EXTRACT_BATCH_SIZE,
                    metavar="N", record=Record.OPERATIONAL,
                    help="images per StreamCogBatches batch and backbone forward pass"),
@@ -813,6 +814,7 @@ def _validate_cog(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             parser.error(f"argument --{name}: got {shown}, expected each value once")
     check_server_group(parser, args)
     check_backbone_group(parser, args, cog_protocol.IMAGE_SIZE)
+    args.feature_cache = args.feature_cache or str(default_cache_dir())
     if args.concepts_split_file and not args.levels_file:
         parser.error("argument --concepts-split-file: expected --levels-file too (its images are of that file's "
                      "concepts)")

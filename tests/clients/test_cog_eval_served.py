@@ -40,9 +40,11 @@ def served(tmp_path_factory):
     server.stop(grace=0.5)
 
 
-def _run(main, served, run_id: str, cache: Path, summary: Path, *extra: str) -> dict:
-    assert main(["--server", served.address, "--run", run_id, "--feature-cache", str(cache), "--json-summary",
-                 str(summary), *SMALL, *extra]) == 0
+def _run(main, served, run_id: str, cache: Path | None, summary: Path, *extra: str) -> dict:
+    """A run; ``cache`` None: no --feature-cache (its default)."""
+    caching = ["--feature-cache", str(cache)] if cache is not None else []
+    assert main(["--server", served.address, "--run", run_id, *caching, "--json-summary", str(summary), *SMALL,
+                 *extra]) == 0
     return json.loads(summary.read_text())
 
 
@@ -53,13 +55,19 @@ def _cog_table(served, run_id: str) -> dict:
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf"])
-def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(served, tmp_path, framework, threads):
+def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(served, tmp_path, framework, threads,
+                                                                             monkeypatch, capfd):
+    """The first run takes --feature-cache's default (the user's cache directory, named in its
+    first line); the second names that directory and reads every feature from it."""
     if framework == "torch":
         from clients.torch.cog_eval import main
     else:
         from clients.tf.cog_eval import main
     run_id = f"cog-eval-{framework}"
-    summary = _run(main, served, run_id, tmp_path / "cache", tmp_path / "first.json", *threads[framework])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = tmp_path / "xdg" / "sampler-server" / "features"
+    summary = _run(main, served, run_id, None, tmp_path / "first.json", *threads[framework])
+    assert f"features cached in {cache}" in capfd.readouterr().err
     assert list(summary["levels"]) == list(LEVELS)
     in1k = summary["levels"]["IN-1K"]
     assert in1k["num_classes"] == 4
@@ -71,7 +79,7 @@ def test_a_small_evaluation_reports_to_the_cog_table_and_reuses_its_features(ser
     for result in results.values():
         assert 0.0 <= result["accuracy"] <= 1.0 and result["val_examples"] >= 1
 
-    again = _run(main, served, run_id, tmp_path / "cache", tmp_path / "second.json", *threads[framework])
+    again = _run(main, served, run_id, cache, tmp_path / "second.json", *threads[framework])
     assert again["extracted"] == 0
     assert [r["accuracy"] for e in again["levels"].values() for r in e["results"]] == [
         r["accuracy"] for e in summary["levels"].values() for r in e["results"]]
