@@ -2,10 +2,11 @@
 
 ``python -m clients.torch|tf`` (the Meta-Dataset trainer, ``clients.md_train``), their
 ``transfer`` (VTAB-1k, ``clients.vtab_transfer``) and ``cog`` (ImageNet-CoG,
-``clients.cog_eval``) subcommands end the same way: exit 0 when done, 2 for bad local
-input (an argument, a checkpoint, a device: ``UsageError`` or an argparse error), 3 for
-a server fault (unreachable after retries, an unknown name, a refused request:
-``SamplerClientError``), 130 when interrupted; a framework may map its own errors (out
+``clients.cog_eval``) subcommands end the same way: exit 0 when done, 2 for bad input
+(an argument, a checkpoint, a device: ``UsageError`` or an argparse error; or a request the
+server refused as the request's fault: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
+e.g. an unknown source), 3 for a server fault (unreachable after retries, data loss, an
+internal error, the server out of room), 130 when interrupted; a framework may map its own errors (out
 of memory, a lost rank) to a status and a line (``classify``). Every failure is one
 line on stderr, ``<prog>: error: <what>``; anything else is a bug and raises.
 ``exit_for`` is that mapping, the one place it is written.
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from clients.client import SamplerClient
 from clients.errors import NothingListens, SamplerClientError, UsageError
 from clients.server_options import client_options
@@ -28,6 +31,9 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_SERVER = 3
 EXIT_INTERRUPTED = 130
+REQUEST_REFUSALS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+                              grpc.StatusCode.FAILED_PRECONDITION})
+"""What the server answers when the request itself is wrong (exit 2, as a bad argument), not the server."""
 
 Classify = Callable[[BaseException], "tuple[int, str] | None"]
 
@@ -47,7 +53,8 @@ def exit_for(error: BaseException, server: str, classify: Classify | None = None
     if isinstance(error, NothingListens):
         return EXIT_SERVER, str(error)  # names the address already, and what to check
     if isinstance(error, SamplerClientError):
-        return EXIT_SERVER, f"server {server}: {error}"
+        status = EXIT_BAD_INPUT if error.code in REQUEST_REFUSALS else EXIT_SERVER
+        return status, f"server {server}: {error}"
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED, interrupted
     if isinstance(error, Exception) and classify is not None:

@@ -67,6 +67,7 @@ from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.protocols.vtab import VTAB_RESIZE, TaskBatchArrays, TaskEpisodeArrays
 from clients.seeds import derive_seed
+from sampler_common.suggest import did_you_mean
 from clients.trainer_args import TRANSFER_OPERATIONAL, parse_transfer_args
 from clients.trainer_shell import run_command
 from clients.errors import UsageError
@@ -284,8 +285,8 @@ class TransferRun:
                         raise
                     raise UsageError(f"argument --tasks: got {task!r}: {error}") from None
             if task not in served:
-                raise UsageError(f"argument --tasks: got {task!r}, expected a task this server serves "
-                                 f"({', '.join(sorted(served)) or 'none: it has no VTAB store'})")
+                raise UsageError(f"argument --tasks: got {task!r}{did_you_mean(task, served)}, expected a task this "
+                                 f"server serves ({', '.join(sorted(served)) or 'none: it has no VTAB store'})")
             splits = {s.split: s for s in served[task].splits}
             for split in needed:
                 if split not in splits or not splits[split].available:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sampler_common.suggest import did_you_mean
 from sampler_server.errors import NotFound
 from sampler_server.quoting import quoted
 
@@ -43,7 +44,8 @@ def pick_store(
     if not candidates:
         names = ", ".join(sorted(s.name for s in stores)) or "none"
         kinds = ", ".join(sorted({s.source for s in stores})) or "none"
-        raise NotFound(f"source {quoted(wanted)} is not served{where}; stores: {names}; source kinds: {kinds}")
+        hint = did_you_mean(wanted, [*(s.name for s in stores), *(s.source for s in stores)])
+        raise NotFound(f"source {quoted(wanted)} is not served{where}{hint}; stores: {names}; source kinds: {kinds}")
     exact = [s for s in candidates if image_size is not None and s.raw_size == image_size and s.raw_resize == resize]
     encoded = [s for s in candidates if s.raw_size is None]
     return (exact or encoded or candidates)[0]

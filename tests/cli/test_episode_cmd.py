@@ -204,6 +204,7 @@ def test_independent_of_python_hash_seed(data: Path) -> None:
         (["--source", "folder", "--index", "-1"], "index: got -1, expected an integer in [0, 9223372036854775807]"),
         (["--source", "folder", "--count", "0"], "--count: got 0, expected an integer in [1, 100000]"),
         (["--source", "nosuch"], "source 'nosuch' is not served under"),
+        (["--source", "foldr"], "; did you mean 'folder'?; stores: "),
         (["--source", "md-v1"], "source 'aircraft' is not served under"),
         (["--source", "md-v1", "--preset", "md-v2"], "--preset: got 'md-v2' with --source 'md-v1', expected the same or none"),
         (["--source", "folder,folder_raw32"], "--source: source 'image_folder' is selected more than once"),

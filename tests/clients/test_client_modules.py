@@ -182,7 +182,11 @@ def test_one_error_to_exit_mapping_for_every_trainer():
 
     assert exit_for(UsageError("argument --x: got 1"), "h:1") == (EXIT_BAD_INPUT, "argument --x: got 1")
     refused = SamplerClientError("ListTasks on h:1: NOT_FOUND: no task", grpc.StatusCode.NOT_FOUND)
-    assert exit_for(refused, "h:1") == (EXIT_SERVER, "server h:1: ListTasks on h:1: NOT_FOUND: no task")
+    assert exit_for(refused, "h:1") == (EXIT_BAD_INPUT, "server h:1: ListTasks on h:1: NOT_FOUND: no task")
+    for code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):  # the request's fault
+        assert exit_for(SamplerClientError("refused", code), "h:1")[0] == EXIT_BAD_INPUT
+    for code in (grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        assert exit_for(SamplerClientError("fault", code), "h:1")[0] == EXIT_SERVER  # the server's
     assert exit_for(KeyboardInterrupt(), "h:1", interrupted="interrupted; saved") == (EXIT_INTERRUPTED,
                                                                                       "interrupted; saved")
     assert exit_for(MemoryError("oom"), "h:1", lambda error: (1, f"out of memory: {error}")) == (1, "out of memory: oom")

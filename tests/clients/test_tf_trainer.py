@@ -1,6 +1,6 @@
 """The TensorFlow trainer against a real server: a short ProtoNet run learns and its
 reports land; a resumed run continues at the next index and ends where an unbroken
-run ends; the baseline trains on plain batches and reports; faults exit 3 with one
+run ends; the baseline trains on plain batches and reports; faults exit 3 (refused requests 2) with one
 line. The trainer's ``main`` runs in-process (TensorFlow is imported once)."""
 
 from __future__ import annotations
@@ -173,12 +173,12 @@ def test_dead_address_exits_3_with_one_line_within_seconds(tmp_path, capsys):
     assert len(lines) == 1 and f"nothing listens at {address}: is `sampler-server serve` running" in lines[0], lines
 
 
-def test_unknown_source_exits_3_naming_it(served, capsys):
+def test_unknown_source_exits_2_naming_it(served, capsys):
     base = ["--server", served.address, "--run", "tf-unknown", "--image-size", "32"]
     for sources in (["--sources", "nope"], ["--sources", "folder", "--eval-sources", "nope"]):
         code = main([*base, *sources])
         lines = capsys.readouterr().err.strip().splitlines()
-        assert code == 3 and len(lines) == 1, lines
+        assert code == 2 and len(lines) == 1, lines
         assert "'nope'" in lines[0] and served.address in lines[0] and "folder" in lines[0]
 
 

@@ -131,11 +131,16 @@ def test_dead_address_exits_3_in_one_line_within_seconds(capfd):
     assert len(err.splitlines()) == 1 and f"nothing listens at {address}: is `sampler-server serve` running" in err
 
 
-def test_unknown_source_exits_3_naming_it(served, capfd):
+def test_unknown_source_exits_2_naming_it_and_a_typo_gets_the_closest_name(served, capfd):
+    """A refusal caused by the request (NOT_FOUND here) is bad input, exit 2, as a bad argument is."""
     code = main(["--server", served.address, "--run", "unknown", "--sources", "no_such_source"])
-    assert code == 3
+    assert code == 2
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "'no_such_source'" in err and served.address in err
+    assert "did you mean" not in err  # nothing close
+    code = main(["--server", served.address, "--run", "typo", "--sources", "foldr"])
+    err = capfd.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "source 'foldr' is not served; did you mean 'folder'?" in err
 
 
 def test_command_line_bad_input_and_help(capsys):
@@ -176,7 +181,7 @@ def test_names_go_to_the_server_as_given(served, tmp_path, capfd):
                                                                                     "md-v2")
     capfd.readouterr()
     assert main(["--server", served.address, "--run", "torch-bad-preset", "--preset", "md-v9", "--sources", "folder",
-                 "--eval-episodes", "0"]) == 3
+                 "--eval-episodes", "0"]) == 2  # refused by the server as the request's fault
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "md-v9" in err and "md-v1" in err
 
@@ -188,7 +193,7 @@ def test_arguments_that_need_named_sources(served, capfd):
     assert len(err.splitlines()) == 1 and "--sources/--preset" in err, err
     # a preset alone means its sources, which the server lists: here it serves none of them
     argv = ["--server", served.address, "--run", "r", "--preset", "md-v1", "--model", "baseline"]
-    assert main(argv) == 3
+    assert main(argv) == 2
     err = capfd.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "source 'aircraft' is not served" in err, err
 

@@ -42,7 +42,7 @@ def test_a_different_result_for_a_stored_key_is_refused_atomically(metrics_targe
 
 def test_bad_fields_name_the_input_and_what_is_allowed(metrics_target):
     store = MetricsStore(metrics_target)
-    with pytest.raises(InvalidArgument, match="^unknown VTAB task 'cifar10'; allowed: caltech101, cifar100"):
+    with pytest.raises(InvalidArgument, match=r"^unknown VTAB task 'cifar10'; did you mean 'cifar100'\?; allowed: caltech101, cifar100"):
         store.add_task_results([_result("cifar10")])
     with pytest.raises(InvalidArgument, match="^split: got 'testing' for task cifar100, expected one of train800, val200, "):
         store.add_task_results([_result(split="testing")])

@@ -17,6 +17,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from sampler_common.suggest import did_you_mean
 from sampler_server.core.vtab.labels import LabelRule, RuleKind
 from sampler_server.core.vtab.slicing import SliceRange, expand
 from sampler_server.core.vtab.read_order import ShardLayout, default_read
@@ -146,7 +147,7 @@ def get_task(name: str) -> Task:
     """The task called ``name``; ``InvalidArgument`` listing the allowed names otherwise."""
     task = TASKS.get(name) if isinstance(name, str) else None
     if task is None:
-        raise InvalidArgument(f"unknown VTAB task {quoted(name)}; allowed: {', '.join(TASKS)}")
+        raise InvalidArgument(f"unknown VTAB task {quoted(name)}{did_you_mean(name, TASKS)}; allowed: {', '.join(TASKS)}")
     return task
 
 
