@@ -5,7 +5,8 @@
 ``clients.cog_eval``) subcommands end the same way: exit 0 when done, 2 for bad local
 input (an argument, a checkpoint, a device: ``UsageError`` or an argparse error), 3 for
 a server fault (unreachable after retries, an unknown name, a refused request:
-``SamplerClientError``), 130 when interrupted; a framework may map its own errors (out
+``SamplerClientError``; a server this command cannot connect to as configured,
+``ConnectionMismatch``, whose line names the flag that fixes it), 130 when interrupted; a framework may map its own errors (out
 of memory, a lost rank) to a status and a line (``classify``). Every failure is one
 line on stderr, ``<prog>: error: <what>``; anything else is a bug and raises.
 ``exit_for`` is that mapping, the one place it is written.
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from clients.client import SamplerClient
-from clients.errors import NothingListens, SamplerClientError, UsageError
-from clients.server_options import client_options
+from clients.errors import ConnectionMismatch, NothingListens, SamplerClientError, UsageError
+from clients.server_options import FLAG_SPELLING, client_options
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -46,6 +47,8 @@ def exit_for(error: BaseException, server: str, classify: Classify | None = None
         return EXIT_BAD_INPUT, str(error)
     if isinstance(error, NothingListens):
         return EXIT_SERVER, str(error)  # names the address already, and what to check
+    if isinstance(error, ConnectionMismatch):
+        return EXIT_SERVER, error.line(FLAG_SPELLING)  # names the address, the cause and the flag
     if isinstance(error, SamplerClientError):
         return EXIT_SERVER, f"server {server}: {error}"
     if isinstance(error, KeyboardInterrupt):
