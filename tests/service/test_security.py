@@ -225,7 +225,8 @@ def _stop(process: subprocess.Popen) -> str:
 @pytest.mark.slow
 def test_serve_warns_when_exposed_without_tokens(served, tmp_path):
     process = _serve(served, "--host", "0.0.0.0", "--metrics", str(tmp_path / "m.sqlite"))
-    assert process.stdout.readline().startswith("listening on 0.0.0.0:")
+    line = process.stdout.readline()
+    assert line.startswith("listening on 0.0.0.0:") and "; tls off, tokens off, metrics off; ready in " in line, line
     warnings = [line for line in _stop(process).splitlines() if "WARNING" in line]
     assert len(warnings) == 1 and "without --tokens" in warnings[0] and "plaintext" in warnings[0]
 
@@ -235,7 +236,9 @@ def test_serve_with_tls_tokens_and_json_call_log(served, pki, tmp_path):
     process = _serve(served, "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
                      "--tokens", str(write_tokens(tmp_path / "tokens.jsonl")), "--log-json",
                      "--metrics", str(tmp_path / "m.sqlite"))
-    address = process.stdout.readline().split()[2]
+    line = process.stdout.readline()
+    assert "; tls on, tokens on, metrics off; ready in " in line, line  # what a user sharing it must give
+    address = line.split()[2]
     with SamplerClient(address, tls_ca=pki / "ca.pem", token=TOKENS["team-a"][1], connect_timeout=5.0) as c:
         assert [s.name for s in c.list_sources()] == ["folder", "folder_raw32"]
     entries = [json.loads(line) for line in _stop(process).splitlines() if line.startswith("{")]
