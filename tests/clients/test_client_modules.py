@@ -206,3 +206,12 @@ def test_a_connection_mismatch_names_the_library_setting_or_the_trainer_flag_and
     again = pickle.loads(pickle.dumps(error))  # from a DataLoader worker
     assert type(again) is ConnectionMismatch and str(again) == str(error) and again.code == grpc.StatusCode.UNAVAILABLE
 
+
+def test_an_adapters_client_options_are_the_clients_keywords_refused_at_once_otherwise():
+    from clients.adapter_options import connection_options
+
+    assert connection_options(None) == {}
+    assert connection_options({"tls_ca": "ca.pem", "token": "t"}) == {"tls_ca": "ca.pem", "token": "t"}
+    with pytest.raises(ValueError, match=r"^client_options: got 'tls-ca', expected keywords of SamplerClient: "
+                                         r"retry, prefetch, .*tls_ca, tls_cert, tls_key, token, "):
+        connection_options({"tls-ca": "ca.pem", "token": "t"})
