@@ -73,6 +73,7 @@ def test_two_stores_of_one_name_are_refused_in_one_line(served, tmp_path, capsys
     assert [p.name for p in find_stores_in([first, first, served.data])] == ["folder", "folder_raw32"]
 
 
+@pytest.mark.slow
 def test_serve_takes_several_data_directories_and_says_so_when_ready(served, tmp_path):
     first, second = two_places(served, tmp_path)
     process = subprocess.Popen(
