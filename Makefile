@@ -70,8 +70,8 @@ chromium:
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PARALLEL := -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
-TIMING_TESTS := tests/bench/test_scale_growth.py tests/clients/test_failures_say_what_to_do.py \
-	tests/core/cog/test_cog_levels.py tests/service/test_admission.py
+TIMING_TESTS := tests/bench/test_scale_growth.py tests/clients/test_connection_mismatch.py \
+	tests/clients/test_failures_say_what_to_do.py tests/core/cog/test_cog_levels.py tests/service/test_admission.py
 test: install bytecode wordnet postgresql chromium
 	$(PYTEST) $(PARALLEL) -m "not timing" --durations=30
 	$(PYTEST) -q -m timing --durations=5 $(TIMING_TESTS)

@@ -1,4 +1,13 @@
-"""The options every adapter takes under the same name: the image ``dtype``, and VTAB's order.
+"""The options every adapter takes under the same name: the connection, the image ``dtype``,
+and VTAB's order.
+
+``client_options``: how to connect, as one dict of ``SamplerClient``'s keyword arguments
+(``tls_ca``, ``tls_cert``, ``tls_key``, ``token``, ``connect_timeout``, ``call_timeout``,
+``retry``, ...; ``None``: the client's defaults and environment, ``SAMPLER_TLS_CA``,
+``SAMPLER_TOKEN``, ...). Every adapter of both frameworks opens its clients with it (one
+per DataLoader worker), so it must pickle: paths and strings, not open files. A key
+``SamplerClient`` does not take is refused when the adapter is made (``connection_options``),
+not later in a worker.
 
 ``dtype``: ``"uint8"`` (the default of every adapter, both frameworks, every protocol) hands
 over the served pixels as they are (0..255, NHWC): a model converts them on its device, in
@@ -21,9 +30,31 @@ evaluation splits. ``True`` / ``False`` override it.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
+from clients.client import SamplerClient
+
 IMAGE_DTYPES = ("uint8", "float32")
+
+
+def connection_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` (an adapter's ``client_options``) as a dict of ``SamplerClient`` keyword arguments.
+
+    Raises:
+        ValueError: ``client_options: got 'tls-ca', expected keywords of SamplerClient: ...``.
+    """
+    given = dict(options or {})
+    allowed = [name for name in inspect.signature(SamplerClient.__init__).parameters
+               if name not in ("self", "address")]
+    wrong = [name for name in given if name not in allowed]
+    if wrong:
+        raise ValueError(f"client_options: got {', '.join(map(repr, wrong))}, expected keywords of SamplerClient: "
+                         f"{', '.join(allowed)}")
+    return given
 
 
 def check_image_dtype(dtype: str) -> str:

@@ -188,23 +188,35 @@ def channel_options(target: Target, liveness: Liveness) -> list[tuple[str, Any]]
 # ---- nothing listening: a refusal to say at once, not to retry ----------------------------
 
 
-def _endpoint_refuses(endpoint: str, scheme: str, timeout: float) -> bool:
-    """Whether connecting to ``endpoint`` is refused outright (no process listens there).
-    Any other outcome (it connects, a timeout, a name that does not resolve) is not a refusal."""
+def connect_endpoint(endpoint: str, scheme: str, timeout: float) -> socket.socket:
+    """A socket connected to one ``endpoint`` of a target (``HOST:PORT``, or a ``unix:`` /
+    ``unix-abstract:`` path where ``scheme`` is ``unix``), within ``timeout`` seconds.
+
+    Raises:
+        OSError: the connection failed (``ConnectionRefusedError`` where nothing listens).
+    """
     if scheme == "unix":
         kind, _, path = endpoint.partition(":")
         path = "\0" + path if kind == "unix-abstract" else (path[2:] if path.startswith("//") else path)
-        family, where = socket.AF_UNIX, path
-    else:
-        host, _, port = endpoint.rpartition(":")
-        family, where = socket.AF_UNSPEC, (host.strip("[]"), int(port))
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    host, _, port = endpoint.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    sock.settimeout(timeout)
+    return sock
+
+
+def _endpoint_refuses(endpoint: str, scheme: str, timeout: float) -> bool:
+    """Whether connecting to ``endpoint`` is refused outright (no process listens there).
+    Any other outcome (it connects, a timeout, a name that does not resolve) is not a refusal."""
     try:
-        if family == socket.AF_UNIX:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout)
-                sock.connect(where)
-        else:
-            socket.create_connection(where, timeout=timeout).close()
+        connect_endpoint(endpoint, scheme, timeout).close()
     except (ConnectionRefusedError, FileNotFoundError):
         return True
     except OSError:

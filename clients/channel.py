@@ -7,7 +7,17 @@ sent as ``authorization: Bearer <token>`` metadata on every call and stream. Uns
 they come from ``SAMPLER_TLS_CA`` / ``SAMPLER_TLS_CERT`` / ``SAMPLER_TLS_KEY`` (file
 paths) and ``SAMPLER_TOKEN`` (the token itself); with none, the channel is plaintext
 and carries no token (the loopback default). UNAUTHENTICATED and PERMISSION_DENIED are
-not retried: a token does not become valid by asking again.
+not retried: a token does not become valid by asking again. UNAUTHENTICATED is a
+``ConnectionMismatch`` saying whether a token was missing or unknown and how to give one.
+
+Mismatches: a client and a server that disagree on how to connect (one uses TLS and the
+other not, a CA that did not sign the server's certificate, a certificate for another
+host, a client certificate required or refused) never connect, however long the client
+waits. Where the channel first fails before any server answered and the address accepts
+connections, the client asks the server with a few bytes of its own (``clients.mismatch``:
+a TLS ClientHello, the HTTP/2 preface, the handshake gRPC makes) and raises
+``ConnectionMismatch`` at once, one line naming the cause and the setting that fixes it,
+instead of retrying for minutes.
 
 Retries: a call that fails with a retryable status (``RETRYABLE``) is sent again after
 an exponential backoff (``RetryPolicy``), on a fresh connection; any other status, or
@@ -58,7 +68,8 @@ from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
 from sampler_common.wire.segments import SegmentLost, read_probe
 
 from clients.balancing import Liveness, channel_options, dialled_target, nothing_listens, parse_target
-from clients.errors import NothingListens, SamplerClientError
+from clients.errors import ConnectionMismatch, NothingListens, SamplerClientError
+from clients.mismatch import TlsSettings, diagnose
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED})
 STREAM_RETRYABLE = RETRYABLE | {grpc.StatusCode.CANCELLED}
@@ -161,11 +172,12 @@ class Channel:
         dialled = dialled_target(target, os.environ)  # under torchrun, a rank's own replica first
         self.dialled = dialled.text
         self.liveness = liveness if liveness is not None else Liveness()
-        self._tls = tls_material(
-            tls_ca or os.environ.get("SAMPLER_TLS_CA") or None,
-            tls_cert or os.environ.get("SAMPLER_TLS_CERT") or None,
-            tls_key or os.environ.get("SAMPLER_TLS_KEY") or None,
-        )
+        ca = tls_ca or os.environ.get("SAMPLER_TLS_CA") or None
+        cert = tls_cert or os.environ.get("SAMPLER_TLS_CERT") or None
+        key = tls_key or os.environ.get("SAMPLER_TLS_KEY") or None
+        self._tls = tls_material(ca, cert, key)
+        self._tls_settings = None if self._tls is None else TlsSettings(
+            self._tls[0], str(ca), None if cert is None else str(cert), None if key is None else str(key))
         token = token or os.environ.get("SAMPLER_TOKEN", "").strip() or None
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.call_timeout = call_timeout
@@ -216,6 +228,7 @@ class Channel:
         connections (a server that restarts, once reached, is waited for and retried)."""
         changed = threading.Event()
         states: list[grpc.ChannelConnectivity] = []
+        seen, probed = 0, False
 
         def note(state: grpc.ChannelConnectivity) -> None:  # on gRPC's thread
             states.append(state)
@@ -230,9 +243,17 @@ class Channel:
                 state = states[-1] if states else None
                 if state is grpc.ChannelConnectivity.READY:
                     return
-                if (state is grpc.ChannelConnectivity.TRANSIENT_FAILURE and not self._reached
-                        and nothing_listens(self.target, timeout=min(1.0, max(remaining, 0.05)))):
-                    raise NothingListens(self.address)
+                failed = grpc.ChannelConnectivity.TRANSIENT_FAILURE in states[seen:]  # since the last look
+                seen = len(states)
+                if failed and not self._reached:
+                    timeout = min(1.0, max(remaining, 0.05))
+                    if nothing_listens(self.target, timeout=timeout):
+                        raise NothingListens(self.address)
+                    if not probed:  # once: the server's answer does not change while we wait
+                        probed = True
+                        found = diagnose(self.target, self._tls_settings, timeout=timeout)
+                        if found is not None:
+                            raise ConnectionMismatch(self.address, found.cause, found.fix)
         finally:
             channel.unsubscribe(note)
         tls = " over TLS (is the CA the one that signed the server's certificate? does the server use TLS?)"
@@ -283,6 +304,8 @@ class Channel:
         """After the failed ``attempt``-th try of ``what``: wait and return the attempt count,
         or raise ``SamplerClientError`` (not retryable, or too many attempts)."""
         code = error.code()
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            raise self._token_refused() from None
         if code not in retryable:
             raise SamplerClientError(f"{what} on {self.address}: {code.name}: {error.details()}", code) from None
         attempt += 1
@@ -295,6 +318,15 @@ class Channel:
         delay = min(self.retry.max_backoff, self.retry.initial_backoff * self.retry.multiplier ** (attempt - 1))
         time.sleep(delay)
         return attempt
+
+    def _token_refused(self) -> ConnectionMismatch:
+        """UNAUTHENTICATED in one line: no token sent, or one the server does not know."""
+        if not self.metadata:
+            return ConnectionMismatch(self.address, "requires a token (serve --tokens) and this client sent none",
+                                      "give one of its tokens with {token}", grpc.StatusCode.UNAUTHENTICATED)
+        return ConnectionMismatch(self.address, "does not know the token this client sent",
+                                  "give a token of the server's --tokens file with {token}",
+                                  grpc.StatusCode.UNAUTHENTICATED)
 
     # ---- same-host transport -----------------------------------------------------------
 

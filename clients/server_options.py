@@ -92,6 +92,17 @@ SERVER_GROUP = OptionGroup("server and run", (
 """The server, run id and connection flags: the same in every trainer's command line."""
 
 
+FLAG_SPELLING = {
+    "tls_ca": "--tls-ca FILE (or SAMPLER_TLS_CA)",
+    "no_tls": "without --tls-ca (and SAMPLER_TLS_CA unset)",
+    "tls_cert": "--tls-cert FILE and --tls-key FILE (or SAMPLER_TLS_CERT and SAMPLER_TLS_KEY)",
+    "token": "--token-file FILE (or SAMPLER_TOKEN)",
+    "address": "--server",
+}
+"""The server group's flags as a ``ConnectionMismatch`` line names them (the library's
+spelling: ``clients.errors.LIBRARY_SPELLING``)."""
+
+
 def check_server_group(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The server group's cross-argument check, in every trainer's command line: a
     client certificate comes with its key (``clients.channel.check_tls_pair``)."""

@@ -6,7 +6,8 @@
 (an argument, a checkpoint, a device: ``UsageError`` or an argparse error; or a request the
 server refused as the request's fault: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION,
 e.g. an unknown source), 3 for a server fault (unreachable after retries, data loss, an
-internal error, the server out of room), 130 when interrupted; a framework may map its own errors (out
+internal error, the server out of room; a server this command cannot connect to as
+configured, ``ConnectionMismatch``, whose line names the flag that fixes it), 130 when interrupted; a framework may map its own errors (out
 of memory, a lost rank) to a status and a line (``classify``). Every failure is one
 line on stderr, ``<prog>: error: <what>``; anything else is a bug and raises.
 ``exit_for`` is that mapping, the one place it is written.
@@ -24,8 +25,8 @@ from typing import Any
 import grpc
 
 from clients.client import SamplerClient
-from clients.errors import NothingListens, SamplerClientError, UsageError
-from clients.server_options import client_options
+from clients.errors import ConnectionMismatch, NothingListens, SamplerClientError, UsageError
+from clients.server_options import FLAG_SPELLING, client_options
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -52,6 +53,8 @@ def exit_for(error: BaseException, server: str, classify: Classify | None = None
         return EXIT_BAD_INPUT, str(error)
     if isinstance(error, NothingListens):
         return EXIT_SERVER, str(error)  # names the address already, and what to check
+    if isinstance(error, ConnectionMismatch):
+        return EXIT_SERVER, error.line(FLAG_SPELLING)  # names the address, the cause and the flag
     if isinstance(error, SamplerClientError):
         status = EXIT_BAD_INPUT if error.code in REQUEST_REFUSALS else EXIT_SERVER
         return status, f"server {server}: {error}"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from clients.adapter_options import check_image_dtype, images_as
+from clients.adapter_options import check_image_dtype, connection_options, images_as
 from clients.client import SamplerClient
 
 
@@ -51,7 +51,7 @@ def cog_batch_dataset(address: str, level: str, split: str, *, shots: int = 0, s
     if start < 0 or count < 0:
         raise ValueError(f"start, count: got {start}, {count}, expected integers >= 0")
     check_image_dtype(dtype)
-    options = dict(client_options or {})
+    options = connection_options(client_options)
 
     def generate() -> Iterator[dict[str, Any]]:
         with SamplerClient(address, **options) as client:

@@ -46,7 +46,7 @@ import tensorflow as tf
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
-from clients.adapter_options import check_image_dtype, images_as, vtab_shuffles
+from clients.adapter_options import check_image_dtype, connection_options, images_as, vtab_shuffles
 from clients.protocols.md import EpisodeSpec, batch_request
 from clients.protocols.vtab import TaskEpisodeArrays
 from clients.state import StreamCursor, shard_window
@@ -132,7 +132,7 @@ class _Source:
         shard_window(0, 0, shard, num_shards)  # validates the shard
         self.address = address
         self.shard, self.num_shards = shard, num_shards
-        self.client_options = dict(client_options or {})
+        self.client_options = connection_options(client_options)
         self.cursor = StreamCursor(self.kind, request, start, count)
 
     def _window(self) -> tuple[int, int, int]:
@@ -275,7 +275,7 @@ def task_batch_dataset(address: str, task: str, split: str, batch_size: int, *, 
     ``"float32"``: the reference's ``/ 255`` in [0, 1], on the host (``clients.adapter_options``)."""
     check_image_dtype(dtype)
     shuffled = vtab_shuffles(split, shuffle)
-    options = dict(client_options or {})
+    options = connection_options(client_options)
 
     def generate() -> Iterator[dict[str, Any]]:
         with SamplerClient(address, **options) as client:

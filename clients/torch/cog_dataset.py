@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from clients.adapter_options import check_image_dtype, images_as
+from clients.adapter_options import check_image_dtype, connection_options, images_as
 from clients.client import SamplerClient
 from clients.protocols.cog import CogBatchArrays
 
@@ -64,7 +64,7 @@ class CogBatchDataset(IterableDataset):
         self.batch_size, self.start, self.count = batch_size, start, count
         self.image_size, self.resize = image_size, resize
         self.level_size, self.min_images = level_size, min_images
-        self.client_options = dict(client_options or {})
+        self.client_options = connection_options(client_options)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()

@@ -52,7 +52,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from clients.buckets import EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
-from clients.adapter_options import check_image_dtype, images_as, vtab_shuffles
+from clients.adapter_options import check_image_dtype, connection_options, images_as, vtab_shuffles
 from clients.protocols.md import BatchArrays, EpisodeArrays, EpisodeSpec, batch_request
 from clients.protocols.vtab import TaskBatchArrays, TaskEpisodeArrays
 from clients.state import StreamCursor, shard_window
@@ -126,7 +126,7 @@ class _Resumable(IterableDataset):
         super().__init__()
         self.address = address
         self.rank, self.world_size = rank, world_size
-        self.client_options = dict(client_options or {})
+        self.client_options = connection_options(client_options)
         self.cursor = StreamCursor(self.kind, request, start, count)
 
     @property
@@ -266,7 +266,7 @@ class TaskBatchDataset(IterableDataset):
         self.address, self.task, self.split, self.batch_size = address, task, split, batch_size
         self.shuffle, self.seed, self.start, self.count = vtab_shuffles(split, shuffle), seed, start, count
         self.image_size, self.resize, self.dtype = image_size, resize, check_image_dtype(dtype)
-        self.client_options = dict(client_options or {})
+        self.client_options = connection_options(client_options)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()

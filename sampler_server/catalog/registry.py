@@ -63,7 +63,7 @@ from sampler_server.errors import FailedPrecondition, InvalidArgument, NotFound,
 from sampler_server.quoting import quoted
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.naming import StoreName, pick_store
-from sampler_server.store.reader import StoreReader, find_stores
+from sampler_server.store.reader import StoreReader, find_stores_in
 from sampler_server.store.sharded_reader import ShardedReader
 from sampler_server.store.shards import group_stores
 from sampler_server.store.wordnet_split import SPLIT_FILE_NAME, has_split_file, read_split_file
@@ -110,12 +110,16 @@ class StoreRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_data_dir(cls, data_dir: Path) -> "StoreRegistry":
-        """Every store under ``data_dir`` that can be read safely; the others quarantined.
+    def from_data_dir(cls, data_dir: Path | Sequence[Path]) -> "StoreRegistry":
+        """Every store under ``data_dir`` (one directory, or several served together, the
+        first resolving request paths) that can be read safely; the others quarantined.
 
         Raises:
             NotFound: no store at all, or none that can be served (naming why).
+            InvalidArgument: two stores of one name in two of the directories.
         """
+        data_dirs = [Path(d) for d in data_dir] if isinstance(data_dir, (list, tuple)) else [Path(data_dir)]
+        where = ", ".join(map(str, data_dirs))
         stores: list[ServedStore] = []
         quarantined: list[QuarantinedStore] = []
 
@@ -125,7 +129,7 @@ class StoreRegistry:
 
         readers: dict[str, StoreReader] = {}
         unreadable: dict[str, str] = {}  # store directory -> why (a shard among them breaks its group)
-        for path in find_stores(data_dir):
+        for path in find_stores_in(data_dirs):
             reader: StoreReader | None = None
             try:
                 reader = StoreReader(path)
@@ -179,10 +183,10 @@ class StoreRegistry:
         if not stores:
             if quarantined:
                 reasons = "; ".join(q.reason for q in quarantined)
-                raise NotFound(f"{data_dir}: no store can be served ({reasons})")
-            raise NotFound(f"{data_dir}: no packed stores (run `sampler-server pack` first)")
+                raise NotFound(f"{where}: no store can be served ({reasons})")
+            raise NotFound(f"{where}: no packed stores (run `sampler-server pack` first)")
         registry = cls(stores, quarantined)
-        registry.data_dir = Path(data_dir)  # where request paths relative to the data directory resolve
+        registry.data_dir = data_dirs[0]  # where request paths relative to the data directory resolve
         return registry
 
     def quarantine(self, name: str, reason: str) -> bool:

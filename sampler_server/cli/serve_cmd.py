@@ -1,4 +1,9 @@
-"""``sampler-server serve --data DIR``: run the sampling service."""
+"""``sampler-server serve --data DIR [DIR ...]``: run the sampling service.
+
+The ready line, on stdout once the server serves, is what scripts and the replicas'
+parent read (``sampler_server.cli.ready``): ``listening on ADDRESS (N stores: a, b;
+tls on|off, tokens on|off, metrics :PORT|off; ready in S s)``.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,21 @@ import sys
 import time
 from pathlib import Path
 
+from sampler_server.cli.ready import ready_line, ready_settings
 from sampler_server.errors import InvalidArgument
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="serve the packed stores of a data directory over gRPC",
+        help="serve the packed stores of one or more data directories over gRPC",
         description="Loads manifests (not images), starts decode workers, serves on HOST:PORT until SIGTERM, "
         "then drains open streams and exits.",
     )
-    parser.add_argument("--data", required=True, type=Path, help="data directory of packed stores")
+    parser.add_argument("--data", required=True, type=Path, nargs="+", action="extend", metavar="DIR",
+                        help="data directories of packed stores (or stores themselves), all served together; two "
+                        "stores of one name are refused. The first holds metrics.sqlite (unless --metrics) and "
+                        "resolves a request's relative CoG file paths")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1; "
                         "0.0.0.0 exposes the server to the network)")
     parser.add_argument("--port", type=int, default=50051, help="TCP port (0 = pick a free one); with --replicas N, "
@@ -112,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
         from sampler_server.cli.serve_replicas import check_replicas, run_replicas
 
         check_replicas(args)
+    from sampler_server.store.reader import find_stores_in
+
+    find_stores_in(args.data)  # two stores of one name: one line now, before anything starts
     _configure_logging(args.log_json, args.replica_name)
     if not _is_loopback(args.host) and args.tokens is None and args.replica_of is None:  # said once, by the parent
         logging.getLogger("sampler_server.service").warning(
@@ -133,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from sampler_server.service.limits import ServiceLimits
 
     config = ServerConfig(
-        data_dir=args.data,
+        data_dir=tuple(args.data),
         host=args.host,
         port=args.port,
         workers=args.workers or None,
@@ -151,9 +163,10 @@ def run(args: argparse.Namespace) -> int:
     )
     server = RunningServer(config).start()
     server.install_signal_handlers()
-    stores = ", ".join(sorted(server.registry.stores))
-    print(f"listening on {server.address} ({len(server.registry.stores)} stores: {stores}; "
-          f"ready in {time.perf_counter() - started:.2f} s)", flush=True)
+    print(ready_line(server.address, sorted(server.registry.stores),
+                     ready_settings(args.tls_cert is not None, args.tokens is not None,
+                                    [getattr(server, "metrics_port", None)]),
+                     time.perf_counter() - started), flush=True)
     server.wait()
     logging.getLogger("sampler_server.service").info("stopped")
     return 0

@@ -12,10 +12,12 @@ a free one). Episodes are a pure function of request and index, so any replica s
 any index and a client sees the same episodes from any of them.
 
 The parent only starts, watches and stops them:
-- ready line, once every replica is ready: ``listening on TARGET (N replicas; ...)``,
-  TARGET being ``ipv4:HOST:P0,HOST:P1,...`` (``ipv6:[HOST]:P0,...``), a target every
-  client takes as ``--server`` (``clients.balancing``: round-robin, or under torchrun
-  each local rank on its own replica);
+- ready line, once every replica is ready: ``listening on TARGET (N replicas; decode
+  workers W0+W1+...; S stores: ...; tls on|off, tokens on|off, metrics :P0+:P1+...|off;
+  ready in S s)``, TARGET being ``ipv4:HOST:P0,HOST:P1,...`` (``ipv6:[HOST]:P0,...``), a
+  target every client takes as ``--server`` (``clients.balancing``: round-robin, or
+  under torchrun each local rank on its own replica), the metrics ports those of the
+  replicas in order, read from their own ready lines (``sampler_server.cli.ready``);
 - SIGTERM or SIGINT: sent on once to every replica (each drains as one server does);
   the parent exits when they all have, 0 when every one exited 0;
 - a replica that exits by itself (killed, crashed, failed to start) is logged, the
@@ -32,7 +34,6 @@ import argparse
 import ipaddress
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -40,10 +41,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sampler_server.cli.ready import READY, SETTINGS, ready_settings
 from sampler_server.errors import InvalidArgument
 
 log = logging.getLogger("sampler_server.replicas")
-_READY = re.compile(r"^listening on (\S+) \((.*); ready in [0-9.]+ s\)$")
 
 
 # ---- the plan: pure ---------------------------------------------------------------------
@@ -109,6 +110,9 @@ def replica_argv(args: argparse.Namespace, *, port: int, workers: int, name: str
         flag = "--" + dest.replace("_", "-")
         if dest in NOT_OPTIONS or value is None or value is False:
             continue
+        if isinstance(value, list):  # --data DIR [DIR ...] (action "extend"): once per value
+            argv.extend(f"{flag}={item}" for item in value)
+            continue
         argv.append(flag if value is True else f"{flag}={value}")  # "=": a value may start with "-"
     return argv
 
@@ -134,9 +138,10 @@ def check_replicas(args: argparse.Namespace) -> None:
     """Refuse what a list of replicas cannot be, and a missing data directory (once,
     rather than once by each replica), before anything starts."""
     replica_target(args.host, replica_ports(args.port, args.replicas))
-    if not Path(args.data).is_dir():
-        raise InvalidArgument(f"--data: got {args.data}, expected a data directory of packed stores (no such "
-                              "directory)")
+    for data in args.data:
+        if not Path(data).is_dir():
+            raise InvalidArgument(f"--data: got {data}, expected a data directory of packed stores (no such "
+                                  "directory)")
 
 
 def prepare_metrics(args: argparse.Namespace) -> None:
@@ -149,9 +154,9 @@ def prepare_metrics(args: argparse.Namespace) -> None:
 
         metrics_target(args.metrics)  # a bad URL: one line, before anything starts
         return
-    if args.metrics is None and not Path(args.data).is_dir():
+    if args.metrics is None and not Path(args.data[0]).is_dir():
         return
-    path = Path(args.metrics) if args.metrics is not None else Path(args.data) / "metrics.sqlite"
+    path = Path(args.metrics) if args.metrics is not None else Path(args.data[0]) / "metrics.sqlite"
     if path.exists():
         return
     from sampler_server.metrics.store_sqlite import SqliteDatabase
@@ -189,10 +194,11 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
         replicas.append(Replica(name, process))
         if stopping:
             replicas[-1].terminate_once()
-    summary = ""
+    stores = ""
+    metrics_ports: list[int | None] = []
     for replica in replicas:
         line = replica.process.stdout.readline().strip()
-        ready = _READY.match(line)
+        ready = READY.match(line)
         if ready is None:
             if stopping:  # a signal came during start-up
                 return _stop_all(replicas, None)
@@ -201,13 +207,16 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
             status = replica.process.returncode
             return status if status > 0 else failed  # 2: it refused its input (its one-line reason is above)
         replica.address = ready.group(1)
-        summary = summary or ready.group(2)
+        settings = SETTINGS.search(ready.group(2))
+        stores = stores or ready.group(2)[:settings.start() if settings else None].rstrip("; ")
+        metrics_ports.append(int(settings.group(3)[1:]) if settings and settings.group(3) != "off" else None)
         log.info("%s: listening on %s (pid %d)", replica.name, replica.address, replica.process.pid)
     if stopping:
         return _stop_all(replicas, None)
     target = replica_target(args.host, [int(r.address.rsplit(":", 1)[1]) for r in replicas])
-    print(f"listening on {target} ({count} replicas; decode workers {'+'.join(map(str, workers))}; {summary}; "
-          f"ready in {time.perf_counter() - started:.2f} s)", flush=True)
+    settings = ready_settings(args.tls_cert is not None, args.tokens is not None, metrics_ports)
+    print(f"listening on {target} ({count} replicas; decode workers {'+'.join(map(str, workers))}; {stores}; "
+          f"{settings}; ready in {time.perf_counter() - started:.2f} s)", flush=True)
     while not stopping:
         dead = next((r for r in replicas if r.process.poll() is not None), None)
         if dead is not None:

@@ -66,7 +66,7 @@ def store_health_name(store: str) -> str:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    data_dir: Path
+    data_dir: Path | tuple[Path, ...]  # one data directory, or several served together (the first holds metrics)
     host: str = "127.0.0.1"
     port: int = 50051
     workers: int | None = None
@@ -78,6 +78,11 @@ class ServerConfig:
     tls: TlsFiles | None = None  # None: plaintext (the loopback default)
     tokens: Path | None = None  # JSON-lines tokens file (service.auth); None: no authentication
 
+    @property
+    def data_dirs(self) -> tuple[Path, ...]:
+        """The data directories served, in the order given."""
+        return tuple(self.data_dir) if isinstance(self.data_dir, (tuple, list)) else (self.data_dir,)
+
 
 class RunningServer:
     def __init__(self, config: ServerConfig) -> None:
@@ -85,10 +90,10 @@ class RunningServer:
         # credentials and tokens first: a bad file fails before any store is opened
         credentials = config.tls.credentials() if config.tls is not None else None
         interceptor = AuthInterceptor(load_tokens(config.tokens) if config.tokens is not None else None)
-        self.registry = StoreRegistry.from_data_dir(config.data_dir)
+        self.registry = StoreRegistry.from_data_dir(config.data_dirs)
         self.assembler = Assembler({name: s.reader for name, s in self.registry.stores.items()}, config.workers)
         self.assembler.warm_up(wait=False)
-        metrics_path = config.metrics_path or (Path(config.data_dir) / "metrics.sqlite")
+        metrics_path = config.metrics_path or (Path(config.data_dirs[0]) / "metrics.sqlite")
         self.metrics = MetricsStore(metrics_path)
         self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
         self.servicer.on_quarantine = lambda store: self.health.set(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import lmdb
 
-from sampler_server.errors import DataLoss, NotFound
+from sampler_server.errors import DataLoss, InvalidArgument, NotFound
 from sampler_server.store.manifest import DATA_NAME, MANIFEST_NAME, Manifest, load_manifest
 from sampler_server.store.record import Record, decode_record, record_key, record_origin
 from sampler_server.store.record_reader import RecordReader
@@ -178,3 +178,23 @@ def find_stores(data_dir: str | os.PathLike[str]) -> list[Path]:
         for child in root.iterdir()
         if child.is_dir() and not child.name.startswith(".") and (child / MANIFEST_NAME).is_file()
     )
+
+
+def find_stores_in(data_dirs: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """Published stores under several data directories (``find_stores`` of each), sorted by
+    name. A store is served by its directory name, so two stores of one name are refused;
+    one directory named twice (or reached twice through a link) is one.
+
+    Raises:
+        NotFound: a directory that does not exist.
+        InvalidArgument: two stores of one name (naming both).
+    """
+    found: dict[str, Path] = {}
+    for data_dir in data_dirs:
+        for path in find_stores(data_dir):
+            other = found.setdefault(path.name, path)
+            if other is not path and other.resolve() != path.resolve():
+                raise InvalidArgument(
+                    f"--data: two stores named {path.name!r}, {other} and {path} (a store is served by its "
+                    "directory's name): leave one directory out of --data, or rename one of the two")
+    return [found[name] for name in sorted(found)]

@@ -194,3 +194,28 @@ def test_one_error_to_exit_mapping_for_every_trainer():
     assert exit_for(RuntimeError("a bug"), "h:1") is None
     assert exit_for(SystemExit(4), "h:1", lambda error: (1, "never asked")) is None
     assert (EXIT_BAD_INPUT, EXIT_SERVER, EXIT_INTERRUPTED) == (2, 3, 130)
+
+
+def test_a_connection_mismatch_names_the_library_setting_or_the_trainer_flag_and_pickles():
+    import pickle
+
+    from clients.errors import ConnectionMismatch
+    from clients.trainer_shell import EXIT_SERVER, exit_for
+
+    error = ConnectionMismatch("h:1", "uses TLS and this client connects in plaintext", "give its CA with {tls_ca}")
+    assert str(error) == "server h:1 uses TLS and this client connects in plaintext: give its CA with tls_ca=FILE " \
+                         "(or SAMPLER_TLS_CA)"
+    assert exit_for(error, "h:1") == (EXIT_SERVER, "server h:1 uses TLS and this client connects in plaintext: give "
+                                                   "its CA with --tls-ca FILE (or SAMPLER_TLS_CA)")
+    again = pickle.loads(pickle.dumps(error))  # from a DataLoader worker
+    assert type(again) is ConnectionMismatch and str(again) == str(error) and again.code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_adapters_client_options_are_the_clients_keywords_refused_at_once_otherwise():
+    from clients.adapter_options import connection_options
+
+    assert connection_options(None) == {}
+    assert connection_options({"tls_ca": "ca.pem", "token": "t"}) == {"tls_ca": "ca.pem", "token": "t"}
+    with pytest.raises(ValueError, match=r"^client_options: got 'tls-ca', expected keywords of SamplerClient: "
+                                         r"retry, prefetch, .*tls_ca, tls_cert, tls_key, token, "):
+        connection_options({"tls-ca": "ca.pem", "token": "t"})

@@ -17,6 +17,30 @@ def test_the_same_host_example_names_its_transport(demo_data):
     assert done.stdout.strip() in {"same-host", "grpc"}
 
 
+def test_the_client_options_example_connects_the_client_and_an_adapter_alike(served, tmp_path):
+    """docs/operations.md's connection settings, against a server with TLS and tokens."""
+    import json
+
+    from pki import make_pki
+
+    from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
+
+    pki = make_pki(tmp_path / "pki")
+    (tmp_path / "tokens.jsonl").write_text(json.dumps({"name": "me", "token": "tok-me", "role": "read"}) + "\n")
+    (tmp_path / "token.txt").write_text("tok-me\n")
+    server = RunningServer(ServerConfig(
+        data_dir=served.data, port=0, workers=1, threads=4, metrics_path=tmp_path / "metrics.sqlite",
+        grace_seconds=0.2, tls=TlsFiles(pki / "server.pem", pki / "server.key"), tokens=tmp_path / "tokens.jsonl",
+    )).start()
+    try:
+        code = with_constants(python_block("docs/operations.md", "client-options"), SERVER=server.address,
+                              CA=str(pki / "ca.pem"), TOKEN_FILE=str(tmp_path / "token.txt"), SOURCE="folder")
+        done = exec_python(code, where=where("docs/operations.md", "client-options"))
+    finally:
+        server.stop(grace=0.2)
+    assert done.stdout.splitlines() == ["['folder', 'folder_raw32']", "0 (5, 32, 32, 3)", "1 (5, 32, 32, 3)"]
+
+
 def test_the_replicas_example_builds_round_robin_clients():
     exec_python(python_block("docs/clients.md", "replicas"), where=where("docs/clients.md", "replicas"))
 

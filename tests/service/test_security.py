@@ -1,7 +1,7 @@
 """A shared deployment: TLS, bearer tokens, run ownership and the per-call log.
 
-A real server on 127.0.0.1 with TLS (a CA and a server certificate made here with the
-``openssl`` command) and a tokens file of four callers: ``lab-read`` (read),
+A real server on 127.0.0.1 with TLS (a CA and a server certificate made with the
+``openssl`` command: ``tests/pki.py``) and a tokens file of four callers: ``lab-read`` (read),
 ``team-a`` and ``team-b`` (report) and ``root`` (admin).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prerequisites import missing
+from pki import make_pki
 
 from clients.core import EpisodeSpec, RetryPolicy, SamplerClient, SamplerClientError
 from sampler_server.errors import InvalidArgument
@@ -30,27 +29,6 @@ from sampler_server.service.server import RunningServer, ServerConfig, TlsFiles
 SPEC = EpisodeSpec(sources=("folder",), split="test", seed=3, image_size=32, ways=5, shots=1, query=2)
 TOKENS = {"lab-read": ("read", "tok-read-1"), "team-a": ("report", "tok-a-1"), "team-b": ("report", "tok-b-1"),
           "root": ("admin", "tok-root-1")}
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    if shutil.which("openssl") is None:
-        missing("SAMPLER_TESTS_WITHOUT_OPENSSL", "the openssl command is missing (apt-get install openssl)")
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_pki(root: Path) -> Path:
-    """ca.pem/ca.key, server.pem/server.key (127.0.0.1, localhost), client.pem/client.key."""
-    root.mkdir(parents=True, exist_ok=True)
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test-ca",
-             cwd=root)
-    (root / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    (root / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=root)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=root)
-    return root
 
 
 def write_tokens(path: Path) -> Path:
@@ -95,7 +73,7 @@ def code_of(call) -> grpc.StatusCode:
 def test_a_call_without_a_token_or_with_an_unknown_one_is_unauthenticated(secure, pki):
     with client(secure, pki, None) as c:
         code, message = code_of(lambda: c.list_sources())
-        assert code == grpc.StatusCode.UNAUTHENTICATED and "authorization" in message
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "requires a token" in message and "token=" in message
     with client(secure, pki, "not-a-token") as c:
         code, message = code_of(lambda: c.episode(SPEC, 0))
         assert code == grpc.StatusCode.UNAUTHENTICATED and "not-a-token" not in message
@@ -247,7 +225,8 @@ def _stop(process: subprocess.Popen) -> str:
 @pytest.mark.slow
 def test_serve_warns_when_exposed_without_tokens(served, tmp_path):
     process = _serve(served, "--host", "0.0.0.0", "--metrics", str(tmp_path / "m.sqlite"))
-    assert process.stdout.readline().startswith("listening on 0.0.0.0:")
+    line = process.stdout.readline()
+    assert line.startswith("listening on 0.0.0.0:") and "; tls off, tokens off, metrics off; ready in " in line, line
     warnings = [line for line in _stop(process).splitlines() if "WARNING" in line]
     assert len(warnings) == 1 and "without --tokens" in warnings[0] and "plaintext" in warnings[0]
 
@@ -257,7 +236,9 @@ def test_serve_with_tls_tokens_and_json_call_log(served, pki, tmp_path):
     process = _serve(served, "--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
                      "--tokens", str(write_tokens(tmp_path / "tokens.jsonl")), "--log-json",
                      "--metrics", str(tmp_path / "m.sqlite"))
-    address = process.stdout.readline().split()[2]
+    line = process.stdout.readline()
+    assert "; tls on, tokens on, metrics off; ready in " in line, line  # what a user sharing it must give
+    address = line.split()[2]
     with SamplerClient(address, tls_ca=pki / "ca.pem", token=TOKENS["team-a"][1], connect_timeout=5.0) as c:
         assert [s.name for s in c.list_sources()] == ["folder", "folder_raw32"]
     entries = [json.loads(line) for line in _stop(process).splitlines() if line.startswith("{")]

@@ -47,6 +47,9 @@ def start_replicas(data: Path, log: Path, *flags: str) -> tuple[subprocess.Popen
         process.kill()
         process.wait(timeout=30)
         raise AssertionError(f"serve --replicas did not start: {line!r} {log.read_text()[-3000:]}")
+    # one line for both, as one server's: the stores, then how to connect and where metrics are
+    assert re.search(r" \(2 replicas; decode workers 1\+1; 2 stores: folder, folder_raw32; tls off, tokens off, "
+                     r"metrics off; ready in [0-9.]+ s\)$", line.strip()), line
     return process, line.split()[2]
 
 
@@ -85,9 +88,10 @@ def test_the_plan_ports_workers_target_and_each_replicas_command_line():
         replica_target("sampler.lab", [1, 2])
     # a replica's command line is the parent's options, its own port and workers, one replica
     parser = build_parser("serve")
-    given = ["serve", "--data", "/d", "--replicas", "3", "--workers", "7", "--port", "6000", "--lookahead-mb", "128",
+    given = ["serve", "--data", "/d", "/e", "--data", "/f", "--replicas", "3", "--workers", "7", "--port", "6000", "--lookahead-mb", "128",
              "--stream-idle-seconds", "30.5", "--log-json", "--metrics", "postgresql://u@h:5/db", "--shm-mb", "0"]
     parent = parser.parse_args(given)
+    assert parent.data == [Path("/d"), Path("/e"), Path("/f")]
     child = parser.parse_args(["serve", *replica_argv(parent, port=6001, workers=3, name="replica 2/3", parent=42)])
     expected = {**vars(parent), "port": 6001, "workers": 3, "replicas": 1, "replica_of": 42,
                 "replica_name": "replica 2/3"}
@@ -99,7 +103,7 @@ def test_bad_replica_options_are_refused_in_one_line(tmp_path, capsys):
                         (["--replicas", "2", "--host", "sampler.lab"], "--host: got 'sampler.lab', expected an IP"),
                         (["--replicas", "2", "--port", "65535"], "--port: got 65535 with --replicas 2"),
                         (["--replicas", "2", "--data", str(tmp_path / "none")], "--data: got ")):
-        assert server_cli(["serve", "--data", str(tmp_path), *flags]) == 2  # the last --data wins
+        assert server_cli(["serve", "--data", str(tmp_path), *flags]) == 2  # each --data adds its directories
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and said in err, err
 
