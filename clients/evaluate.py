@@ -437,6 +437,7 @@ class EvaluateJob:
         """``RUN/<preset>/<learner>``'s configuration: what defines its numbers (not which sources
         or how many episodes, so a run may be completed over several invocations)."""
         backbone = self.learner_backbone(learner)
+        shape = {"ways": self.args.md_ways, "shots": self.args.md_shots, "query": self.args.md_query}
         return {"command": "evaluate", "protocol": "md", "preset": preset, "split": "test",
                 "eval_seed": self.args.md_seed, "learner": learner,
                 "learner_settings": self.md_settings(preset, learner),
@@ -444,7 +445,8 @@ class EvaluateJob:
                     self.args.batch_norm), "precision": self.args.precision,
                 "backbone": backbone.spec.target, "backbone_fingerprint": self.fingerprint,
                 "embedding_dim": backbone.out_dim, "resize": MD_RESIZE, "input_size": backbone.preprocessing.size,
-                "preprocessing": backbone.preprocessing.as_config(), **self.framework.describe()}
+                "preprocessing": backbone.preprocessing.as_config(), **self.framework.describe(),
+                **({"episode_shape": shape} if any(shape.values()) else {})}
 
     def predictions(self, preset: str, learner: str, episode: EpisodeArrays) -> np.ndarray:
         """The predicted query labels of one episode by ``learner``."""
@@ -467,7 +469,8 @@ class EvaluateJob:
         args = self.args
         missing = missing_episodes(held, self.source_names[(preset, source)], args.md_seed, args.episodes)
         spec = EpisodeSpec(sources=(source,), preset=preset, split="test", seed=args.md_seed,
-                           image_size=self.learner_backbone(learner).preprocessing.size, resize=MD_RESIZE)
+                           image_size=self.learner_backbone(learner).preprocessing.size, resize=MD_RESIZE,
+                           ways=args.md_ways, shots=args.md_shots, query=args.md_query)
         wanted = set(missing)
         accuracies: list[float] = []
         with Reporter(self.client, unit.run_id, run_config=self.md_config(preset, learner),

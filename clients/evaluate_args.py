@@ -187,6 +187,13 @@ def evaluate_groups() -> tuple[OptionGroup, ...]:
                         f"512, at {BIT_IMAGE_SIZE} px); maml, protomaml: MD's fo-MAML and fo-Proto-MAML inner loop "
                         "(the --maml-* options). Default: prototypes logreg"),
             option("--md-seed", type=int_at_least(0), default=0, help="seed of the test episodes"),
+            option("--md-ways", type=int_at_least(2), default=None, metavar="N",
+                   help="fixed ways of the test episodes (default: MD's variable ways, 5 to 50: a source whose "
+                        "test split has fewer classes needs this)"),
+            option("--md-shots", type=int_at_least(1), default=None, metavar="K",
+                   help="fixed support images per class (default: MD variable shots)"),
+            option("--md-query", type=int_at_least(1), default=None, metavar="Q",
+                   help="fixed query images per class (default: MD, at most 10)"),
             batch_norm_option("md", "the embedding's "),
         )),
         OptionGroup("Meta-Dataset adapting learners (finetune, maml, protomaml)",

@@ -400,8 +400,24 @@ class Run:
             for name in self.eval_names if args.eval_episodes else ():
                 if name not in train:
                     client.describe_source(name, args.preset or "")
+                self._first_episode(client, self.eval_spec(name, args.eval_split))
             for name in validation_sources(args):
                 client.describe_source(name, args.preset or "")
+                self._first_episode(client, self.eval_spec(name, "valid"))
+
+    def eval_spec(self, name: str, split: str) -> EpisodeSpec:
+        """The evaluation (or validation) episodes of source ``name`` on ``split``."""
+        args = self.args
+        return EpisodeSpec(sources=(name,), preset=args.preset or "", split=split, seed=args.eval_seed,
+                           image_size=args.image_size, ways=args.eval_ways, shots=args.eval_shots,
+                           query=args.eval_query)
+
+    @staticmethod
+    def _first_episode(client: SamplerClient, spec: EpisodeSpec) -> None:
+        """Ask for the first of ``spec``'s episodes, so a refusal of them (too few classes for the
+        ways, say) ends the run before training, not after it."""
+        for _ in client.episodes(spec, 0, 1):
+            break
 
     def resume_config(self) -> dict[str, Any]:
         config = {key: (self.framework.name if key == "framework" else getattr(self.args, key)) for key in RESUME_KEYS}
@@ -608,8 +624,7 @@ class Run:
         """The query accuracy of each of --validate-episodes valid episodes of ``name``
         (sharded over the ranks like the test episodes; nothing is reported)."""
         args = self.args
-        spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split="valid", seed=args.eval_seed,
-                           image_size=args.image_size)
+        spec = self.eval_spec(name, "valid")
         mine = self.mine(0, args.validate_episodes)
         rows: list[tuple[int, float]] = []
         for episode in client.episodes(spec, mine.start, len(mine), self.ranks) if len(mine) else ():
@@ -674,8 +689,7 @@ class Run:
         results: dict[str, EvalSummary] = {}
         with self.client(prefetch=4) as client, self.client() as report_client:
             for name in self.eval_names:
-                spec = EpisodeSpec(sources=(name,), preset=args.preset or "", split=args.eval_split,
-                                   seed=args.eval_seed, image_size=args.image_size)
+                spec = self.eval_spec(name, args.eval_split)
                 rows: list[tuple[int, float, float, float]] = []  # index, accuracy, loss, chance
                 kind = name
                 began = time.perf_counter()

@@ -280,6 +280,15 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
             option("--eval-split", type=split_flag(MD_SPLITS), default="test", metavar=split_metavar(MD_SPLITS),
                    **_RESULT, help="split of the evaluation episodes (val and validation name valid, as everywhere)"),
             option("--eval-seed", type=seed_flag, default=0, **_RESULT, help="seed of the evaluation episodes"),
+            option("--eval-ways", type=int_at_least(2), default=None, metavar="N", **_RESULT,
+                   help="fixed ways of the evaluation and validation episodes (default: MD's variable ways, 5 "
+                        "to 50: a split with fewer classes needs this)"),
+            option("--eval-shots", type=int_at_least(1), default=None, metavar="K", **_RESULT,
+                   help="fixed support images per class of the evaluation and validation episodes (default: MD "
+                        "variable shots)"),
+            option("--eval-query", type=int_at_least(1), default=None, metavar="Q", **_RESULT,
+                   help="fixed query images per class of the evaluation and validation episodes (default: MD, at "
+                        "most 10)"),
             # evaluating a checkpoint again sends the same configuration
             option("--eval-only", action="store_true", **_OPERATIONAL,
                    help="skip training; evaluate the checkpoint found in --checkpoint-dir"),

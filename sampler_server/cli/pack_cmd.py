@@ -12,7 +12,7 @@ from sampler_server.errors import InvalidArgument
 from sampler_server.imaging import ResizeMethod
 from sampler_server.pack import sources
 from sampler_server.pack.pipeline import PackOptions, PackSummary, run_pack, split_counts
-from sampler_server.pack.plan import ConverterOptions, empty_split_warnings
+from sampler_server.pack.plan import ConverterOptions, empty_split_warnings, small_split_warnings
 from sampler_server.pack.reference_notes import reference_warnings
 from sampler_server.store.manifest import Manifest
 from sampler_server.store.shards import parse_shard, shard_store_name
@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         validation=args.validation, validation_labels=args.validation_labels, devkit_meta=args.devkit_meta,
     )
     plan = converter.plan(_input_dir(args), converter_options)
-    warnings = reference_warnings(args.source, converter_options) + empty_split_warnings(plan)
+    warnings = (reference_warnings(args.source, converter_options) + empty_split_warnings(plan)
+                + small_split_warnings(plan))
     for line in warnings:
         print(line, file=sys.stderr)
     summary = run_pack(plan, args.output, options)

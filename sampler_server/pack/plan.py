@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sampler_server.core.md.config import EpisodeConfig
 from sampler_server.errors import InvalidArgument
 from sampler_server.pack.splits import DEFAULT_RULE, default_split, half_valid_half_test
 from sampler_server.store.manifest import Split
@@ -183,6 +184,30 @@ def empty_split_warnings(plan: SourcePlan) -> list[str]:
             f"none of the {len(plan.classes)} classes ({shown}), so its episodes will be refused; {at_least}give "
             "--class-splits FILE to name each class's split (Meta-Dataset's JSON: {\"train\": [...], \"valid\": "
             "[...], \"test\": [...]})" for split in empty]
+
+
+MD_MIN_WAYS = EpisodeConfig().min_ways
+"""The fewest classes Meta-Dataset's variable-way episodes draw (``min_ways``, 5)."""
+FIXED_WAYS_FLAGS = {Split.TRAIN: "--ways N", Split.VALID: "--eval-ways N", Split.TEST: "--eval-ways N"}
+"""The trainers' flag that draws a split's episodes with N fixed ways instead."""
+
+
+def small_split_warnings(plan: SourcePlan) -> list[str]:
+    """One line per split holding some classes but fewer than Meta-Dataset's variable-way
+    episodes need, so its default episodes will be refused; the flags that fix it."""
+    counts = {split: sum(1 for c in plan.classes if c.split is split) for split in FIXED_WAYS_FLAGS}
+    lines = []
+    for split, count in counts.items():
+        if 0 < count < MD_MIN_WAYS:
+            evaluate = f", evaluate --md-ways {count}" if split is Split.TEST else ""
+            fixed = (f"draw {count}-way episodes (the trainers' {FIXED_WAYS_FLAGS[split].replace('N', str(count))}"
+                     f"{evaluate}) or " if count > 1 else "")  # one class: no episode classifies anything
+            lines.append(
+                f"warning: {plan.source}: split {split.value} has {count} class{'es' if count > 1 else ''}, fewer "
+                f"than the {MD_MIN_WAYS} of Meta-Dataset's variable-way episodes, which will be refused; {fixed}"
+                f"give --class-splits FILE naming each class's split (JSON: {{\"train\": [...], \"valid\": "
+                f"[...], \"test\": [...]}}; docs/packing.md)")
+    return lines
 
 
 def order_classes(classes: Iterable[ClassPlan]) -> tuple[ClassPlan, ...]:

@@ -76,7 +76,9 @@ def test_packs_without_the_official_files_warn_that_results_will_not_match(tmp_p
     split_file = next(original.glob("dtd*splits*.json"))
     code, out, err = _run(capsys, "pack", "dtd", "--input", str(original / "dtd"), "--output", str(tmp_path / "b"),
                           "--class-splits", str(split_file), "--quiet", "--json")
-    assert code == 0 and err == "" and json.loads(out)["warnings"] == []
+    # with the official file: no reference warning (the fixture's few classes per split still get theirs)
+    small = [line for line in err.splitlines() if "fewer than the 5 of Meta-Dataset's variable-way episodes" in line]
+    assert code == 0 and err.strip().splitlines() == small and json.loads(out)["warnings"] == small
     ilsvrc = next(p for p in original.iterdir() if p.is_dir() and p.name != "dtd")
     code, _, err = _run(capsys, "pack", "ilsvrc_2012", "--input", str(ilsvrc), "--output", str(tmp_path / "c"),
                         "--quiet")

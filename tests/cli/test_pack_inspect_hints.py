@@ -34,7 +34,7 @@ def test_three_classes_by_the_default_rule_warn_that_valid_is_empty(tmp_path, ca
     assert line.startswith("warning: image_folder: split valid is empty: the default rule (default-70-15-15) gives "
                            "it none of the 3 classes (train 2, valid 0, test 1)"), line
     assert "pack at least 4 classes, or give --class-splits FILE" in line, line
-    assert summary["warnings"][-1] == line  # --json carries it too
+    assert line in summary["warnings"]  # --json carries it too
 
 
 def test_a_default_split_with_every_split_filled_warns_of_none(tmp_path, capsys):
