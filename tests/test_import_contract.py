@@ -16,7 +16,8 @@ import pytest
 from python_source import parse_file
 
 REPO = Path(__file__).resolve().parents[1]
-SERVER_ONLY = {"lmdb", "opencv-python-headless", "scipy", "networkx", "pillow", "simplejpeg", "matplotlib", "tqdm"}
+SERVER_ONLY = {"lmdb", "opencv-python-headless", "scipy", "networkx", "pillow", "simplejpeg", "matplotlib", "tqdm",
+               "grpcio-observability", "opentelemetry-sdk", "opentelemetry-exporter-prometheus", "prometheus-client"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -60,7 +61,8 @@ def test_the_client_core_loads_only_base_dependencies():
     grpc_reflection where they are installed, and goes on without them)."""
     code = ("import sys, clients.core, clients.reporting, sampler_common.wire.tensors, sampler_common.intervals\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sampler_server', 'lmdb', 'cv2', 'scipy',"
-            " 'networkx', 'PIL', 'simplejpeg', 'matplotlib', 'tqdm'))\n"
+            " 'networkx', 'PIL', 'simplejpeg', 'matplotlib', 'tqdm', 'grpc_observability', 'opentelemetry',"
+            " 'prometheus_client'))\n"
             "assert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]

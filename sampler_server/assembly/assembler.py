@@ -137,17 +137,23 @@ def decode_records(
     return out
 
 
-def _decode_chunk(store: str, record_ids: list[int], size: int, method: str, buffer: str, offset: int) -> None:
+def _decode_chunk(store: str, record_ids: list[int], size: int, method: str, buffer: str, offset: int) -> float:
+    """Decode a chunk into the shared buffer; the seconds it took (this worker's)."""
+    started = time.perf_counter()
     shm = _worker_buffer(buffer)
     out = np.ndarray((len(record_ids), size, size, 3), dtype=np.uint8, buffer=shm.buf, offset=offset)
     decode_records(_worker_reader(store), record_ids, size, ResizeMethod(method), out)
+    return time.perf_counter() - started
 
 
-def _copy_raw_chunk(store: str, record_ids: list[int], size: int, buffer: str, offset: int) -> None:
+def _copy_raw_chunk(store: str, record_ids: list[int], size: int, buffer: str, offset: int) -> float:
+    """Copy a chunk of raw records into the shared buffer; the seconds it took."""
+    started = time.perf_counter()
     shm = _worker_buffer(buffer)
     out = np.ndarray((len(record_ids), size * size * 3), dtype=np.uint8, buffer=shm.buf, offset=offset)
     for position, payload in enumerate(_raw_payloads(_worker_reader(store), record_ids, size)):
         out[position] = np.frombuffer(payload, dtype=np.uint8)
+    return time.perf_counter() - started
 
 
 def _sleep_and_pid(_: int) -> int:
@@ -234,13 +240,18 @@ class PendingImages:
     (e.g. support, query) WITHOUT copying them: views of the shared-memory buffer or
     of the stored raw records, valid until ``release()``. The service encodes those
     views straight into the reply, the only copy the pixels see on the server.
+
+    ``decode_seconds``: once the pixels are at hand, the seconds spent decoding them (or
+    reading raw records), summed over the workers' chunks (for the server's metrics).
     """
 
     def __init__(self, shape: tuple[int, ...], array: np.ndarray | None = None,
                  chunks: list[futures.Future] | None = None, buffer: shared_memory.SharedMemory | None = None,
                  pool: _BufferPool | None = None, records: list[memoryview] | None = None,
-                 on_error: Callable[[BaseException], BaseException] | None = None) -> None:
+                 on_error: Callable[[BaseException], BaseException] | None = None,
+                 decode_seconds: float = 0.0) -> None:
         self.shape = shape
+        self.decode_seconds = decode_seconds
         self._on_error = on_error
         self._array = array
         self._chunks = chunks or []
@@ -256,7 +267,7 @@ class PendingImages:
     def _wait(self) -> None:
         try:
             for chunk in self._chunks:
-                chunk.result()
+                self.decode_seconds += chunk.result() or 0.0
         except BaseException as error:
             self.release()
             replacement = self._on_error(error) if self._on_error is not None else error
@@ -444,12 +455,15 @@ class Assembler:
         if not ids:
             self.check_raw(store, size, method)
             return PendingImages(shape, np.empty(shape, dtype=np.uint8))
+        started = time.perf_counter()
         if self.check_raw(store, size, method):
             if self._pool is None or self.workers < RAW_POOL_WORKERS or len(ids) < RAW_POOLED:
-                return PendingImages(shape, records=self._logged(_raw_payloads, reader, ids, size))
+                records = self._logged(_raw_payloads, reader, ids, size)
+                return PendingImages(shape, records=records, decode_seconds=time.perf_counter() - started)
             task, extra, chunk = _copy_raw_chunk, (size,), RAW_CHUNK
         elif self._pool is None or len(ids) < _MIN_CHUNK:
-            return PendingImages(shape, self._logged(decode_records, reader, ids, size, method))
+            array = self._logged(decode_records, reader, ids, size, method)
+            return PendingImages(shape, array, decode_seconds=time.perf_counter() - started)
         else:
             task, extra, chunk = _decode_chunk, (size, method.value), _MIN_CHUNK
         buffer = self._buffers.take(int(np.prod(shape)))

@@ -52,7 +52,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 SERVER_EXTRA_MODULES = ("lmdb", "cv2", "PIL", "simplejpeg", "networkx", "scipy", "tqdm", "matplotlib",
-                        "grpc_health", "grpc_reflection")
+                        "grpc_health", "grpc_reflection", "grpc_observability", "opentelemetry", "prometheus_client")
 """Top-level modules of the ``[server]`` extra: a client-only install lacks them."""
 
 

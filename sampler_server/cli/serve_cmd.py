@@ -76,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics", metavar="FILE|URL",
                         help="where metric reports are kept: a SQLite file (default DATA/metrics.sqlite), or a "
                         "postgresql://USER@HOST:PORT/DB URL that every replica shares (the postgres extra)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve Prometheus metrics over HTTP at http://HOST:PORT/metrics, HOST being --host "
+                        "(0 = pick a free one; default: off): gRPC's per-method call metrics and the sampler's own "
+                        "(docs/operations.md, Monitoring). Not --metrics, which keeps the trainers' metric reports. "
+                        "With --replicas N each replica serves its own, on the first of N consecutive ports (0: each "
+                        "picks a free one and logs it)")
     security = parser.add_argument_group("a shared deployment (see README: Running it for a lab)")
     security.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate chain (PEM): serve TLS")
     security.add_argument("--tls-key", type=Path, metavar="FILE", help="the key of --tls-cert (PEM)")
@@ -100,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         procutil.die_with_parent(args.replica_of)  # first: a replica never outlives its `serve --replicas`
     if not 0 <= args.port <= 65535:
         raise InvalidArgument(f"--port: got {args.port}, expected 0 to 65535")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise InvalidArgument(f"--metrics-port: got {args.metrics_port}, expected 0 to 65535 (0: a free port)")
+    if args.metrics_port and args.metrics_port == args.port:
+        raise InvalidArgument(f"--metrics-port: got {args.metrics_port}, the port --port serves gRPC on; expected "
+                              "another")
     if args.replicas < 1:
         raise InvalidArgument(f"--replicas: got {args.replicas}, expected 1 or more server processes")
     if args.workers < 0 or args.max_streams < 1 or args.max_message_mb < 1 or args.threads < 1:
@@ -153,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_path=metrics,
         tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None,
         tokens=args.tokens,
+        metrics_port=args.metrics_port,
+        replica=_replica_number(args.replica_name),
         max_queued_calls=args.max_queued_calls,
         limits=ServiceLimits(max_message_bytes=args.max_message_mb << 20, max_streams=args.max_streams,
                              max_streams_per_client=args.max_streams_per_client,
@@ -183,6 +196,16 @@ def _configure_logging(as_json: bool, replica: str | None = None) -> None:
         named = f"{replica}: " if replica else ""
         handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {named}%(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+def _replica_number(name: str | None) -> tuple[int, int]:
+    """(this replica's number, the replica count) from ``--replica-name`` (``replica 2/4``);
+    (1, 1) for a server of its own."""
+    if name is None:
+        return 1, 1
+    from sampler_server.cli.serve_replicas import replica_number
+
+    return replica_number(name)
 
 
 def _is_loopback(host: str) -> bool:

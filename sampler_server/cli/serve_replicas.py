@@ -57,8 +57,9 @@ def split_workers(total: int, replicas: int) -> list[int]:
     return [max(1, share + (index < extra)) for index in range(replicas)]
 
 
-def replica_ports(port: int, replicas: int) -> list[int]:
-    """Consecutive ports from ``port`` (0: each replica picks a free one).
+def replica_ports(port: int, replicas: int, flag: str = "--port") -> list[int]:
+    """Consecutive ports from ``port`` (0: each replica picks a free one); ``flag`` names
+    the option that gave ``port``.
 
     Raises:
         InvalidArgument: the last port would pass 65535.
@@ -66,9 +67,34 @@ def replica_ports(port: int, replicas: int) -> list[int]:
     if port == 0:
         return [0] * replicas
     if port + replicas - 1 > 65535:
-        raise InvalidArgument(f"--port: got {port} with --replicas {replicas}, expected at most "
+        raise InvalidArgument(f"{flag}: got {port} with --replicas {replicas}, expected at most "
                               f"{65536 - replicas} (the replicas listen on consecutive ports)")
     return [port + index for index in range(replicas)]
+
+
+def metrics_ports(args: argparse.Namespace) -> list[int | None]:
+    """Each replica's ``--metrics-port`` (None: off), consecutive from the parent's.
+
+    Raises:
+        InvalidArgument: past 65535, or overlapping the replicas' gRPC ports.
+    """
+    if args.metrics_port is None:
+        return [None] * args.replicas
+    ports = replica_ports(args.metrics_port, args.replicas, "--metrics-port")
+    shared = sorted(set(ports) & set(replica_ports(args.port, args.replicas)) - {0})
+    if shared:
+        raise InvalidArgument(f"--metrics-port: got {args.metrics_port} with --replicas {args.replicas}, whose "
+                              f"metrics ports {ports[0]}-{ports[-1]} overlap the gRPC ports of --port {args.port} "
+                              f"(port {shared[0]}); expected a range of its own")
+    return list(ports)
+
+
+def replica_number(name: str) -> tuple[int, int]:
+    """(number, count) from a replica's name (``replica 2/4`` -> (2, 4))."""
+    found = re.fullmatch(r"replica (\d+)/(\d+)", name)
+    if found is None:
+        raise InvalidArgument(f"--replica-name: got {name!r}, expected replica N/COUNT")
+    return int(found[1]), int(found[2])
 
 
 def listed_host(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -98,13 +124,15 @@ NOT_OPTIONS = ("command", "func")
 """Namespace entries that are no option of ``serve``."""
 
 
-def replica_argv(args: argparse.Namespace, *, port: int, workers: int, name: str, parent: int) -> list[str]:
+def replica_argv(args: argparse.Namespace, *, port: int, workers: int, name: str, parent: int,
+                 metrics_port: int | None = None) -> list[str]:
     """One replica's ``serve`` options: the parent's own written back (every option of
     ``serve`` is ``--NAME`` for the entry ``NAME`` with ``-`` for ``_``; a flag is a
-    bool), with its port, its workers, ``--replicas 1`` and two hidden options:
-    ``--replica-of`` (the parent's pid: the replica dies with it) and ``--replica-name``
-    (``replica 2/4``, leading its log lines)."""
-    own = {"port": port, "workers": workers, "replicas": 1, "replica_of": parent, "replica_name": name}
+    bool), with its port, its workers, its metrics port (None: off), ``--replicas 1`` and
+    two hidden options: ``--replica-of`` (the parent's pid: the replica dies with it) and
+    ``--replica-name`` (``replica 2/4``, leading its log lines and naming it in its metrics)."""
+    own = {"port": port, "workers": workers, "replicas": 1, "replica_of": parent, "replica_name": name,
+           "metrics_port": metrics_port}
     argv: list[str] = []
     for dest, value in {**vars(args), **own}.items():
         flag = "--" + dest.replace("_", "-")
@@ -138,6 +166,7 @@ def check_replicas(args: argparse.Namespace) -> None:
     """Refuse what a list of replicas cannot be, and a missing data directory (once,
     rather than once by each replica), before anything starts."""
     replica_target(args.host, replica_ports(args.port, args.replicas))
+    metrics_ports(args)
     for data in args.data:
         if not Path(data).is_dir():
             raise InvalidArgument(f"--data: got {data}, expected a data directory of packed stores (no such "
@@ -168,6 +197,7 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
     """Start ``args.replicas`` servers, print the ready line, wait for a signal or a death."""
     count = args.replicas
     ports = replica_ports(args.port, count)
+    metrics = metrics_ports(args)
     prepare_metrics(args)
     workers = split_workers(args.workers or os.cpu_count() or 1, count)
     package_root = str(Path(__file__).resolve().parents[2])  # the replicas import this very code
@@ -188,7 +218,8 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
     for index in range(count):
         name = f"replica {index + 1}/{count}"
         command = [sys.executable, "-m", "sampler_server", "serve",
-                   *replica_argv(args, port=ports[index], workers=workers[index], name=name, parent=os.getpid())]
+                   *replica_argv(args, port=ports[index], workers=workers[index], name=name, parent=os.getpid(),
+                                 metrics_port=metrics[index])]
         # a session of its own: a terminal's Ctrl-C reaches the parent only, which sends it on once
         process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         replicas.append(Replica(name, process))

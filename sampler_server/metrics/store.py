@@ -268,24 +268,27 @@ class MetricsStore:
         transaction ends, and checked for ownership; then configured once; then each result
         is written (stored, or a duplicate).
         """
+        written = self.write_batch(results, run_config_json, owner=owner, admin=admin)
+        return sum(written), len(written) - sum(written)
+
+    def write_batch(
+        self, results: Iterable[StoredReport | TaskResult | CogResult], run_config_json: str = "", *,
+        owner: str | None = None, admin: bool = False,
+    ) -> list[bool]:
+        """``add_batch``, saying for each result, in order, whether it was stored (True) or a
+        duplicate (False)."""
         checked = [result if isinstance(result, StoredReport) else result.validate() for result in results]
         config = _canonical_config(run_config_json) if run_config_json else None
         run_ids = [validate_run_id(run_id) for run_id in dict.fromkeys(result.run_id for result in checked)]
         writers: dict[type, Callable[[Any], bool]] = {
             StoredReport: self._write_report, TaskResult: self._write_task_result, CogResult: self._write_cog_result,
         }
-        stored = duplicates = 0
         with self._lock, self._db.transaction():
             self._hold_runs(run_ids, owner, admin)
             if config is not None:
                 for run_id in run_ids:
                     self._set_config_once(run_id, config)
-            for result in checked:
-                if writers[type(result)](result):
-                    stored += 1
-                else:
-                    duplicates += 1
-        return stored, duplicates
+            return [bool(writers[type(result)](result)) for result in checked]
 
     def add_cog_results(
         self, results: Iterable[CogResult], run_config_json: str = "", *, owner: str | None = None,

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sampler_server.errors import ResourceExhausted
+from sampler_server.service.telemetry import Telemetry
 
 log = logging.getLogger("sampler_server.service")
 
@@ -94,21 +95,29 @@ class StreamAdmission:
         self._per_client: dict[str, int] = {}
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self.telemetry = Telemetry()  # the server's (service.telemetry): refusals and cancellations
 
     @property
     def open_streams(self) -> int:
         with self._lock:
             return len(self._slots)
 
+    @property
+    def send_used(self) -> int:
+        """Bytes of the send budget held now."""
+        return self._send_used
+
     def admit(self, client: str, cancel: Callable[[], None]) -> StreamSlot:
         """A slot for a new stream of ``client``, or ResourceExhausted naming the limit hit."""
         with self._lock:
             if len(self._slots) >= self.max_streams:
+                self.telemetry.refused("max_streams")
                 raise ResourceExhausted(
                     f"the server already serves {self.max_streams} streams (its --max-streams); "
                     f"retry in {RETRY_AFTER_SECONDS} s"
                 )
             if self._per_client.get(client, 0) >= self.max_streams_per_client:
+                self.telemetry.refused("max_streams_per_client")
                 raise ResourceExhausted(
                     f"client {client} already has {self.max_streams_per_client} open streams "
                     f"(the server's --max-streams-per-client); close one or retry in {RETRY_AFTER_SECONDS} s"
@@ -153,6 +162,7 @@ class StreamAdmission:
             log.warning("stream of %s made no progress for %.0f s (its client does not read): cancelled",
                         slot.client, now - slot.last_progress)
             slot.cancel()
+        self.telemetry.cancelled("idle", len(idle))
         return len(idle)
 
     def wait_for_room(self, slot: StreamSlot, nbytes: int, gone: Callable[[], bool]) -> None:
@@ -216,6 +226,7 @@ class StreamAdmission:
                         "wait for room (the server's --send-mb %d): cancelled", slot.client, waited,
                         self.send_bytes >> 20)
             slot.cancel()
+        self.telemetry.cancelled("stalled", len(victims))
 
     def start(self) -> None:
         if self._watchdog is None:

@@ -9,6 +9,7 @@ team's run reads exactly as an unknown one).
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from sampler_server.metrics.baselines.report import blind_risk
 from sampler_server.metrics.store import MetricsStore
 from sampler_server.quoting import quoted
 from sampler_server.service import auth
+from sampler_server.service.telemetry import Telemetry
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 
@@ -43,12 +45,39 @@ class ServedContext:
 class MetricsHandlers:
     """``ReportMetrics`` and ``GetReport`` over one metrics store."""
 
-    def __init__(self, metrics: MetricsStore, max_reports_per_request: int, context: registry.ReportContext) -> None:
+    def __init__(self, metrics: MetricsStore, max_reports_per_request: int, context: registry.ReportContext,
+                 telemetry: Telemetry | None = None) -> None:
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.metrics = metrics
         self.max_reports_per_request = max_reports_per_request
         self.context = context
 
     def report_metrics(self, request: pb.ReportMetricsRequest) -> pb.ReportMetricsResponse:
+        try:
+            written = self._write(request)
+        except Exception:
+            self._count(request, [None] * len(request.reports))
+            raise
+        self._count(request, written)
+        return pb.ReportMetricsResponse(stored=sum(written), duplicates=len(written) - sum(written))
+
+    def _count(self, request: pb.ReportMetricsRequest, written: list[bool | None]) -> None:
+        """Each report's outcome (stored, duplicate, or refused with its request) by protocol:
+        ``written`` in the order the reports were parsed (``registry.parse_reports``: protocol
+        by protocol, in registration order)."""
+        if not self.telemetry.enabled:
+            return
+        order = {protocol.id: rank for rank, protocol in enumerate(registry.protocols())}
+        parsed = sorted((r.protocol for r in request.reports), key=lambda p: order.get(p, len(order)))
+        counts = collections.Counter(
+            (protocol if protocol in order else "other", "refused" if outcome is None else "stored" if outcome
+             else "duplicate") for protocol, outcome in zip(parsed, written))
+        for (protocol, outcome), count in counts.items():
+            self.telemetry.reports(protocol, outcome, count)
+
+    def _write(self, request: pb.ReportMetricsRequest) -> list[bool]:
+        """The request's reports checked and written in one transaction: per parsed report,
+        True when stored, False for a duplicate."""
         if len(request.reports) > self.max_reports_per_request:
             raise ResourceExhausted(
                 f"reports: got {len(request.reports)}, the server accepts at most "
@@ -63,8 +92,7 @@ class MetricsHandlers:
         caller = auth.current_caller()  # None: no tokens, no owners; read tokens never get here
         owner, admin = caller and caller.name, caller is not None and caller.role is auth.Role.ADMIN
         # one transaction for the whole request, whatever protocols it mixes (metrics.store)
-        stored, duplicates = self.metrics.add_batch(results, request.run_config_json, owner=owner, admin=admin)
-        return pb.ReportMetricsResponse(stored=stored, duplicates=duplicates)
+        return self.metrics.write_batch(results, request.run_config_json, owner=owner, admin=admin)
 
     def get_report(self, request: pb.GetReportRequest) -> pb.GetReportResponse:
         query = registry.query_from_wire(request)

@@ -8,6 +8,10 @@ Health: the overall service ("" and ``sampler.v1.Sampler``) is SERVING while any
 store is; each store also has its own health name ``sampler.v1.Sampler/<store>``,
 SERVING for a served store and NOT_SERVING for a quarantined one (see
 ``registry``), so a probe can tell which store is broken while the others serve.
+
+Metrics: with ``metrics_port`` set the server serves Prometheus text on
+``http://HOST:PORT/metrics`` (``telemetry_http``): gRPC's per-method metrics and the
+sampler's own (``telemetry``); ``RunningServer.metrics_port`` is the port bound.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from __future__ import annotations
 import concurrent.futures as futures
 import logging
 import signal
+import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -32,6 +39,9 @@ from sampler_server.service.handlers import sampler_handler
 from sampler_server.service.limits import ServiceLimits
 from sampler_server.service.servicer import SamplerServicer
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
+
+if TYPE_CHECKING:
+    from sampler_server.service.telemetry_http import MetricsEndpoint
 
 log = logging.getLogger("sampler_server.service")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sampler"].full_name
@@ -77,6 +87,8 @@ class ServerConfig:
     grace_seconds: float = 5.0
     tls: TlsFiles | None = None  # None: plaintext (the loopback default)
     tokens: Path | None = None  # JSON-lines tokens file (service.auth); None: no authentication
+    metrics_port: int | None = None  # Prometheus /metrics on host:metrics_port (0: a free port); None: off
+    replica: tuple[int, int] = (1, 1)  # this server's number among the replicas of its serve --replicas, and their count
 
     @property
     def data_dirs(self) -> tuple[Path, ...]:
@@ -87,15 +99,62 @@ class ServerConfig:
 class RunningServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.metrics_port: int | None = None  # the Prometheus port bound (config.metrics_port 0: a free one)
         # credentials and tokens first: a bad file fails before any store is opened
         credentials = config.tls.credentials() if config.tls is not None else None
         interceptor = AuthInterceptor(load_tokens(config.tokens) if config.tokens is not None else None)
         self.registry = StoreRegistry.from_data_dir(config.data_dirs)
+        self._endpoint = self._metrics_endpoint()  # before the gRPC server: gRPC's plugin must see it created
+        try:
+            self._build(config, credentials, interceptor)
+        except BaseException:  # e.g. a port in use: what was started stops (decode workers, gRPC's plugin)
+            if hasattr(self, "assembler"):
+                self.assembler.close()
+            if self._endpoint is not None:
+                self._endpoint.close()
+            raise
+
+    def _metrics_endpoint(self) -> "MetricsEndpoint | None":
+        if self.config.metrics_port is None:
+            return None
+        from sampler_server import __version__
+        from sampler_server.service.telemetry_http import MetricsEndpoint
+
+        replica, replicas = self.config.replica
+        return MetricsEndpoint({"service.name": "sampler-server", "service.version": __version__,
+                                "service.instance.id": f"{socket.gethostname()}/{replica}"})
+
+    def _observed(self) -> dict[str, Callable[[], list[tuple[float, dict[str, str]]]]]:
+        """What the metrics' gauges read at each scrape (the servicer's state once it exists)."""
+        limits, registry = self.config.limits, self.registry
+        replica, replicas = self.config.replica
+        from sampler_server import __version__
+
+        info = {"replica": str(replica), "replicas": str(replicas), "version": __version__}
+        return {
+            "sampler.lookahead.used": lambda: [(self.servicer.lookahead_budget.used, {})],
+            "sampler.lookahead.limit": lambda: [(limits.lookahead_bytes, {})],
+            "sampler.send.used": lambda: [(self.servicer.admission.send_used, {})],
+            "sampler.send.limit": lambda: [(limits.send_bytes, {})],
+            "sampler.same_host.used": lambda: [(self.servicer.same_host.used, {})],
+            "sampler.stores": lambda: [(len(registry.stores), {"state": "served"}),
+                                       (len(registry.quarantined), {"state": "quarantined"})],
+            "sampler.replica.info": lambda: [(1, info)],
+        }
+
+    def _build(self, config: ServerConfig, credentials: grpc.ServerCredentials | None,
+               interceptor: AuthInterceptor) -> None:
         self.assembler = Assembler({name: s.reader for name, s in self.registry.stores.items()}, config.workers)
         self.assembler.warm_up(wait=False)
         metrics_path = config.metrics_path or (Path(config.data_dirs[0]) / "metrics.sqlite")
         self.metrics = MetricsStore(metrics_path)
-        self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits)
+        telemetry = None
+        if self._endpoint is not None:
+            telemetry = self._endpoint.observe(self._observed(),
+                                               lambda: [*self.registry.stores, *self.registry.quarantined])
+            for store in self.registry.quarantined:
+                telemetry.quarantined(store, "start")
+        self.servicer = SamplerServicer(self.registry, self.assembler, self.metrics, config.limits, telemetry)
         self.servicer.on_quarantine = lambda store: self.health.set(
             store_health_name(store), health_pb2.HealthCheckResponse.NOT_SERVING)
         message_limit = config.limits.max_message_bytes + (1 << 20)
@@ -129,6 +188,8 @@ class RunningServer:
             self.port = self.server.add_secure_port(address, credentials)
         if self.port == 0:
             raise OSError(f"cannot listen on {config.host}:{config.port}")
+        if self._endpoint is not None:
+            self.metrics_port = self._endpoint.listen(config.host, config.metrics_port or 0)
         self._stopped = threading.Event()
 
     @property
@@ -158,6 +219,8 @@ class RunningServer:
         self.servicer.same_host.close()  # no segment outlives the server
         self.assembler.close()
         self.metrics.close()
+        if self._endpoint is not None:
+            self._endpoint.close()
         self._stopped.set()
 
     def wait(self) -> None:

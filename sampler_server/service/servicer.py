@@ -32,6 +32,7 @@ from sampler_server.service.md import MdHandlers
 from sampler_server.service.metrics import MetricsHandlers, ServedContext
 from sampler_server.service.shared_memory import SameHostTransport
 from sampler_server.service.stream import StreamEngine
+from sampler_server.service.telemetry import Telemetry, store_named
 from sampler_server.service.vtab import VtabHandlers
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2_grpc as pb_grpc
@@ -44,7 +45,9 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         assembler: Assembler,
         metrics: MetricsStore,
         limits: ServiceLimits = ServiceLimits(),
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self.telemetry = telemetry if telemetry is not None else Telemetry()  # the server's metrics (unbound: off)
         self.registry = registry
         self.assembler = assembler
         self.metrics = metrics
@@ -54,11 +57,12 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         self.admission = StreamAdmission(limits.max_streams, limits.max_streams_per_client,
                                          limits.stream_idle_seconds, shed_seconds=limits.stream_shed_seconds,
                                          send_bytes=limits.send_bytes)
+        self.admission.telemetry = self.telemetry
         self.lookahead_budget = LookaheadBudget(limits.lookahead_bytes)
         self.same_host = SameHostTransport(limits.shm_bytes, limits.shm_release_seconds)
         self.on_quarantine: Callable[[str], None] | None = None  # the server sets its health here
         self.streams = StreamEngine(assembler, limits, self.admission, self.lookahead_budget, self.same_host,
-                                    self.draining)
+                                    self.draining, self.telemetry)
         self.tasks = TaskCatalog(registry)
         self.md = MdHandlers(registry, self.streams)
         self.baselines = BaselineHandlers(self.tasks)
@@ -66,12 +70,19 @@ class SamplerServicer(pb_grpc.SamplerServicer):
         # naver/cog's files named by a request: absolute, or relative to the data directory
         self.cog = CogHandlers(CogCatalog(registry, CogFiles(registry.data_dir), "the server"), self.streams)
         # reports: checked and tabled by each protocol's registration (metrics.registry)
-        self.reports = MetricsHandlers(metrics, limits.max_reports_per_request, ServedContext(self.replayer, self.tasks))
+        self.reports = MetricsHandlers(metrics, limits.max_reports_per_request, ServedContext(self.replayer, self.tasks),
+                                       self.telemetry)
 
     def store_unreadable(self, store: str, reason: str) -> None:
         """Quarantine a store whose data file became unreadable, and tell health."""
-        if self.registry.quarantine(store, reason) and self.on_quarantine is not None:
-            self.on_quarantine(store)
+        if self.registry.quarantine(store, reason):
+            self.telemetry.quarantined(store, "serving")
+            if self.on_quarantine is not None:
+                self.on_quarantine(store)
+
+    def data_lost(self, error: Exception) -> None:
+        """A call answered DATA_LOSS: counted under the store its message names."""
+        self.telemetry.data_loss(getattr(error, "store", None) or store_named(str(error)))
 
     # ---- Meta-Dataset (service.md) ---------------------------------------------------
 

@@ -463,10 +463,18 @@ class StreamSegments:
             offset += size
         return encode_with_tensors(header, placed)
 
-    def sent(self, reply: bytes) -> None:
-        """``reply`` (built here, or in the message) was handed to gRPC."""
+    def sent(self, reply: bytes) -> bool:
+        """``reply`` (built here, or in the message) was handed to gRPC; whether its pixels
+        are in a segment of this stream."""
         with self.transport._lock:
-            self.handed.update(name for name in self.unmapped if name.encode() in reply)
+            names = [name for name in self.unmapped if name.encode() in reply]
+            self.handed.update(names)
+        return bool(names)
+
+    def holds(self, reply: bytes) -> bool:
+        """Whether ``reply``'s pixels are in a segment of this stream (not in the message)."""
+        with self.transport._lock:
+            return any(name.encode() in reply for name in self.unmapped)
 
     def wait(self, gone: Callable[[], bool]) -> None:
         """Until fewer than ``ahead`` of the replies this stream sent are unmapped (its

@@ -60,10 +60,13 @@ def _check_parsed(request: Any) -> None:
 
 
 def _noticed(servicer: Any, error: SamplerError) -> None:
-    """A store found unreadable while serving stops being served (health included)."""
+    """A store found unreadable while serving stops being served (health included); a
+    DATA_LOSS answer is counted (the server's metrics)."""
     store = getattr(error, "store", None)
     if store is not None and hasattr(servicer, "store_unreadable"):
         servicer.store_unreadable(store, str(error))
+    if isinstance(error, DataLoss) and hasattr(servicer, "data_lost"):
+        servicer.data_lost(error)
 
 
 def unary(method: F) -> F:

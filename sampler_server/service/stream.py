@@ -43,11 +43,14 @@ from sampler_server.service.admission import LookaheadBudget, StreamAdmission, S
 from sampler_server.service.limits import ServiceLimits
 from sampler_server.service.lookahead import Lookahead
 from sampler_server.service.shared_memory import SameHostTransport, StreamSegments
+from sampler_server.service.telemetry import COG, MD, MESSAGE, SAME_HOST, VTAB, Telemetry
 from sampler_common.checks import check_stream_count
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
 log = logging.getLogger("sampler_server.service")
 
+STREAM_KINDS = {"episodes": MD, "batches": MD, "task-batches": VTAB, "task-episode": VTAB, "cog-batches": COG}
+"""Each stream kind (``StreamEngine.admit``) and its protocol, as the server's metrics name it."""
 
 
 class Prepared:
@@ -55,12 +58,16 @@ class Prepared:
     decoding them; then ``finish`` waits and returns the serialised reply (``header``
     plus images; a stream may still set ``header.last``) and ``discard`` frees what the
     images hold if the stream ends first. ``nbytes`` is what it holds once started:
-    exact for pixels, an estimate for encoded images until started."""
+    exact for pixels, an estimate for encoded images until started. ``store`` and
+    ``images``: where its images come from and how many (the server's metrics)."""
 
     def __init__(self, header: Any, nbytes: int,
-                 begin: Callable[[], tuple[Callable[[], bytes], PendingImages | None, int]]) -> None:
+                 begin: Callable[[], tuple[Callable[[], bytes], PendingImages | None, int]],
+                 store: str = "", images: int = 0) -> None:
         self.header = header
         self.nbytes = nbytes
+        self.store = store
+        self.images = images
         self._begin = begin
         self._finish: Callable[[], bytes] | None = None
         self.pending: PendingImages | None = None
@@ -100,9 +107,14 @@ class StreamEnd:
     """Runs once per stream: frees its slot, ends its same-host segments (unlinking the
     unread ones unless its client may still read them) and writes its one log line."""
 
-    def __init__(self, slot: StreamSlot, label: str, peer: str, segments: StreamSegments | None = None) -> None:
+    def __init__(self, slot: StreamSlot, label: str, peer: str, segments: StreamSegments | None = None,
+                 kind: str = "episodes", telemetry: Telemetry | None = None) -> None:
         self.slot = slot
         self.segments = segments
+        self.kind = kind
+        self.protocol = STREAM_KINDS.get(kind, MD)
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        self.telemetry.stream_opened(self.protocol)
         self.read_on = False  # the stream ended with a status its client reads after the replies sent
         self.label = label
         self._peer = peer
@@ -118,6 +130,7 @@ class StreamEnd:
                 return
             self._done = True
         self.slot.release()
+        self.telemetry.stream_closed(self.protocol)
         if self.segments is not None:
             self.segments.end(reclaim=not self.read_on)
         log.info("%s sent=%d %.2fs %s peer=%s", self.label, self.sent, time.perf_counter() - self._started,
@@ -157,7 +170,9 @@ class StreamEngine:
     budget, same-host transport and draining flag (set when the server shuts down)."""
 
     def __init__(self, assembler: Assembler, limits: ServiceLimits, admission: StreamAdmission,
-                 lookahead_budget: LookaheadBudget, same_host: SameHostTransport, draining: threading.Event) -> None:
+                 lookahead_budget: LookaheadBudget, same_host: SameHostTransport, draining: threading.Event,
+                 telemetry: Telemetry | None = None) -> None:
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
         self.assembler = assembler
         self.limits = limits
         self.admission = admission
@@ -179,6 +194,7 @@ class StreamEngine:
         limit = self.limits.max_message_bytes
         pixel_bytes = count * images.size * images.size * 3
         if not images.encoded and pixel_bytes > limit:
+            self.telemetry.refused("max_message")
             raise ResourceExhausted(f"{what} at image_size {images.size} needs {pixel_bytes} bytes; the server's "
                                     f"message limit is {limit}{hint}")
 
@@ -195,7 +211,7 @@ class StreamEngine:
             def nothing() -> tuple[Callable[[], bytes], None, int]:
                 return header.SerializeToString, None, header.ByteSize()
 
-            return Prepared(header, 0, nothing)
+            return Prepared(header, 0, nothing, store)
         assembler = self.assembler
         if images.encoded:
             def read() -> tuple[Callable[[], bytes], None, int]:
@@ -203,7 +219,7 @@ class StreamEngine:
                     getattr(header, slot.encoded).CopyFrom(messages.encoded_images(assembler.encoded(store, group)))
                 return header.SerializeToString, None, header.ByteSize()
 
-            return Prepared(header, self.record_bytes(store) * len(ids), read)
+            return Prepared(header, self.record_bytes(store) * len(ids), read, store, len(ids))
         fields = [header.DESCRIPTOR.fields_by_name[slot.pixels].number for slot, _ in groups]
         counts = [len(group) for _, group in groups]
         pixel_bytes = len(ids) * images.size * images.size * 3
@@ -212,15 +228,37 @@ class StreamEngine:
             pending = assembler.submit(store, ids, images.size, images.resize)
             return (lambda: messages.pixels_reply(header, fields, pending, counts, images.size)), pending, pixel_bytes
 
-        return Prepared(header, pixel_bytes, decode)
+        return Prepared(header, pixel_bytes, decode, store, len(ids))
 
-    def reply(self, prepared: Prepared, images: pb.ImageOptions) -> bytes:
+    def finished(self, prepared: Prepared, protocol: str, segments: StreamSegments | None) -> tuple[bytes, str]:
+        """``prepared``'s serialised reply, built under ``segments`` (a same-host stream's, or
+        None), and its transport (read only where metrics are on); its assembly and decode
+        times recorded."""
+        started = time.perf_counter()
+        with messages.pixels_to(segments):
+            reply = prepared.finish()
+        transport = MESSAGE
+        if self.telemetry.enabled:
+            if segments is not None and segments.holds(reply):
+                transport = SAME_HOST
+            pending = prepared.pending
+            self.telemetry.assembled(protocol, prepared.store, transport, time.perf_counter() - started,
+                                     pending.decode_seconds if pending is not None else None)
+        return reply, transport
+
+    def sent(self, prepared: Prepared, reply: bytes, protocol: str, episode: bool, transport: str) -> None:
+        """Count a reply gRPC took: the message, and its pixels when they went in shared memory."""
+        nbytes = len(reply) + (prepared.nbytes if transport == SAME_HOST else 0)
+        self.telemetry.reply_sent(protocol, prepared.store, episode, prepared.images, nbytes, transport)
+
+    def reply(self, prepared: Prepared, images: pb.ImageOptions, protocol: str = MD, episode: bool = True) -> bytes:
         """One reply outside a stream (a unary call): serialised, its pixels in a same-host
         segment where the request's token is accepted."""
         segments = self.same_host.stream(images.same_host_token)
         try:
-            with messages.pixels_to(segments):
-                return prepared.start().finish()
+            reply, transport = self.finished(prepared.start(), protocol, segments)
+            self.sent(prepared, reply, protocol, episode, transport)  # a unary reply: counted when built
+            return reply
         finally:
             if segments is not None:
                 segments.end(reclaim=False)  # its client maps it on receipt; else the timeout reclaims it
@@ -237,7 +275,7 @@ class StreamEngine:
         client = f"token:{caller.name}" if caller is not None else client_of(context.peer())
         slot = self.admission.admit(client, context.cancel)
         segments = self.same_host.stream(images.same_host_token) if images is not None else None
-        end = StreamEnd(slot, f"stream {kind}", context.peer(), segments)
+        end = StreamEnd(slot, f"stream {kind}", context.peer(), segments, kind, self.telemetry)
         if not context.add_callback(end):
             end()  # the RPC already ended
         return end
@@ -291,8 +329,7 @@ class _Stream:
         end.slot.shed = self.shed
 
     def finish(self, prepared: Prepared) -> bytes:
-        with messages.pixels_to(self.segments):
-            return prepared.finish()
+        return self.engine.finished(prepared, self.end.protocol, self.segments)[0]
 
     def drop_packing(self) -> None:
         """Drop the reply packed ahead, once its builder is done (it owns its buffers until
@@ -358,9 +395,9 @@ class _Stream:
         self.waiting.appendleft(planned)
         return planned[0], planned[1].nbytes
 
-    def next_reply(self) -> bytes:
-        """The reply whose turn has come, its episode started now if it was not ahead; then
-        the next reply is packed ahead where the budget has room."""
+    def next_reply(self) -> tuple[bytes, Prepared]:
+        """The reply whose turn has come (and its episode), its episode started now if it was
+        not ahead; then the next reply is packed ahead where the budget has room."""
         lookahead = self.lookahead
         if not len(lookahead):  # its turn has come: started now, whatever the lookahead budget
             index, prepared = self.waiting.popleft()
@@ -374,7 +411,7 @@ class _Stream:
         head = lookahead.head()
         if head is not None and lookahead.take_packed(head.item.nbytes):
             self.packing = self.packer.submit(self.finish, head.item)
-        return reply
+        return reply, prepared
 
     def replies(self) -> Iterator[Any]:
         end, engine = self.end, self.engine
@@ -388,15 +425,18 @@ class _Stream:
                     return  # the call ended while this stream waited for room
                 if engine.draining.is_set():
                     raise status.Unavailable(f"server is shutting down; resume at index {due[0]}")
-                reply = self.next_reply()
+                reply, prepared = self.next_reply()
                 with self.state:
                     self.sending = True
                 end.slot.sending()
                 yield handlers.SendOnce(reply)  # gRPC keeps what it sent while it asks for the next
+                transport = MESSAGE
                 if self.segments is not None:  # a same-host reply is taken when its client maps it
-                    self.segments.sent(reply)
+                    if self.segments.sent(reply):
+                        transport = SAME_HOST
                     self.segments.wait(self.gone)
-                del reply
+                engine.sent(prepared, reply, end.protocol, end.kind == "episodes", transport)
+                del reply, prepared
                 end.sent += 1
                 end.slot.progress()
                 with self.state:

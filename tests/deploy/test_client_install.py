@@ -35,7 +35,8 @@ from clients.core import EpisodeSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_ONLY = {"lmdb", "opencv-python-headless", "scipy", "pillow", "simplejpeg", "matplotlib", "tqdm",
-               "grpcio-health-checking", "grpcio-reflection"}
+               "grpcio-health-checking", "grpcio-reflection", "grpcio-observability", "opentelemetry-sdk",
+               "opentelemetry-exporter-prometheus", "prometheus-client"}
 STREAM = """
 import json, sys
 import clients.torch

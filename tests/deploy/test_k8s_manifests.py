@@ -1,23 +1,29 @@
 """deploy/k8s: every kustomization renders with the real kustomize (``kubectl kustomize``),
 every rendered object validates against the Kubernetes JSON schemas offline
-(kubernetes-validate's vendored schemas, strict: unknown fields fail), and the objects
-agree with the server they run: probe service names, the serve options behind every
-SAMPLER_* variable, the pack command line each shard runs, the read-only stores."""
+(kubernetes-validate's vendored schemas, strict: unknown fields fail; the Prometheus
+Operator's kinds against its CRDs, tests/deploy/crds), and the objects agree with the
+server they run: probe service names, the serve options behind every SAMPLER_* variable,
+the pack command line each shard runs, the read-only stores, the metrics port scraped, and
+the metrics the alerts and the Grafana dashboard name (each one the server exports)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 from deploy_files import DEPLOY, K8S, dockerfile_stages, kustomization_dirs, load_script, render
 
 from sampler_server.cli.main import build_parser
+from sampler_server.service import telemetry
 from sampler_server.service.server import SERVICE_NAME
 from sampler_server.store.shards import parse_shard
 
@@ -64,6 +70,43 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
+CRDS = Path(__file__).parent / "crds"
+OPERATOR_GROUP = "monitoring.coreos.com/"
+
+
+def _strict(schema: Any) -> Any:
+    """An openAPIV3Schema as JSON Schema that refuses unknown fields, as the API server
+    prunes them (an object that lists its properties and says nothing else takes no other)."""
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {key: _strict(value) for key, value in schema.items()}
+    if ("properties" in schema and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        strict["additionalProperties"] = False
+    return strict
+
+
+@functools.cache
+def operator_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> the strict schema of each vendored Prometheus Operator CRD."""
+    schemas = {}
+    for path in sorted(CRDS.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        for version in crd["spec"]["versions"]:
+            schema = version["schema"]["openAPIV3Schema"]
+            schemas[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = _strict(schema)
+    return schemas
+
+
+def validate_operator_object(item: dict[str, Any]) -> None:
+    schema = operator_schemas().get((item["apiVersion"], item["kind"]))
+    assert schema is not None, f"{item['apiVersion']} {item['kind']}: no CRD for it in {CRDS}"
+    # not jsonschema.validate: that checks the schema too, whose patterns are Go's (``^(?i)...``)
+    jsonschema.Draft202012Validator(schema).validate(item)
+
+
 def test_the_tree_has_a_base_overlays_and_a_pack_job() -> None:
     assert {"base", "pack", "overlays/lab", "overlays/large"} <= set(IDS), IDS
     assert len(serving_dirs()) >= 3 and len(pack_dirs()) >= 3
@@ -74,6 +117,13 @@ def test_renders_and_validates_against_the_schemas(directory: Path) -> None:
     items = rendered(directory)
     assert items, f"{directory} rendered nothing"
     for item in items:
+        if item["apiVersion"].startswith(OPERATOR_GROUP):  # the Prometheus Operator's kinds: its CRDs
+            try:
+                validate_operator_object(item)
+            except jsonschema.ValidationError as error:
+                path = ".".join(str(p) for p in error.absolute_path)
+                pytest.fail(f"{item['kind']}/{item['metadata']['name']}: {path}: {error.message}")
+            continue
         for version in K8S_VERSIONS:
             try:
                 kubernetes_validate.validate(item, version, strict=True)
@@ -255,3 +305,95 @@ def test_validation_rejects_what_the_api_server_would() -> None:
                   {**sampler, "readinessProbe": {"grpc": {"port": "grpc"}}}]}}}}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSIONS[-1], strict=True)
+
+
+# ---- monitoring (components/monitoring) ------------------------------------------------------
+
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+                "offset", "le", "inf", "nan"}
+PROMETHEUS_OWN = {"up"}  # what Prometheus records of every scrape itself
+
+
+def promql_metrics(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: identifiers that are not functions,
+    keywords, label names (inside ``{}`` or a ``by (...)``) or durations."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # string literals
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # ranges
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", text):
+        following = text[match.end():].lstrip()
+        if following.startswith("(") or match.group().lower() in PROMQL_WORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def monitoring_objects() -> list[tuple[Path, dict[str, Any]]]:
+    return [(d, item) for d in serving_dirs() for item in rendered(d) if item["kind"] in ("PrometheusRule", "PodMonitor")
+            or (item["kind"] == "ConfigMap" and item["metadata"]["name"] == "sampler-dashboard")]
+
+
+def test_the_monitoring_component_is_rendered_by_an_overlay() -> None:
+    kinds = {item["kind"] for _, item in monitoring_objects()}
+    assert kinds == {"PrometheusRule", "PodMonitor", "ConfigMap"}, kinds
+
+
+@pytest.mark.parametrize("directory", [d for d in serving_dirs() if objects(d, "PodMonitor")],
+                         ids=lambda d: str(d.relative_to(K8S)))
+def test_prometheus_scrapes_the_port_serve_serves_metrics_on(directory: Path) -> None:
+    entrypoint = load_script("entrypoint")
+    pod = one(directory, "Deployment")["spec"]["template"]
+    sampler = container(pod["spec"], "sampler")
+    env = env_of(sampler)
+    (flag, value) = entrypoint.arguments_from_environment({"SAMPLER_METRICS_PORT": env["SAMPLER_METRICS_PORT"]["value"]})
+    assert flag == "--metrics-port"
+    port = next(p for p in sampler["ports"] if p["name"] == "metrics")["containerPort"]
+    assert int(value) == port != next(p for p in sampler["ports"] if p["name"] == "grpc")["containerPort"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": "/metrics"}
+    monitor = one(directory, "PodMonitor")["spec"]
+    assert matches(monitor["selector"]["matchLabels"], pod["metadata"]["labels"])
+    assert [(e["port"], e["path"]) for e in monitor["podMetricsEndpoints"]] == [("metrics", "/metrics")]
+    # the job the replica-down alert and the dashboard name is the pods' jobLabel value
+    job = pod["metadata"]["labels"][monitor["jobLabel"]]
+    rules = [rule for group in one(directory, "PrometheusRule")["spec"]["groups"] for rule in group["rules"]]
+    down = next(rule for rule in rules if rule["alert"] == "SamplerReplicaDown")
+    assert f'up{{job="{job}"}}' in down["expr"]
+
+
+def test_the_alerts_and_the_dashboard_name_only_metrics_the_server_exports() -> None:
+    # the server's table of what it exports, which tests/service/test_metrics_endpoint.py holds a real scrape to
+    exported = telemetry.exported_series() | PROMETHEUS_OWN
+    named: dict[str, set[str]] = {}
+    for directory, item in monitoring_objects():
+        where = f"{directory.relative_to(K8S)}: {item['kind']}/{item['metadata']['name']}"
+        if item["kind"] == "PrometheusRule":
+            exprs = [rule["expr"] for group in item["spec"]["groups"] for rule in group["rules"]]
+        elif item["kind"] == "ConfigMap":
+            dashboard = json.loads(item["data"]["sampler-dashboard.json"])
+            exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+        else:
+            continue
+        assert exprs, where
+        for expr in exprs:
+            metrics = promql_metrics(expr)
+            assert metrics, f"{where}: no metric in {expr!r}"
+            unknown = metrics - exported
+            assert not unknown, f"{where}: {sorted(unknown)} are not exported by the server ({expr!r})"
+            named.setdefault(item["kind"], set()).update(metrics)
+    # the alerts the issue asks for: a replica down, DATA_LOSS, the refusal rate, p99 latency
+    assert {"up", "sampler_data_loss_total", "sampler_admission_refusals_total",
+            "grpc_server_call_duration_seconds_bucket"} <= named["PrometheusRule"], named["PrometheusRule"]
+    # the dashboard shows every metric of the sampler's own
+    shown = {name.removesuffix("_bucket") for name in named["ConfigMap"]}
+    assert {i.family for i in telemetry.INSTRUMENTS} <= shown, sorted({i.family for i in telemetry.INSTRUMENTS} - shown)
+
+
+def test_promql_metric_names_are_read_as_prometheus_reads_them() -> None:
+    expr = ('histogram_quantile(0.99, sum by (grpc_method, le) (rate(grpc_server_call_duration_seconds_bucket'
+            '{grpc_method=~"sampler.v1.Sampler/(Get|List).*"}[5m]))) > 2 and on(pod) up{job="x"} == 1')
+    assert promql_metrics(expr) == {"grpc_server_call_duration_seconds_bucket", "up"}
+    assert promql_metrics("sum(rate(sampler_reports_total[5m])) / clamp_min(count(sampler_replica_info), 1)") == {
+        "sampler_reports_total", "sampler_replica_info"}

@@ -5,7 +5,7 @@ import warnings
 
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as sampler_dot_v1_dot_sampler__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
