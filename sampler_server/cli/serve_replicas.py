@@ -34,6 +34,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -226,7 +227,7 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
         if stopping:
             replicas[-1].terminate_once()
     stores = ""
-    metrics_ports: list[int | None] = []
+    bound_metrics: list[int | None] = []  # each replica's, as its ready line says
     for replica in replicas:
         line = replica.process.stdout.readline().strip()
         ready = READY.match(line)
@@ -240,12 +241,12 @@ def run_replicas(args: argparse.Namespace, started: float) -> int:
         replica.address = ready.group(1)
         settings = SETTINGS.search(ready.group(2))
         stores = stores or ready.group(2)[:settings.start() if settings else None].rstrip("; ")
-        metrics_ports.append(int(settings.group(3)[1:]) if settings and settings.group(3) != "off" else None)
+        bound_metrics.append(int(settings.group(3)[1:]) if settings and settings.group(3) != "off" else None)
         log.info("%s: listening on %s (pid %d)", replica.name, replica.address, replica.process.pid)
     if stopping:
         return _stop_all(replicas, None)
     target = replica_target(args.host, [int(r.address.rsplit(":", 1)[1]) for r in replicas])
-    settings = ready_settings(args.tls_cert is not None, args.tokens is not None, metrics_ports)
+    settings = ready_settings(args.tls_cert is not None, args.tokens is not None, bound_metrics)
     print(f"listening on {target} ({count} replicas; decode workers {'+'.join(map(str, workers))}; {stores}; "
           f"{settings}; ready in {time.perf_counter() - started:.2f} s)", flush=True)
     while not stopping:
