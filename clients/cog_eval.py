@@ -376,7 +376,7 @@ class CogRun:
             # epoch that hit a non-finite loss, stops, and returns that last top-1
             score = accuracy(self.backend, val_data, val_labels)
             scores.append(score)
-            self.log(f"{level} N={shots or 'all'} seed {seed} {hp.label}: val accuracy {score:.4f}"
+            self.log(f"{level} N={shots or 'all'} seed {seed} {hp.label}: val accuracy {score:.2%}"
                      f"{' (diverged)' if outcome.diverged else ''}")
         return Search(tuple(scores), choose(scores, self.grid), len(search_rows), len(val_rows))
 
@@ -438,8 +438,8 @@ class CogRun:
                     self.report(level, result, config)
                     results.append(result)
                     self.log(f"{level} N={shots or 'all'} seed {seed}: lr={result['learning_rate']:.6g} "
-                             f"wd={result['weight_decay']:.6g}, val {result['val_accuracy']:.4f}, "
-                             f"test accuracy {result['accuracy']:.4f}")
+                             f"wd={result['weight_decay']:.6g}, val {result['val_accuracy']:.2%}, "
+                             f"test accuracy {result['accuracy']:.2%}")
             levels[level] = {"num_classes": self.num_classes[level],
                              "train_size": len(self.features[f"{level}/train"].labels),
                              "test_size": len(test.labels), "feature_dim": int(test.features.shape[1]),
@@ -462,7 +462,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         for result in entry["results"]:
             lines.append(f"  {level} N={result['shots'] or 'all'} seed {result['seed']}: "
                          f"lr={result['learning_rate']:.4g} wd={result['weight_decay']:.3g} "
-                         f"test {result['accuracy']:.4f} ({result['test_examples']} images)")
+                         f"test {result['accuracy']:.2%} ({result['test_examples']} images)")
     return "\n".join(lines)
 
 

@@ -620,10 +620,10 @@ def _evaluate_extra() -> Any:
 def _describe(result: Mapping[str, Any]) -> str:
     if "mean_accuracy" in result:
         mean = result["mean_accuracy"]
-        return f"{result['episodes']} episodes" + (f", mean accuracy {mean:.4f}" if mean is not None else "")
+        return f"{result['episodes']} episodes" + (f", mean accuracy {mean:.2%}" if mean is not None else "")
     if "tasks" in result:
-        return ", ".join(f"{task} test {accuracy:.4f}" for task, accuracy in result["tasks"].items())
-    return f"test accuracy {result['accuracy']:.4f} (lr={result['learning_rate']:.4g}, wd={result['weight_decay']:.3g})"
+        return ", ".join(f"{task} test {accuracy:.2%}" for task, accuracy in result["tasks"].items())
+    return f"test accuracy {result['accuracy']:.2%} (lr={result['learning_rate']:.4g}, wd={result['weight_decay']:.3g})"
 
 
 def _held_request(run_ids: list[str]) -> Any:

@@ -593,7 +593,7 @@ class Run:
                     recent = timer.window[-window:]
                     mean_loss, mean_accuracy = self._window_means(timer, window)
                     timer.log_point(done, mean_loss, mean_accuracy)
-                    self.log(f"{self.unit} {done}/{total}: loss {mean_loss:.4f}, accuracy {mean_accuracy:.3f}; "
+                    self.log(f"{self.unit} {done}/{total}: loss {mean_loss:.4f}, accuracy {mean_accuracy:.2%}; "
                              f"{len(recent) * self.ranks / sum(recent):.2f} {_PLURAL[self.unit]}/s, data wait "
                              f"{timer.summary.data_wait_seconds / timer.summary.seconds:.1%}")
                 validated = self.validation is not None and due(done, self.ranks, args.validate_every)
@@ -653,10 +653,10 @@ class Run:
             history.save(self.args.checkpoint_dir)
         best = history.best
         assert best is not None
-        self.log(f"validation at {self.unit} {update}: accuracy {accuracy:.4f}"
+        self.log(f"validation at {self.unit} {update}: accuracy {accuracy:.2%}"
                  + (f" ± {_ci(ci95)}" if len(by_source) == 1 else f" (mean of {len(by_source)} sources)")
                  + f" over {history.episodes} valid episodes of {' '.join(history.sources)}; "
-                 + ("the best so far" if best is validation else f"the best is {best.accuracy:.4f} at {best.update}")
+                 + ("the best so far" if best is validation else f"the best is {best.accuracy:.2%} at {best.update}")
                  + f" ({time.perf_counter() - began:.1f} s)")
 
     def log_preset(self, resumed: bool) -> None:
@@ -676,7 +676,7 @@ class Run:
         if best is None:
             return
         self.framework.restore_best(best.update)
-        self.log(f"testing the backbone of {self.unit} {best.update}: validation accuracy {best.accuracy:.4f}, "
+        self.log(f"testing the backbone of {self.unit} {best.update}: validation accuracy {best.accuracy:.2%}, "
                  f"the best of {len(self.validation.validations)} validations")  # type: ignore[union-attr]
 
     # ---- evaluation and reports ---------------------------------------------------------------
@@ -716,8 +716,8 @@ class Run:
                     mean_loss=float(np.mean([row[2] for row in rows])),
                     mean_chance=float(np.mean([row[3] for row in rows])), stored=stored, duplicates=duplicates,
                     seconds=round(seconds, 3), episodes_per_s=len(accuracies) / seconds if seconds > 0 else 0.0)
-                self.log(f"eval {name} ({kind}) {args.eval_split}: accuracy {mean:.4f} ± {_ci(ci95)} over "
-                         f"{len(accuracies)} episodes (chance {results[name].mean_chance:.3f}); reported "
+                self.log(f"eval {name} ({kind}) {args.eval_split}: accuracy {mean:.2%} ± {_ci(ci95)} over "
+                         f"{len(accuracies)} episodes (chance {results[name].mean_chance:.2%}); reported "
                          f"{stored} new, {duplicates} again as run {args.run!r}"
                          + (f" (by {self.ranks} ranks)" if self.ranks > 1 else ""))
         return results
@@ -823,7 +823,7 @@ def steps_before(limit: int, residue: int, period: int) -> int:
 
 
 def _ci(ci95: float | None) -> str:
-    return f"{ci95:.4f}" if ci95 is not None else "n/a (one episode)"
+    return f"{ci95:.2%}" if ci95 is not None else "n/a (one episode)"
 
 
 def server_line(transport: str, settings: pb.ServerSettings) -> str:
@@ -868,12 +868,12 @@ def format_summary(summary: RunSummary) -> str:
     best = summary.validation["best_update"] if summary.validation else None
     if summary.validation and best is not None:
         validation = summary.validation
-        lines.append(f"  validation: best accuracy {validation['best_accuracy']:.4f} at {train.unit} {best}, of "
+        lines.append(f"  validation: best accuracy {validation['best_accuracy']:.2%} at {train.unit} {best}, of "
                      f"{len(validation['validations'])} validations on {validation['episodes']} valid episodes of "
                      f"{' '.join(validation['sources'])}; its backbone was tested")
     for name, result in summary.eval.items():
-        lines.append(f"  eval {name} ({result.split}): accuracy {result.mean_accuracy:.4f} ± {_ci(result.ci95)} "
-                     f"(chance {result.mean_chance:.3f}, loss {result.mean_loss:.4f}, {result.episodes} episodes)")
+        lines.append(f"  eval {name} ({result.split}): accuracy {result.mean_accuracy:.2%} ± {_ci(result.ci95)} "
+                     f"(chance {result.mean_chance:.2%}, loss {result.mean_loss:.4f}, {result.episodes} episodes)")
     return "\n".join(lines)
 
 

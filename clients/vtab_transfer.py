@@ -350,7 +350,7 @@ class TransferRun:
                 validated.checks.append(check)
                 if validated.best is None or check_loss < validated.best["loss"]:
                     validated.best, kept = check, self.learner.snapshot()
-                self.log(f"{label}: step {step + 1} {validated.split} loss {check_loss:.4f} accuracy {accuracy:.4f}"
+                self.log(f"{label}: step {step + 1} {validated.split} loss {check_loss:.4f} accuracy {accuracy:.2%}"
                          f"{' (best)' if validated.best is check else ''}")
         if kept is not None:
             self.learner.restore(kept)
@@ -404,7 +404,7 @@ class TransferRun:
             self.client.report_task(args.run, task, "test", accuracy, len(predicted), run_config=config)
             results[task] = {"test_accuracy": accuracy, "test_examples": len(predicted),
                              "support_examples": len(episode.support_labels)}
-            self.log(f"{task}: protonet test accuracy {accuracy:.4f} ({len(predicted)} queries)")
+            self.log(f"{task}: protonet test accuracy {accuracy:.2%} ({len(predicted)} queries)")
         return {"run": args.run, "mode": args.mode, "config": config, "tasks": results,
                 "result_sha256": self.fits.hexdigest()}
 
@@ -471,7 +471,7 @@ class TransferRun:
                 self.fit(task, point.train, setting, point.of(point.train))
                 val[task][setting.label], val_examples[task] = self.evaluate(task, point.val, point.of(point.val))
                 self.log(f"{task}{f' regime {point.regime}' if point.regime else ''} {setting.label}: "
-                         f"{point.val} accuracy {val[task][setting.label]:.4f}")
+                         f"{point.val} accuracy {val[task][setting.label]:.2%}")
         return val, val_examples, choose(val, settings, args.select == "per-task")
 
     def _early_stopped(self, point: DataPoint, settings: Sequence[Setting], seeds: Sequence[int]
@@ -502,7 +502,7 @@ class TransferRun:
                 runs.append({"seed": seed, "best_step": again.best["step"],
                              "test_accuracy": self.evaluate(task, point.test)[0]})
             self.log(f"{task}{f' regime {point.regime}' if point.regime else ''} {setting.label}: best {point.val} "
-                     f"loss {best['loss']:.4f} at step {best['step']}, test accuracy {runs[0]['test_accuracy']:.4f}")
+                     f"loss {best['loss']:.4f} at step {best['step']}, test accuracy {runs[0]['test_accuracy']:.2%}")
             results[task] = {"chosen_label": setting.label, "setting": setting, "validated": validated,
                              "runs": runs, "examples": examples}
         return results
@@ -552,7 +552,7 @@ class TransferRun:
                 accuracy, examples = self.evaluate(task, point.test)
                 runs.append({"seed": seed, "test_accuracy": accuracy})
                 if len(seeds) > 1:
-                    self.log(f"{task} {setting.label} seed {seed}: test accuracy {accuracy:.4f}")
+                    self.log(f"{task} {setting.label} seed {seed}: test accuracy {accuracy:.2%}")
             accuracy = median([run["test_accuracy"] for run in runs])
             if point.val is not None:
                 self.client.report_task(args.run, task, point.val, val[task][setting.label], val_examples[task],
@@ -597,14 +597,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 def _task_lines(tasks: Mapping[str, Any], indent: str) -> list[str]:
     lines = []
     for task, result in tasks.items():
-        val = f"{result.get('val_split', 'val200')} {result['val_accuracy']:.4f}, " if "val_accuracy" in result else ""
+        val = f"{result.get('val_split', 'val200')} {result['val_accuracy']:.2%}, " if "val_accuracy" in result else ""
         if "best_step" in result:  # early stopping: the checkpoint tested
             val = f"best step {result['best_step']} ({result['val_split']} loss {result['val_loss']:.4f}), {val}"
         chosen = f" lr={result['chosen']['lr']:g} steps={result['chosen']['steps']}:" if "chosen" in result else ":"
         runs = result.get("test_runs", [])
-        scores = " ".join(f"{run['test_accuracy']:.4f}" for run in runs)
+        scores = " ".join(f"{run['test_accuracy']:.2%}" for run in runs)
         of_runs = f", median of {len(runs)}: {scores}" if len(runs) > 1 else ""
-        lines.append(f"{indent}{task}{chosen} {val}test {result['test_accuracy']:.4f} "
+        lines.append(f"{indent}{task}{chosen} {val}test {result['test_accuracy']:.2%} "
                      f"({result['test_examples']} examples{of_runs})")
     return lines
 

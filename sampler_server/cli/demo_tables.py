@@ -91,14 +91,14 @@ def card_command(store: Path, workdir: Path, runs: Sequence[str]) -> list[str]:
     return command + ["--html", str(workdir / "card.html"), "--plots", str(workdir / "plots-card")]
 
 
-NOT_IN_TABLE = re.compile(r"^\S+: no .+ \(not in this table\)$")
+NOT_IN_TABLE = re.compile(r"^no .+ \(not in this table\): .+$")
 
 
 def card_for_terminal(text: str, shown: dict[str, str]) -> str:
     """The card less what the terminal shows already: a section whose table was printed
     above (``shown``: section title -> where, e.g. the calibrated table of the control
     baselines, the same rows) becomes one line saying so, and the lines naming the runs a
-    table leaves out (``<run>: no ... (not in this table)``) go; ``card.md`` and the log keep it whole."""
+    table leaves out (``no ... (not in this table): <runs>``) go; ``card.md`` and the log keep it whole."""
     parts = re.split(r"(?m)^(?=## )", text)
     kept = []
     for part in parts:

@@ -291,7 +291,8 @@ def _card_sections(
     if len(groups) < 2:
         return [_card_section(store, query, context, shown, plots)]
     grouped = {run for runs in groups.values() for run in runs}
-    lacking = tuple(f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in grouped)
+    ungrouped = [run for run in query.run_ids if run not in grouped]
+    lacking = (card.lacking_line(shown.results, ungrouped),) if ungrouped else ()
     sections = []
     for name, runs in groups.items():
         titled = dataclasses.replace(shown, title=f"{shown.title} ({name})", plots_folder=name)
@@ -314,8 +315,9 @@ def _card_section(
     having = shown.runs_with_results(report)
     if not having:
         return card.left_out(shown.title, f"no {shown.results} for {', '.join(query.run_ids)}"), None
-    lines = [f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in having]
-    if lines:
+    lacking = [run for run in query.run_ids if run not in having]
+    lines = [card.lacking_line(shown.results, lacking)] if lacking else []
+    if lacking:
         query = dataclasses.replace(query, run_ids=tuple(having))
         report = table.build(store, query, context)
     if shown.name == "md" and context is None:
@@ -359,7 +361,8 @@ def _calibrated_section(
     having = shown.runs_with_results(report)
     if not having:
         return card.left_out(shown.title, f"no {shown.results} for {', '.join(query.run_ids)}")
-    lines = [f"{run}: no {shown.results} (not in this table)" for run in query.run_ids if run not in having]
+    lacking = [run for run in query.run_ids if run not in having]
+    lines = [card.lacking_line(shown.results, lacking)] if lacking else []
     if not chosen:
         lines.append(f"control runs: {controls.scratch} (scratch), {controls.max} (max), the metrics database's only "
                      "ones (--scratch and --max pick others)")

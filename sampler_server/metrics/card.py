@@ -9,8 +9,9 @@ table writes them). The runs stand side by side: one column per run in the MD an
 tables, one block of rows per run in the CoG table, as those tables lay them out.
 
 A table whose protocol has no results for any run shown is left out with one line saying
-so; a run that lacks one protocol is named under that table, which then shows the runs
-that have it (so the MD ranks are over the runs shown in it). The MD table ranks the runs
+so; the runs that lack one protocol are named under that table in one line
+(``lacking_line``), and it shows the runs that have it (so the MD ranks are over the runs
+shown in it). The MD table ranks the runs
 of one preset: runs of md-v1 and md-v2 (an ``evaluate`` run's ``RUN/md-v1/<learner>`` and
 ``RUN/md-v2/<learner>``) get one MD table each, titled with its preset. The VTAB+MD table
 shows the runs with MD-v2 test episodes, each beside its VTAB-v2 side (an ``evaluate``
@@ -20,8 +21,12 @@ Under the heading: where the numbers come from, and the input convention each ru
 was fed (``input_lines``: range, mean, std and whose they are, as its configuration records
 them), so a card says whether a checkpoint got its own convention or the default.
 
-The HTML has its CSS inline, the plots as ``data:image/png;base64`` URIs and no script
-or external resource: it opens in any browser, offline, and travels as one file.
+The HTML opens with a table of contents linking each table shown (``Section.anchor``),
+and each table's plots follow it in a ``<details>`` element, closed: the page shows every
+protocol's table within its first screens however many plots there are (18 for eight MD
+sources), and a click opens one protocol's plots. It has its CSS inline, the plots as
+``data:image/png;base64`` URIs and no script or external resource: it opens in any
+browser, offline, and travels as one file.
 """
 
 from __future__ import annotations
@@ -154,6 +159,14 @@ class Section:
     def shown(self) -> bool:
         return bool(self.markdown)
 
+    @property
+    def anchor(self) -> str:
+        """The HTML id of its heading, which the table of contents links: the title in
+        lower case, each run of other characters than letters and digits one ``-``
+        ("Meta-Dataset (md-v1)" -> "meta-dataset-md-v1")."""
+        words = "".join(c if c.isalnum() else " " for c in self.title.lower()).split()
+        return "-".join(words) or "section"
+
 
 @dataclass(frozen=True)
 class Card:
@@ -185,6 +198,12 @@ def input_lines(configs: Mapping[str, Mapping[str, Any] | None]) -> tuple[str, .
                  else f"declared by {source}" if source else "not recorded whose")
         runs_of.setdefault((numbers, whose), []).append(run)
     return tuple(f"input of {', '.join(runs)}: {numbers} ({whose})" for (numbers, whose), runs in runs_of.items())
+
+
+def lacking_line(results: str, runs: Sequence[str]) -> str:
+    """The one line under a table naming the runs it leaves out for having none of its
+    ``results``, e.g. "no ImageNet-CoG results (not in this table): run-a, run-b"."""
+    return f"no {results} (not in this table): {', '.join(runs)}"
 
 
 def left_out(title: str, why: str) -> Section:
@@ -233,6 +252,11 @@ td.number { text-align: right; }
 tr.summary td { background: #f6f8fa; font-weight: bold; }
 td.group { background: #fbfcfd; font-weight: bold; vertical-align: top; }
 .plots { display: flex; flex-wrap: wrap; gap: 10px; margin-top: 10px; }
+details.plots { margin-top: 10px; }
+details.plots > summary { cursor: pointer; color: #0b5cad; }
+nav.toc { margin: 10px 0 0; padding: 6px 12px; background: #f6f8fa; border: 1px solid #d7dde4; }
+nav.toc ol { margin: 2px 0; padding-left: 22px; }
+nav.toc a { color: #0b5cad; text-decoration: none; }
 figure { margin: 0; flex: 0 1 calc(50% - 5px); }
 figure.wide { flex-basis: 100%; }
 figure img { display: block; width: 100%; height: auto; border: 1px solid #e4e8ec; }
@@ -298,21 +322,38 @@ def _plot_html(plot: Plot) -> str:
             f"alt=\"{name}\"><figcaption>{name}</figcaption></figure>")
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def toc_html(sections: Sequence[Section]) -> str:
+    """The table of contents: a link to each table shown, with how many plots it has."""
+    items = "".join(f"<li><a href=\"#{section.anchor}\">{html.escape(section.title)}</a>"
+                    + (f" ({_plural(len(section.plots), 'plot')})" if section.plots else "") + "</li>"
+                    for section in sections if section.shown)
+    return f"<nav class=\"toc\"><strong>Contents</strong><ol>{items}</ol></nav>" if items else ""
+
+
 def render_html(card: Card) -> str:
-    """The card as one HTML page (inline CSS, PNGs as data URIs, no script)."""
+    """The card as one HTML page (inline CSS, PNGs as data URIs, no script): the heading,
+    where the numbers come from, the table of contents, then each table with its plots
+    under a closed ``<details>``."""
     title = html.escape(f"Report card: {', '.join(card.runs)}")
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">", f"<title>{title}</title>",
            f"<style>{STYLE}</style></head><body>", f"<h1>{title}</h1>"]
     out += [f"<p class=\"provenance\">{html.escape(line)}</p>" for line in card.provenance]
+    out.append(toc_html(card.sections))
     for section in card.sections:
         if not section.shown:
             out += [f"<p class=\"absent\">{html.escape(line)}</p>" for line in section.lines]
             continue
-        out.append(f"<section><h2>{html.escape(section.title)}</h2>")
+        out.append(f"<section id=\"{section.anchor}\"><h2>{html.escape(section.title)}</h2>")
         out += [f"<p class=\"lines\">{html.escape(line)}</p>" for line in section.lines]
         out.append(grid_html(section.markdown))
         if section.plots:
-            out.append("<div class=\"plots\">" + "".join(_plot_html(plot) for plot in section.plots) + "</div>")
+            out.append(f"<details class=\"plots\"><summary>{html.escape(section.title)}: "
+                       f"{_plural(len(section.plots), 'plot')}</summary><div class=\"plots\">"
+                       + "".join(_plot_html(plot) for plot in section.plots) + "</div></details>")
         out.append("</section>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"

@@ -2,7 +2,8 @@
 
 Conventions (each plot module builds its figures with these helpers):
 - accuracy in percent on every accuracy axis, the unit in the label ("top-1 accuracy (%)");
-- integer ticks on count axes (ways, shots, N): the counts themselves, never 7.5;
+- integer ticks on count axes (ways, shots, N): the counts themselves, never 7.5, and one
+  tick at the value of an axis with one value;
 - every band and error bar named in the legend by what it is ("95% CI over episodes",
   "std over seeds"), from the statistic the module computes;
 - a point averaged over fewer than ``FEW`` values drawn hollow, its n written beside it,
@@ -52,9 +53,16 @@ def percent_label(quantity: str) -> str:
     return f"{quantity} (%)"
 
 
-def integer_ticks(axes: Axes) -> None:
-    """Whole-number x ticks on a count axis (ways, shots) drawn on a linear scale."""
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+def integer_ticks(axes: Axes, values: Sequence[float] = ()) -> None:
+    """Whole-number x ticks on a count axis (ways, shots) drawn on a linear scale: one tick
+    at the value where ``values`` (the x values drawn) hold one, never 4.8 ... 5.2 around it
+    (``MaxNLocator(integer=True)`` alone falls back to fractions when fewer than two whole
+    numbers lie in the view)."""
+    distinct = sorted(set(values))
+    if len(distinct) == 1:
+        axes.set_xticks(distinct)
+        return
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
 
 
 def band_handle(label: str) -> Patch:

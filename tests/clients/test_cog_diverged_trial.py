@@ -52,5 +52,7 @@ def test_a_diverged_search_trial_keeps_its_measured_val_accuracy(tmp_path: Path)
     # measured, not 0: the colours stay far better than nothing after one large step
     assert all(0.0 < score <= 1.0 for score in diverged_scores), diverged_scores
     for line in diverged:
-        measured = float(line.split("val accuracy ")[1].split()[0])
+        shown = line.split("val accuracy ")[1].split()[0]
+        assert shown.endswith("%"), line  # in percent, as the reports
+        measured = float(shown.removesuffix("%"))
         assert measured > 0 and np.isfinite(measured)

@@ -117,7 +117,7 @@ def test_torch_tests_the_best_validated_backbone_and_resumes_its_history(served,
     assert whole["config"]["result_sha256"] == weights_sha256((n, t.numpy()) for n, t in best["backbone"].items())
     captured = capfd.readouterr()
     assert f"testing the backbone of episode {validation['best_update']}" in captured.err
-    assert f"validation: best accuracy {validation['best_accuracy']:.4f} at episode {validation['best_update']}" \
+    assert f"validation: best accuracy {validation['best_accuracy']:.2%} at episode {validation['best_update']}" \
         in captured.out
 
     # --eval-only of the directory tests that backbone again: the same accuracy and fingerprint

@@ -225,7 +225,8 @@ def test_the_card_ranks_the_learners_of_each_preset_and_shows_the_vtab_md_side(m
                            str(tmp_path / "card.html"), "--plots", str(tmp_path / "plots")], capsys)
     assert code == 0, err
     v1 = out[out.index("## Meta-Dataset (md-v1)\n"):out.index("## Meta-Dataset (md-v2)\n")]
-    assert "ck/vtab: no Meta-Dataset episode reports (not in this table)" in v1
+    (lacking,) = [line for line in v1.splitlines() if "(not in this table)" in line]  # one line for every run
+    assert lacking.startswith("no Meta-Dataset episode reports (not in this table): ") and "ck/vtab" in lacking
     assert "| source | knn | matchingnet | prototypes |" in v1
     assert _rows(v1)["average rank (1 sources)"] == ["3.00", "1.50", "1.50"]
     v2 = out[out.index("## Meta-Dataset (md-v2)\n"):out.index("## VTAB-1k\n")]
@@ -234,8 +235,9 @@ def test_the_card_ranks_the_learners_of_each_preset_and_shows_the_vtab_md_side(m
     both = out[out.index("## VTAB+MD\n"):]
     assert "| part | source / task | knn | prototypes |" in both
     assert f"| aggregate | md-v2 | {100 * _v2_mean('knn'):.2f} | {100 * _v2_mean('prototypes'):.2f} |" in both
-    for run in ("ck/md-v1/knn", "ck/md-v1/matchingnet", "ck/md-v1/prototypes"):
-        assert f"{run}: no MD-v2 test episode reports (not in this table)" in both
+    (lacking,) = [line for line in both.splitlines() if "(not in this table)" in line]
+    assert lacking.startswith("no MD-v2 test episode reports (not in this table): ")
+    assert {"ck/md-v1/knn", "ck/md-v1/matchingnet", "ck/md-v1/prototypes"} <= set(lacking.split(": ", 1)[1].split(", "))
     page = (tmp_path / "card.html").read_text(encoding="utf-8")
     assert "<h2>VTAB+MD</h2>" in page and "<h2>Meta-Dataset (md-v1)</h2>" in page
     assert (tmp_path / "plots" / "vtab-md" / "vtab_ck_vtab.png").is_file()  # one VTAB-v2 plot, apart from VTAB-1k's

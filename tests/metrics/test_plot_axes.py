@@ -245,3 +245,31 @@ def test_vtab_bars_are_percent_with_group_means_named(tmp_path):
     assert any(text.startswith("vtab-v1 mean 70.0 *") for text in texts)
     assert axes.get_ylim() == (0, 100)
     _assert_legend_outside(figure)
+
+
+# ---- count axes with one value or a few: ticks at the counts, never 4.8 ... 5.2 --------------
+
+
+def _visible_xticks(axes) -> list[float]:
+    low, high = sorted(axes.get_xlim())
+    return [float(t) for t in axes.get_xticks() if low <= t <= high]
+
+
+def test_a_count_axis_with_one_value_has_one_tick_at_it():
+    from sampler_server.metrics.md.plots import robustness_figure, series
+
+    figure = robustness_figure(series([("a", 5, 0.7), ("a", 5, 0.8), ("b", 5, 0.6)]), "ways", "query accuracy",
+                               "accuracy vs ways", "episodes")
+    _laid_out(figure)
+    assert _visible_xticks(figure.axes[0]) == [5.0]
+    assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["5"]
+
+
+def test_a_count_axis_with_two_close_values_has_whole_number_ticks_only():
+    from sampler_server.metrics.md.plots import robustness_figure, series
+
+    figure = robustness_figure(series([("a", 5, 0.7), ("a", 6, 0.8)]), "ways", "query accuracy", "accuracy vs ways",
+                               "episodes")
+    _laid_out(figure)
+    _assert_integer_ticks(figure.axes[0])
+    assert {5.0, 6.0} <= set(_visible_xticks(figure.axes[0]))

@@ -76,7 +76,7 @@ def robustness_figure(lines: dict[str, list[SeriesPoint]], xlabel: str, quantity
                           [100 * (r.mean + r.half_width) for r in rows], color=colour, alpha=0.2)
         any_few |= mark_few(axes, xs, means, [r.count for r in rows], colour)
     axes.use_sticky_edges = False  # the bands would pin the end points to the axes' edges
-    integer_ticks(axes)  # ways and shot bins are counts
+    integer_ticks(axes, [r.x for rows in lines.values() for r in rows])  # ways and shot bins are counts
     axes.set_ylim(0, 100)
     extra = [band_handle(f"95% CI over {unit}")] + ([few_handle(unit)] if any_few else [])
     finish_axes(axes, xlabel, percent_label(quantity), title, extra)
