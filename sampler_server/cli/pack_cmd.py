@@ -35,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--output", required=True, type=Path, help="data directory; the store goes to OUTPUT/<name>")
     parser.add_argument("--name", help="store directory name (default: the source name)")
-    parser.add_argument("--class-splits", type=Path, help="official class-split JSON (Meta-Dataset format)")
+    parser.add_argument("--class-splits", type=Path, help="which split each class is in: Meta-Dataset's class-split "
+                        "JSON ({\"train\": [...], \"valid\": [...], \"test\": [...]}; docs/packing.md)")
+    parser.add_argument("--split-fractions", type=float, nargs=3, metavar=("TRAIN", "VALID", "TEST"),
+                        help="image_folder: the shares of the classes in train, valid and test, cut from the "
+                        "default rule's permutation (without it: 70/15/15)")
     parser.add_argument(
         "--duplicates", type=Path, action="append", default=[],
         help="ILSVRC: a Meta-Dataset duplicates list; its files are left out (repeatable)",
@@ -105,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         class_splits=args.class_splits, duplicates=tuple(args.duplicates), labels=args.labels,
         tfds_name=args.tfds_name, wnids=args.wnids, shard=shard,
         validation=args.validation, validation_labels=args.validation_labels, devkit_meta=args.devkit_meta,
+        split_fractions=tuple(args.split_fractions) if args.split_fractions is not None else None,
     )
     plan = converter.plan(_input_dir(args), converter_options)
     warnings = (reference_warnings(args.source, converter_options) + empty_split_warnings(plan)

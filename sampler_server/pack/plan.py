@@ -151,6 +151,7 @@ class ConverterOptions:
     validation: Path | None = None  # ILSVRC-2012: the official validation images (wnid folders or flat)
     validation_labels: Path | None = None  # ILSVRC-2012, flat validation: LOC_val_solution.csv or ground truth
     devkit_meta: Path | None = None  # ILSVRC-2012, ground-truth labels: the devkit's meta.mat
+    split_fractions: tuple[float, float, float] | None = None  # image_folder: train, valid, test shares of the classes
 
 
 _RULE_SPLITS: dict[str, tuple[Callable[[str, Sequence[str]], dict[str, Split]], tuple[Split, ...]]] = {

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sampler_server.errors import InputFormatError
+from sampler_server.errors import InputFormatError, InvalidArgument
 from sampler_server.store.manifest import Split
 
 DEFAULT_RULE = "default-70-15-15"
@@ -69,12 +69,34 @@ def _permutation(source: str, n: int) -> np.ndarray:
     return np.random.RandomState(seed).permutation(n)
 
 
-def default_split(source: str, class_names: Sequence[str]) -> dict[str, Split]:
-    """The documented deterministic 70/15/15 rule (reference converter's counts)."""
+DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
+
+
+def fractions_rule(fractions: Sequence[float]) -> str:
+    """The manifest's name of a ``--split-fractions`` rule, e.g. ``fractions-0.4-0.2-0.4``."""
+    return "fractions-" + "-".join(f"{f:g}" for f in fractions)
+
+
+def check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    """Three shares (train, valid, test), each in [0, 1], summing to 1; else one line naming the flag."""
+    values = tuple(float(f) for f in fractions)
+    if len(values) != 3 or any(not 0.0 <= f <= 1.0 for f in values) or abs(sum(values) - 1.0) > 1e-9:
+        shown = " ".join(f"{f:g}" for f in values)
+        raise InvalidArgument(f"--split-fractions: got {shown}, expected three shares of the classes (train valid "
+                              "test), each in [0, 1], summing to 1, e.g. 0.4 0.2 0.4")
+    return values  # type: ignore[return-value]
+
+
+def default_split(source: str, class_names: Sequence[str],
+                  fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, Split]:
+    """The documented deterministic 70/15/15 rule (reference converter's counts), or the same
+    permutation cut at other ``fractions`` (``--split-fractions``)."""
     names = sorted(class_names)
     n = len(names)
-    n_train = int(0.7 * n)
-    n_trainval = int(0.85 * n)
+    # the default's own expressions, so its splits stay bit for bit what they were
+    n_train = int(0.7 * n) if tuple(fractions) == DEFAULT_FRACTIONS else int(fractions[0] * n + 1e-9)
+    n_trainval = (int(0.85 * n) if tuple(fractions) == DEFAULT_FRACTIONS
+                  else int((fractions[0] + fractions[1]) * n + 1e-9))
     order = _permutation(source, n)
     out: dict[str, Split] = {}
     for position, index in enumerate(order):
@@ -108,10 +130,17 @@ def assign_splits(
     class_names: Sequence[str],
     split_file: Path | None,
     default: str = DEFAULT_RULE,
+    fractions: Sequence[float] | None = None,
 ) -> tuple[dict[str, Split], str]:
-    """(name -> split, rule description); a given file always wins over the default."""
+    """(name -> split, rule description); a given file always wins over the default, and
+    ``fractions`` (``--split-fractions``) cut the default rule's permutation at other shares."""
+    if split_file is not None and fractions is not None:
+        raise InvalidArgument("--split-fractions: not with --class-splits (both say which split each class is in)")
     if split_file is not None:
         return load_split_file(split_file, class_names), split_file_rule(split_file)
+    if fractions is not None:
+        shares = check_fractions(fractions)
+        return default_split(source, class_names, shares), fractions_rule(shares)
     if default == "all-test":
         return all_test(class_names), "all-test"
     if default == "half-valid-half-test":

@@ -83,7 +83,8 @@ class PlanBuilder:
             splits = {e.name: e.split for e in self.entries}
             rule = structural_rule
         else:
-            splits, rule = assign_splits(self.source, names, options.class_splits, default_rule)
+            splits, rule = assign_splits(self.source, names, options.class_splits, default_rule,
+                                         options.split_fractions)
         classes = [
             ClassPlan(name=e.name, items=e.items, split=splits[e.name], wnid=e.wnid, group=e.group)
             for e in self.entries
@@ -103,7 +104,8 @@ def reject_unused(source: str, options: ConverterOptions, accepts: Iterable[str]
     accepted = set(accepts)
     flags = {"class_splits": "--class-splits", "duplicates": "--duplicates", "labels": "--labels",
              "tfds_name": "--tfds-name", "wnids": "--wnids", "shard": "--shard", "validation": "--validation",
-             "validation_labels": "--validation-labels", "devkit_meta": "--devkit-meta"}
+             "validation_labels": "--validation-labels", "devkit_meta": "--devkit-meta",
+             "split_fractions": "--split-fractions"}
     for field_name, flag in flags.items():
         value = getattr(options, field_name)
         if value and field_name not in accepted:

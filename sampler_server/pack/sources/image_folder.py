@@ -1,6 +1,7 @@
 """Generic converter: one sub-folder per class, images inside (any PIL format).
 
-Class name = folder name. Splits come from ``--class-splits`` or the default
+Class name = folder name. Splits come from ``--class-splits``, from
+``--split-fractions`` (the default rule's permutation cut at other shares) or the default
 70/15/15 rule. Files with other suffixes are ignored; sub-sub-folders too. Not a
 Meta-Dataset source, so files are stored as they are (no reference re-encoding).
 """
@@ -21,7 +22,7 @@ from sampler_server.pack.sources.common import (
 
 SOURCE = "image_folder"
 DESCRIPTION = "any dataset laid out as ROOT/<class name>/<image files>"
-ACCEPTS = ("class_splits",)
+ACCEPTS = ("class_splits", "split_fractions")
 
 
 def plan(input_dir: Path, options: ConverterOptions) -> SourcePlan:
