@@ -42,6 +42,7 @@ settings (``{tls_ca}``, ...) are spelled where the line is written
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clients.balancing import Target, connect_endpoint
@@ -115,9 +116,10 @@ def _client_hello(maximum: ssl.TLSVersion | None = None) -> bytes:
     return outgoing.read()
 
 
-def _reply(endpoint: str, scheme: str, payload: bytes, size: int, timeout: float) -> bytes | None:
-    """The first ``size`` bytes the server answers ``payload`` with (fewer where it closes
-    or stays silent for ``timeout``); None where no connection could be made."""
+def _exchange(endpoint: str, scheme: str, payload: bytes, enough: Callable[[bytes], bool],
+              timeout: float) -> bytes | None:
+    """What the server answers ``payload`` with, read until ``enough`` of it came (or it closes,
+    resets or stays silent for ``timeout``); None where no connection could be made."""
     try:
         sock = connect_endpoint(endpoint, scheme, timeout)
     except OSError:
@@ -126,14 +128,21 @@ def _reply(endpoint: str, scheme: str, payload: bytes, size: int, timeout: float
     with sock:
         try:
             sock.sendall(payload)
-            while len(received) < size:
-                chunk = sock.recv(size - len(received))
+            while not enough(received):
+                chunk = sock.recv(4096)
                 if not chunk:
                     break
                 received += chunk
         except OSError:
             pass  # reset or silent: what came so far is the answer
     return received
+
+
+def _reply(endpoint: str, scheme: str, payload: bytes, size: int, timeout: float) -> bytes | None:
+    """The first ``size`` bytes the server answers ``payload`` with (fewer where it closes
+    or stays silent for ``timeout``); None where no connection could be made."""
+    received = _exchange(endpoint, scheme, payload, lambda got: len(got) >= size, timeout)
+    return received[:size] if received is not None else None
 
 
 def _context(tls: TlsSettings, check_hostname: bool) -> ssl.SSLContext | Finding | None:
@@ -202,22 +211,10 @@ def _refused_client(endpoint: str, scheme: str, tls: TlsSettings, timeout: float
 def _asks_for_certificate(endpoint: str, scheme: str, timeout: float) -> bool:
     """Whether the server's TLS 1.2 handshake holds a CertificateRequest (False where it does
     not, or does not speak TLS 1.2)."""
-    try:
-        sock = connect_endpoint(endpoint, scheme, timeout)
-    except OSError:
-        return False
-    received = b""
-    with sock:
-        try:
-            sock.sendall(_client_hello(ssl.TLSVersion.TLSv1_2))
-            while not {CERTIFICATE_REQUEST, SERVER_HELLO_DONE} & set(_handshake_messages(received)):
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                received += chunk
-        except OSError:
-            pass
-    return CERTIFICATE_REQUEST in _handshake_messages(received)
+    received = _exchange(endpoint, scheme, _client_hello(ssl.TLSVersion.TLSv1_2),
+                         lambda got: bool({CERTIFICATE_REQUEST, SERVER_HELLO_DONE} & set(_handshake_messages(got))),
+                         timeout)
+    return received is not None and CERTIFICATE_REQUEST in _handshake_messages(received)
 
 
 def _handshake_messages(data: bytes) -> list[int]:
