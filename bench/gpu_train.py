@@ -36,6 +36,8 @@ of one warm step (``SyncCounter``: value reads such as ``.item()`` or Python bra
 tensor, boolean masks, copies to the CPU, synchronize calls, and on CUDA what
 ``torch.cuda.set_sync_debug_mode`` reports), for the MAML family per inner step (the step with
 one inner step against ``--maml-steps``; target: 0).
+``--repeats K`` measures model-only and end to end K times in turn and reports each rate's
+median (a host-bound step runs at the CPU's pace, which drifts between measurements).
 
 Several GPUs (``--gpus 1 2 4``): per N, one ``sampler-server serve --replicas N``
 (``--workers`` in all) and ``torchrun --nproc_per_node N`` of the trainer in the first
@@ -66,6 +68,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -476,6 +479,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lookahead-mb", type=int, default=128, metavar="MB",
                         help="serve --lookahead-mb: room for episodes prepared ahead (126-px MD episodes are "
                              "14-27 MB; the serve default, 16, holds one); per replica with --gpus")
+    parser.add_argument("--repeats", type=int, default=1, metavar="K",
+                        help="with --learners: K model-only and end-to-end measurements of each learner, in turn; "
+                             "the table gives each rate's median (a host-bound step follows the CPU's pace, which "
+                             "drifts)")
     parser.add_argument("--child", choices=["model", "e2e"], help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--backbone", help=argparse.SUPPRESS)
@@ -490,6 +497,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--learners: got {' '.join(unknown)}, expected names of {', '.join(MODELS)} (or all)")
         if args.gpus:
             parser.error("--learners: one GPU only; expected no --gpus")
+    if args.repeats < 1:
+        parser.error(f"--repeats: got {args.repeats}, expected at least 1")
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps: got {args.steps}, expected at least 1")
     if args.configs is None:
@@ -585,8 +594,10 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
                               "trainer refuses --compile on)", flush=True)
                         continue
                     try:
-                        result = {**run_child("model", args, address, backbone, int(size), config, learner),
-                                  **run_child("e2e", args, address, backbone, int(size), config, learner)}
+                        result = alternated([{**run_child("model", args, address, backbone, int(size), config,
+                                                          learner),
+                                              **run_child("e2e", args, address, backbone, int(size), config, learner)}
+                                             for _ in range(args.repeats)])
                     except RuntimeError as error:  # the other learners' rows still come
                         print(f"{learner} {backbone} {size}px {config}: FAILED: {error}", flush=True)
                         failed.append(f"{learner} {backbone} {size}px {config}")
@@ -612,6 +623,18 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
     return failed
 
 
+RATES = ("model_first", "model_second", "e2e", "e2e_last")
+
+
+def alternated(results: list[dict]) -> dict:
+    """One learner's ``--repeats`` (model-only, end to end) pairs, measured in turn: each rate
+    their median, so a drift of the host's speed between measurements (a host-bound step runs
+    at the CPU's pace) weighs on both sides alike; ``pairs``: each pair's model 2nd / e2e last."""
+    merged = {**results[0], **{name: float(statistics.median(r[name] for r in results)) for name in RATES}}
+    merged["pairs"] = [(r["model_second"], r["e2e_last"]) for r in results]
+    return merged
+
+
 def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
     print()
     print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} "
@@ -621,8 +644,13 @@ def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
         print(f"{learner:11} {'episodes' if episodic(learner) else 'batches':8} {backbone:9} {size:>4} {config:7} "
               f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} "
               f"{r['e2e_last'] / r['model_second']:6.2f} {r['wait_after_first']:6.1%} {r['syncs_per_step']:5d} {inner}")
-    print("rates: items/s (episodes, or a batch learner's batches); ratio: e2e last / model 2nd (target: at least "
-          "0.9); syncs: host syncs counted in one warm step, /inner: per inner step of the MAML family (target: 0)")
+    print("rates: items/s (episodes, or a batch learner's batches), each the median of --repeats alternated "
+          "measurements; ratio: e2e last / model 2nd (target: at least 0.9); syncs: host syncs counted in one warm "
+          "step, /inner: per inner step of the MAML family (target: 0)")
+    for learner, backbone, size, config, r in rows:
+        if len(r["pairs"]) > 1:
+            print(f"{learner} {backbone} {size}px {config}: model 2nd / e2e last in turn: "
+                  + ", ".join(f"{model:.1f} / {e2e:.1f}" for model, e2e in r["pairs"]))
 
 
 def print_table(rows: list[tuple[str, int, str, dict]], window: int) -> None:

@@ -55,7 +55,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -80,7 +79,7 @@ from clients.torch.compiled import CompiledEmbedding, resolve_compile
 from clients.torch.adaptation import TorchAdaptation
 from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, RelationModule, adopt_batch_norms,
                                   episode_loss, episode_norm, parameter_count)
-from clients.torch.staging import StagedEpisode, Stager, stage_arrays
+from clients.torch.staging import StagedEpisode, Stager
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
@@ -393,12 +392,12 @@ class TorchFramework(Framework):
 
     def stage(self, item: Any) -> Any:
         """On the feed's thread: an episode padded to its bucket and copied to the device
-        (``StagedEpisode``); a baseline batch's images copied to the device."""
+        (``StagedEpisode``); a batch learner's batch copied as one, all rows support (one size
+        throughout: no buckets needed)."""
         if isinstance(item, EpisodeArrays):
             return self._feed_stager.stage(item)
-        if isinstance(item, Batch):  # one size throughout: no buckets needed
-            return Batch(stage_arrays(item.images, self.torch_device),  # type: ignore[arg-type]
-                         torch.from_numpy(np.array(item.labels, dtype=np.int64)).to(self.torch_device))
+        if isinstance(item, Batch):
+            return self._feed_stager.stage_batch(item.images, item.labels)
         return item
 
     def _staged(self, item: Any) -> StagedEpisode:
@@ -440,14 +439,13 @@ class TorchFramework(Framework):
                 group["lr"] = rate
         set_mode(self.backbone, True)
         with self._autocast():
-            if isinstance(item, Batch):
-                assert self.head is not None
-                if not isinstance(item.images, torch.Tensor):  # not staged by the feed
-                    item = self.stage(item)
-                images = item.images
+            if self.head is not None:  # a batch learner's batch (its head exists only for batches)
+                staged = (self._inline_stager.stage_batch(item.images, item.labels) if isinstance(item, Batch)
+                          else item).ready()  # else: staged by the feed
+                images = staged.images
                 if self.head.needs_initialising:
                     self._initialise_head(images)
-                logits, labels = self._step_module(images, item.labels)
+                logits, labels = self._step_module(images, staged.labels)
             elif self.train_loop is not None:
                 staged = self._staged(item)
                 images = staged.images

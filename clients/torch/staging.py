@@ -117,38 +117,51 @@ class Stager:
             self._slots[position] = slot
         return slot
 
+    def stage_batch(self, images: np.ndarray, labels: np.ndarray) -> StagedEpisode:
+        """A plain batch (the batch learners'), every row support and no padding: on CUDA
+        copied through the same pinned ring and side stream as an episode, so neither the
+        feed's thread nor the training thread waits for the device."""
+        if not self.cuda:
+            return StagedEpisode(torch.from_numpy(np.array(images, copy=True)),
+                                 torch.from_numpy(np.asarray(labels, dtype=np.int64)), len(images), 0, 0, -1)
+        with torch.cuda.device(self.device):
+            return self._copy_rows((images,), (labels,), len(images), 0, 0, -1)
+
     def _stage_cuda(self, episode: Any, ladder: Ladder | None) -> StagedEpisode:
         # the caller's thread (the feed's) may have another current device than the trainer's:
         # pinned buffers and events belong to this stager's device (cuda:LOCAL_RANK under torchrun)
-        with torch.cuda.device(self.device):
-            return self._stage_on_device(episode, ladder)
-
-    def _stage_on_device(self, episode: Any, ladder: Ladder | None) -> StagedEpisode:
         support, query = episode.support_images, episode.query_images
-        ns, nq = len(support), len(query)
-        rows = ns + nq
+        rows = len(support) + len(query)
         size = ladder.size(rows) if ladder is not None else rows
         capacity = max(size, ladder.cap or 0) if ladder is not None else size
-        slot = self._slot(capacity, tuple(support.shape[1:]))
-        host = slot.images.numpy()
-        host[:ns] = support
-        host[ns:rows] = query
-        labels = slot.labels.numpy()
-        labels[:ns] = episode.support_labels
-        labels[ns:rows] = episode.query_labels
-        labels[rows:size] = 0
+        with torch.cuda.device(self.device):
+            return self._copy_rows((support, query), (episode.support_labels, episode.query_labels), size,
+                                   len(query), int(episode.ways), int(getattr(episode, "index", -1)), capacity)
+
+    def _copy_rows(self, images: tuple[np.ndarray, ...], labels: tuple[np.ndarray, ...], size: int, query: int,
+                   ways: int, index: int, capacity: int | None = None) -> StagedEpisode:
+        """``images`` and ``labels`` laid end to end, zero rows up to ``size``, on the device;
+        the last part's rows are the query."""
+        rows = sum(len(part) for part in images)
+        slot = self._slot(capacity or size, tuple(images[0].shape[1:]))
+        host, host_labels = slot.images.numpy(), slot.labels.numpy()
+        at = 0
+        for part, part_labels in zip(images, labels, strict=True):
+            host[at:at + len(part)] = part
+            host_labels[at:at + len(part)] = part_labels
+            at += len(part)
+        host_labels[rows:size] = 0
         assert self._stream is not None
         with torch.cuda.stream(self._stream):
-            images = torch.empty((size, *support.shape[1:]), dtype=torch.uint8, device=self.device)
-            images[:rows].copy_(slot.images[:rows], non_blocking=True)
+            device_images = torch.empty((size, *images[0].shape[1:]), dtype=torch.uint8, device=self.device)
+            device_images[:rows].copy_(slot.images[:rows], non_blocking=True)
             if size > rows:
-                images[rows:].zero_()
+                device_images[rows:].zero_()
             device_labels = slot.labels[:size].to(self.device, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self._stream)
         slot.event = event
-        return StagedEpisode(images, device_labels, ns, nq, int(episode.ways), int(getattr(episode, "index", -1)),
-                             event)
+        return StagedEpisode(device_images, device_labels, rows - query, query, ways, index, event)
 
 
 def stage_arrays(images: np.ndarray, device: torch.device) -> torch.Tensor:

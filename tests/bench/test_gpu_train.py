@@ -91,3 +91,15 @@ def test_a_value_read_in_each_inner_step_is_counted_and_named(monkeypatch):
     assert syncs["syncs_per_inner_step"] >= 1
     assert any(name.startswith("Tensor.__float__ at tests/bench/test_gpu_train.py:")
                for name in syncs["inner_sync_names"]), syncs
+
+
+def test_repeats_take_each_rate_median_and_keep_the_pairs_in_turn():
+    def measured(model: float, e2e: float) -> dict:
+        return {"model_first": model - 1, "model_second": model, "e2e": e2e - 1, "e2e_last": e2e, "syncs_per_step": 1}
+
+    merged = bench.alternated([measured(40.0, 37.0), measured(45.0, 45.0), measured(42.0, 38.0)])
+    assert merged["model_second"] == 42.0 and merged["e2e_last"] == 38.0 and merged["model_first"] == 41.0
+    assert merged["pairs"] == [(40.0, 37.0), (45.0, 45.0), (42.0, 38.0)] and merged["syncs_per_step"] == 1
+    assert bench.parse(["--learners", "baseline", "--repeats", "3"]).repeats == 3
+    with pytest.raises(SystemExit):
+        bench.parse(["--learners", "baseline", "--repeats", "0"])

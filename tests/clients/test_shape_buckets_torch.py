@@ -178,6 +178,21 @@ def test_stager_layout_on_cpu(served):
     assert not plain.padded and plain.images.shape[0] == staged.rows
 
 
+@pytest.mark.parametrize("device", _DEVICES)
+def test_stager_stages_a_batch_learners_batch_as_its_rows(device: str):
+    """A batch (baseline, knn, finetune) goes through the stager as all-support rows, unpadded;
+    on CUDA through the pinned ring, so more batches than its slots each arrive whole."""
+    stager, rng = Stager(torch.device(device), buckets=True), np.random.RandomState(1)
+    batches = [(rng.randint(0, 256, (rows, 8, 8, 3)).astype(np.uint8), rng.randint(0, 50, rows))
+               for rows in (64, 64, 17, 64, 64)]
+    staged = [stager.stage_batch(images, labels) for images, labels in batches]
+    for (images, labels), item in zip(batches, staged, strict=True):
+        item.ready()
+        assert (item.support, item.query, item.padded) == (len(images), 0, False)
+        assert np.array_equal(item.images.cpu().numpy(), images)
+        assert item.labels.dtype == torch.int64 and np.array_equal(item.labels.cpu().numpy(), labels)
+
+
 def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
     summary = tmp_path / f"{run_id}.json"
     assert main(["--server", served.address, "--run", run_id, "--sources", "folder", "--image-size", str(SIZE),
