@@ -325,8 +325,25 @@ class EvaluateJob:
                 if not summary.test_classes:
                     raise UsageError(f"argument --md-sources: source {name!r} has no test classes under {preset}")
                 self.source_names[(preset, name)] = tuple(dict.fromkeys((name, summary.name, summary.source)))
+                self.first_test_episode(preset, name)
             found[preset] = names
         return found
+
+    def first_test_episode(self, preset: str, name: str) -> None:
+        """Ask for source ``name``'s first test episode under ``preset``, so that episodes its test
+        split cannot give (too few classes for the ways, say) are refused before any unit runs."""
+        args = self.args
+        spec = EpisodeSpec(sources=(name,), preset=preset, split="test", seed=args.md_seed,
+                           image_size=self.backbone.preprocessing.size, resize=MD_RESIZE, ways=args.md_ways,
+                           shots=args.md_shots, query=args.md_query)
+        try:
+            self.client.episode(spec, 0)
+        except SamplerClientError as error:
+            if error.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                raise
+            raise UsageError(f"argument --md-sources: {name} under {preset}: {error}; leave it out "
+                             "of --md-sources (its test split is too small for these episodes), or shape them with "
+                             "--md-ways/--md-shots/--md-query") from None
 
     def vtab_tasks(self) -> list[str]:
         if self.args.tasks:

@@ -52,9 +52,10 @@ class EpisodeReplayer:
         split = split_from_wire(request.split, "request.split")
         images = images_from_wire(request.images)
         config = config_from_wire(request.config)
-        specs, _ = self.registry.resolve(list(request.sources), request.preset, split, images.size,
-                                         images.resize.value)
-        sampler = MultiSourceSampler(specs, list(specs), split, config)
+        specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size,
+                                              images.resize.value)
+        sampler = MultiSourceSampler(specs, list(specs), split, config,
+                                     {source: store.name for source, store in stores.items()})
         with self._lock:
             self._samplers[key] = sampler
             self._samplers.move_to_end(key)

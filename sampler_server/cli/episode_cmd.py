@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     specs: dict[str, DatasetSpec] = {
         source: spec_for_manifest(manifest, imagenet_variant=variant) for source, (_, manifest) in stores.items()
     }
-    sampler = MultiSourceSampler(specs, list(specs), split, config)
+    sampler = MultiSourceSampler(specs, list(specs), split, config,
+                                 {source: path.name for source, (path, _) in stores.items()})
     class_names = {name: [c.name for c in spec.classes] for name, spec in specs.items()}
     for index in range(args.index, args.index + args.count):
         episode = sampler.sample(args.seed, index)

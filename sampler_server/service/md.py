@@ -94,7 +94,8 @@ class MdHandlers:
         config = config_from_wire(request.config)
         specs, stores = self.registry.resolve(list(request.sources), request.preset, split, images.size,
                                               images.resize.value)
-        sampler = MultiSourceSampler(specs, list(specs), split, config)
+        sampler = MultiSourceSampler(specs, list(specs), split, config,
+                                     {source: store.name for source, store in stores.items()})
         seed = request.seed
         preset = parse_preset(request.preset).value
         names = {kind: [c.name for c in spec.classes] for kind, spec in specs.items()}

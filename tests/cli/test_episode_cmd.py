@@ -193,7 +193,7 @@ def test_independent_of_python_hash_seed(data: Path) -> None:
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--source", "folder", "--ways", "99"], "num_ways: got 99, expected at most 6 (the classes of source 'image_folder' split 'test')"),
+        (["--source", "folder", "--ways", "99"], "num_ways: got 99, expected at most 6 (the classes of store 'folder' (image_folder) split 'test')"),
         (["--source", "folder", "--ways", "5", "--shots", "10", "--query", "5"], "num_support + num_query: got 10 + 5 = 15, expected at most 12"),
         (["--source", "folder", "--min-ways", "7"], "min_ways: got 7, expected at most 6"),
         (["--source", "folder", "--min-ways", "0"], "min_ways: got 0, expected an integer in [1, 2147483647]"),

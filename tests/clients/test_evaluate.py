@@ -529,3 +529,20 @@ def test_a_named_backbone_is_fed_minus_one_to_one_and_torchvision_weights_imagen
     source = "torchvision weights" if weights else "named backbone"
     runs = [f"{run}/md-v1/prototypes", f"{run}/vtab", f"{run}/cog"]
     assert _recorded_sources(served, summary_path, runs) == {("summary", source)} | {(r, source) for r in runs}
+
+
+def test_episodes_a_test_split_cannot_give_are_refused_before_any_unit_runs(served, tmp_path, capsys, one_thread):
+    """A source whose test split is too small for the episodes asked (the demo's Omniglot for MD's
+    5-way draws) ends the job in one line before the first unit, not after the others ran."""
+    from clients.torch.evaluate import main
+
+    sys.path.insert(0, str(HERE))
+    assert main([*one_thread, "--protocols", "md", "--md-sources", "folder", "--episodes", "1", "--md-learners",
+                 "prototypes", "--md-ways", "50", "--device", "cpu", "--server", served[0].address, "--feature-cache",
+                 str(tmp_path / "cache"), "--run", "too-wide", "--backbone", "tiny", "--image-size", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument --md-sources: folder under md-v1: " in err[0], err
+    # the store as served, beside its kind (the image_folder converter's)
+    assert "num_ways: got 50, expected at most 6 (the classes of store 'folder' (image_folder) split 'test')" in err[0]
+    assert "leave it out of --md-sources" in err[0] and "--md-ways" in err[0]
+    assert not _held(served, ["too-wide/md-v1/prototypes"])["too-wide/md-v1/prototypes"].md

@@ -126,10 +126,10 @@ def test_one_evaluate_run_gives_its_learners_side_by_side_ranked_by_mds_rule(ser
     estimates = {learner: estimate([accuracy(i) for i in range(TEST_EPISODES)]) for learner, accuracy in MD_V1.items()}
     ranks = ranks_for_source(estimates)
     assert ranks == {"prototypes": 1.5, "matchingnet": 1.5, "knn": 3.0}  # tied by the 95% test, knn apart
-    for learner, cell in zip(("knn", "matchingnet", "prototypes"), rows["image_folder/test"]):
+    for learner, cell in zip(("knn", "matchingnet", "prototypes"), rows["folder/test"]):
         e = estimates[learner]
         assert cell == f"{100 * e.mean:.2f} ± {100 * e.ci95:.2f} ({TEST_EPISODES}) [rank {ranks[learner]:g}]"
-    assert rows["image_folder/valid"][:3] == ["95.00 ± 0.00 (2)", "31.00 ± 0.00 (2)", "30.00 ± 0.00 (2)"]  # no rank
+    assert rows["folder/valid"][:3] == ["95.00 ± 0.00 (2)", "31.00 ± 0.00 (2)", "30.00 ± 0.00 (2)"]  # no rank
     assert rows["average rank (1 sources)"] == ["3.00", "1.50", "1.50", ""]
     assert "columns: the runs ck/md-v1/<column>" in out and "preset md-v1" in out
     assert "fingerprints: every reported episode matches its recomputed composition" in out
@@ -139,16 +139,16 @@ def test_one_evaluate_run_gives_its_learners_side_by_side_ranked_by_mds_rule(ser
     assert data["runs"] == ["ck/md-v1/knn", "ck/md-v1/matchingnet", "ck/md-v1/prototypes"]
     assert data["learners"] == {run: run.rsplit("/", 1)[1] for run in data["runs"]} and data["preset"] == "md-v1"
     assert data["average_rank"] == {"ck/md-v1/knn": 3.0, "ck/md-v1/matchingnet": 1.5, "ck/md-v1/prototypes": 1.5}
-    assert data["ranked_sources"] == ["image_folder/test"]
+    assert data["ranked_sources"] == ["folder/test"]
 
 
 def test_validation_episodes_are_shown_and_never_ranked(metrics):
     """MD's average rank is over its test sources ("ILSVRC (valid)" is left out): knn, best on
     the valid episodes, would otherwise average (3 + 1) / 2 = 2."""
     report = build_report(MetricsStore(metrics), [f"ck/md-v1/{learner}" for learner in MD_V1])
-    assert report.ranked_sources == ["image_folder/test"] and set(report.source_ranks) == {"image_folder/test"}
+    assert report.ranked_sources == ["folder/test"] and set(report.source_ranks) == {"folder/test"}
     assert report.average_rank["ck/md-v1/knn"] == 3.0
-    assert report.accuracy["image_folder/valid"]["ck/md-v1/knn"].mean == pytest.approx(0.95)
+    assert report.accuracy["folder/valid"]["ck/md-v1/knn"].mean == pytest.approx(0.95)
 
 
 def test_trainer_runs_are_headed_by_the_learner_their_configuration_names(metrics):

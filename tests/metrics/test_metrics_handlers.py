@@ -51,7 +51,7 @@ def test_reports_are_checked_stored_once_and_read_back_as_the_command_prints_the
     again = handlers.report_metrics(pb.ReportMetricsRequest(reports=reports))
     assert (again.stored, again.duplicates) == (0, 3)
     text = handlers.get_report(pb.GetReportRequest(run_ids=["run-a"])).text
-    assert "image_folder/train" in text and "50.00 ± " in text
+    assert "folder/train" in text and "50.00 ± " in text
     assert "fingerprints: every reported episode matches its recomputed composition" in text
     # the report command reads the same registry: the same table from the same store and stores
     assert main(["report", "--metrics", str(tmp_path / "metrics.sqlite"), "--data", str(served.data),

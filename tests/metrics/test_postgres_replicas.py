@@ -105,7 +105,7 @@ def test_two_replicas_store_every_report_once_and_configure_runs_alike(replicas,
                                 "(SELECT count(*) FROM cog_results)", postgres_url.rsplit("/", 1)[1])
     assert rows == (24, 6, 8)
     text = stubs[1].GetReport(pb.GetReportRequest(run_ids=["replica-x"], format="table")).text
-    assert "image_folder/train" in text and "(12)" in text  # each replica reads what both stored
+    assert "folder/train" in text and "(12)" in text  # each replica reads what both stored
     with pytest.raises(grpc.RpcError) as caught:  # a run keeps its first configuration on every replica
         stubs[1].ReportMetrics(pb.ReportMetricsRequest(reports=reports[:1], run_config_json='{"lr": 0.1}'))
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION

@@ -51,7 +51,7 @@ def test_mean_and_ci_equal_a_direct_computation(served, runs, capsys):
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     for run, values in runs.items():
-        cell = data["sources"]["image_folder/test"][run]
+        cell = data["sources"]["folder/test"][run]
         n = len(values)
         mean = sum(values) / n
         sd = math.sqrt(sum((v - mean) ** 2 for v in values) / n)  # np.std: ddof = 0, as MD's Trainer.evaluate
@@ -69,7 +69,7 @@ def test_table_and_plots(served, runs, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "average rank (1 sources)" in out and "[rank 1]" in out and "[rank 2]" in out
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert pngs == ["shots_all.png", "shots_image_folder.png", "ways_all.png", "ways_image_folder.png"]
+    assert pngs == ["shots_all.png", "shots_folder.png", "ways_all.png", "ways_folder.png"]
     for name in pngs:
         path = tmp_path / "plots" / name
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -238,24 +238,24 @@ def test_report_json_has_the_comparison_and_get_report_answers_what_the_command_
 
 
 def test_the_docs_example_is_what_report_prints(tmp_path, capsys):
-    """docs/protocols/md.md's "compared-runs" block: three MD runs of 50 dtd episodes, the
+    """docs/protocols/md.md's "compared-runs" block: three MD runs of 10 dtd episodes, the
     third with --threads 4 (two episodes' predictions moved). The section does not depend
     on the table, so the CoG table (no packed stores needed) ends with the same one."""
     from doc_blocks import blocks
 
     (block,) = [b for b in blocks("docs/protocols/md.md") if b.title == "compared-runs"]
     store = MetricsStore(tmp_path / "metrics.sqlite")
-    config = {"framework": "torch", "sources": ["dtd"], "eval_episodes": 50, "torch_version": "2.5.1",
+    config = {"framework": "torch", "sources": ["dtd"], "eval_episodes": 10, "torch_version": "2.5.1",
               "deterministic": True, "requested_deterministic": "auto", "threads": None, "intra_op_threads": 8,
               "inter_op_threads": 8}
     runs = {"my-run": ({}, ()), "my-run-again": ({}, ()),
-            "my-run-4-threads": ({"threads": 4, "intra_op_threads": 4, "inter_op_threads": 4}, (17, 33))}
+            "my-run-4-threads": ({"threads": 4, "intra_op_threads": 4, "inter_op_threads": 4}, (3, 7))}
     for run, (changed, moved) in runs.items():
         weights = hashlib.sha256(("my-run" if run == "my-run-again" else run).encode()).hexdigest()
         episodes = [StoredReport(run_id=run, protocol="md-episode", source="dtd", split="test", index=i, seed=0,
                                  fingerprint=f"{i:064x}", metrics={"accuracy": 0.6 if i in moved else 0.8},
                                  predicted=(0, 1, 2, 3, 4) if i in moved else (0, 1, 2, 3, 3))
-                    for i in range(50)]
+                    for i in range(10)]
         store.add(episodes, json.dumps({**config, **changed, "run": run, "result_sha256": weights}))
     out = _report(store, capsys, "--table", "cog", *(f"--run={run}" for run in runs))
     assert out[out.index("runs compared with "):] == block.code

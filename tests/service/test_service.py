@@ -165,7 +165,7 @@ def test_reports_are_idempotent_and_checked_against_the_episode(served, stub):
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "does not match episode 0" in caught.value.details()
     text = stub.GetReport(pb.GetReportRequest(run_ids=["run-1"], format="table")).text
-    assert "image_folder/train  50.00 ± 0.00 (3)" in text
+    assert "folder/train  50.00 ± 0.00 (3)" in text
     with pytest.raises(grpc.RpcError) as caught:
         stub.GetReport(pb.GetReportRequest(run_ids=["never-ran"]))
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND

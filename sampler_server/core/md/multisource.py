@@ -26,8 +26,10 @@ class MultiSourceSampler:
     """Episodes whose source is drawn uniformly among ``sources``."""
 
     def __init__(
-        self, specs: Mapping[str, DatasetSpec], sources: Sequence[str], split: Split | str, config: EpisodeConfig
+        self, specs: Mapping[str, DatasetSpec], sources: Sequence[str], split: Split | str, config: EpisodeConfig,
+        served: Mapping[str, str] | None = None,
     ) -> None:
+        """``served``: source -> its store's name as served, which refusals name (not the draws)."""
         if isinstance(sources, str) or not sources:
             raise InvalidArgument(f"sources: got {sources!r}, expected a non-empty list of source names")
         names = sorted(sources)
@@ -43,7 +45,8 @@ class MultiSourceSampler:
                 raise InvalidArgument(f"specs[{name!r}] describes source {specs[name].source!r}, expected {name!r}")
         self.split = parse_split(split)
         self.sources = tuple(names)
-        self.samplers = {name: EpisodeSampler(specs[name], self.split, config) for name in names}
+        self.samplers = {name: EpisodeSampler(specs[name], self.split, config, (served or {}).get(name))
+                         for name in names}
         self.key = "sources:" + "+".join(names)
 
     def sample(self, seed: int, index: int) -> Episode:

@@ -82,12 +82,14 @@ def parse_split(split: Split | str) -> Split:
     return Split.parse(split)
 
 
-def build_plan(spec: DatasetSpec, split: Split | str, config: EpisodeConfig) -> SamplingPlan:
-    """Validate and return the plan (see the module docstring for every rule)."""
+def build_plan(spec: DatasetSpec, split: Split | str, config: EpisodeConfig, name: str | None = None) -> SamplingPlan:
+    """Validate and return the plan (see the module docstring for every rule). ``name``: the
+    store as served, which a refusal names beside its kind when the two differ."""
     split = parse_split(split)
     if not isinstance(config, EpisodeConfig):
         raise InvalidArgument(f"config: got {type(config).__name__}, expected an EpisodeConfig")
-    where = f"source {spec.source!r} split {split.value!r}"
+    where = (f"store {name!r} ({spec.source}) split {split.value!r}" if name and name != spec.source
+             else f"source {spec.source!r} split {split.value!r}")
     if not spec.has_splits and spec.source.startswith("tfds:"):
         raise FailedPrecondition(
             f"source {spec.source!r} is a TFDS (VTAB) store: it holds VTAB splits, not Meta-Dataset classes, "

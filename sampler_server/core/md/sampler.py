@@ -27,8 +27,9 @@ from sampler_server.core.split import Split
 class EpisodeSampler:
     """Validated sampler of one source and split; ``sample(seed, index)`` is random access."""
 
-    def __init__(self, spec: DatasetSpec, split: Split | str, config: EpisodeConfig) -> None:
-        self.plan: SamplingPlan = build_plan(spec, split, config)
+    def __init__(self, spec: DatasetSpec, split: Split | str, config: EpisodeConfig, name: str | None = None) -> None:
+        """``name``: the store as served, for refusals (draws depend on the spec's source alone)."""
+        self.plan: SamplingPlan = build_plan(spec, split, config, name)
         self._config_hash = config.config_hash()
 
     @property

@@ -110,6 +110,19 @@ class Report:
     labels_note: str = ""
 
 
+OWN_IMAGES = "image_folder"  # the kind of every store packed from a user's own folder: it names no dataset
+
+
+def row_source(stored: Any) -> str:
+    """The source a report's row names: its kind, except for a store of a user's own images,
+    named as its request named it (the store as served; every such store is an image_folder)."""
+    if stored.source == OWN_IMAGES:
+        named = list((stored.request or {}).get("sources") or ())
+        if len(named) == 1 and isinstance(named[0], str) and named[0]:
+            return named[0]
+    return stored.source
+
+
 def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | None = None) -> Report:
     check_runs(run_ids)
     values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -122,7 +135,7 @@ def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | No
     report.preset = check_one_preset(_by_preset({run: presets_of(reports) for run, reports in stored_by_run.items()}))
     for run, reports in stored_by_run.items():
         for stored in reports:
-            key = f"{stored.source}/{stored.split}"
+            key = f"{row_source(stored)}/{stored.split}"
             if "accuracy" in stored.metrics:
                 values[key][run].append(float(stored.metrics["accuracy"]))
             if "loss" in stored.metrics:
@@ -147,20 +160,21 @@ def build_report(store: MetricsStore, run_ids: Sequence[str], replayer: Any | No
 
 
 def _analyse(report: Report, replayer: Any, stored: Any) -> None:
+    source = row_source(stored)
     try:
         episode = replayer.episode(stored.request, stored.seed, stored.index)
     except Exception as error:  # a store or request that no longer resolves
-        report.mismatches.append(f"{stored.run_id} {stored.source} episode {stored.index}: cannot recompute ({error})")
+        report.mismatches.append(f"{stored.run_id} {source} episode {stored.index}: cannot recompute ({error})")
         return
     if episode.fingerprint != stored.fingerprint:
         report.mismatches.append(
-            f"{stored.run_id} {stored.source} episode {stored.index}: stored fingerprint {stored.fingerprint[:12]}... "
+            f"{stored.run_id} {source} episode {stored.index}: stored fingerprint {stored.fingerprint[:12]}... "
             f"does not match the episode the store now gives ({episode.fingerprint[:12]}...)"
         )
         return
     if "accuracy" in stored.metrics:
         report.episodes.append(
-            EpisodePoint(stored.run_id, stored.source, stored.split, episode.ways, float(stored.metrics["accuracy"]))
+            EpisodePoint(stored.run_id, source, stored.split, episode.ways, float(stored.metrics["accuracy"]))
         )
     predicted = list(stored.predicted)
     truth = [label for label, ids in enumerate(episode.query) for _ in ids]
@@ -170,7 +184,7 @@ def _analyse(report: Report, replayer: Any, stored: Any) -> None:
         chosen = [t for p, t in zip(predicted, truth) if p == label]
         if chosen:
             precision = sum(1 for t in chosen if t == label) / len(chosen)
-            report.classes.append(ClassPoint(stored.run_id, stored.source, len(episode.support[label]), precision))
+            report.classes.append(ClassPoint(stored.run_id, source, len(episode.support[label]), precision))
 
 
 def render_report(report: Report, fmt: str = "table") -> str:
