@@ -215,9 +215,10 @@ def left_out(title: str, why: str) -> Section:
 
 
 def render_markdown(card: Card) -> str:
-    """The card as markdown: a heading, where the numbers come from, then each table
-    (or the line saying it is left out) and, with a plots folder, its plots' names."""
-    parts = [f"# Report card: {', '.join(card.runs)}", "\n".join(card.provenance)]
+    """The card as markdown: a heading, where the numbers come from, the contents (each
+    table shown, linked as the HTML card's), then each table (or the line saying it is left
+    out) and, with a plots folder, its plots' names."""
+    parts = [f"# Report card: {', '.join(card.runs)}", "\n".join(card.provenance), toc_markdown(card.sections)]
     for section in card.sections:
         if not section.shown:
             parts.append("\n".join(section.lines))
@@ -324,6 +325,14 @@ def _plot_html(plot: Plot) -> str:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def toc_markdown(sections: Sequence[Section]) -> str:
+    """One line of contents: a link to each table shown (with two or more; empty otherwise)."""
+    shown = [section for section in sections if section.shown]
+    if len(shown) < 2:
+        return ""
+    return "Contents: " + " · ".join(f"[{section.title}](#{section.anchor})" for section in shown)
 
 
 def toc_html(sections: Sequence[Section]) -> str:

@@ -69,7 +69,7 @@ def test_protonet_learns_and_its_reports_land(served, tmp_path):
     assert config["framework"] == "torch" and config["backbone"] == "conv4" and config["device"] == "cpu"
     assert config["parameter_count"] > 0 and config["torch_version"] == torch.__version__
     assert config["train_episodes"] == 30 and config["eval_sources"] == ["folder"]
-    assert report["sources"][f"{result['source']}/test"]["torch-protonet"]["episodes"] == 20
+    assert report["sources"]["folder/test"]["torch-protonet"]["episodes"] == 20
 
 
 @pytest.mark.slow
@@ -213,7 +213,7 @@ def test_one_evaluation_episode_has_no_interval(served, tmp_path):
     assert set(summary["train"]) == {f.name for f in dataclasses.fields(TrainSummary)}
     assert set(result) == {f.name for f in dataclasses.fields(EvalSummary)}
     with SamplerClient(served.address) as client:
-        cell = json.loads(client.get_report(["torch-one-episode"], "json"))["sources"]["image_folder/test"]
+        cell = json.loads(client.get_report(["torch-one-episode"], "json"))["sources"]["folder/test"]
     assert cell["torch-one-episode"]["ci95"] is None
 
 

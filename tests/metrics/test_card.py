@@ -128,6 +128,11 @@ def _md_cell(values: list[float]) -> str:
 def test_the_markdown_card_has_every_table_with_the_stored_numbers_side_by_side(served, written):
     out = written["out"]
     assert out.startswith("# Report card: card-a, card-b\n")
+    # the contents: one line linking each table shown, before the first
+    contents = next(line for line in out.splitlines() if line.startswith("Contents: "))
+    assert out.index(contents) < out.index("\n## ")
+    assert contents == ("Contents: [Meta-Dataset](#meta-dataset) · [VTAB-1k](#vtab-1k) · "
+                        "[ImageNet-CoG](#imagenet-cog) · [Calibrated (control baselines)](#calibrated-control-baselines)")
     md = _section(out, "Meta-Dataset")
     assert "| source | card-a | card-b | chance |" in md
     row = next(cells for key, cells in _rows(md).items() if key[0].endswith("/test"))
