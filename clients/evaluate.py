@@ -342,7 +342,7 @@ class EvaluateJob:
             if error.code not in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
                 raise
             raise UsageError(f"argument --md-sources: {name} under {preset}: {error}; leave it out "
-                             "of --md-sources (its test split is too small for these episodes), or shape them with "
+                             "of --md-sources (its test split cannot give these episodes), or shape them with "
                              "--md-ways/--md-shots/--md-query") from None
 
     def vtab_tasks(self) -> list[str]:

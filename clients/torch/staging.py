@@ -162,9 +162,3 @@ class Stager:
             event.record(self._stream)
         slot.event = event
         return StagedEpisode(device_images, device_labels, rows - query, query, ways, index, event)
-
-
-def stage_arrays(images: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A plain uint8 batch (the baseline's) on ``device``, copied once."""
-    tensor = torch.from_numpy(np.array(images, copy=True))
-    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
