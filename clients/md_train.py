@@ -85,6 +85,7 @@ from clients.errors import SamplerClientError
 from clients.feed import Feed
 from clients.md_learners import episodic
 from clients.protocols.md import EpisodeArrays, EpisodeSpec
+from clients.receiver import ProcessItems
 from clients.reporting import Reporter
 from clients.seeds import batch_sources
 from clients.server_options import client_options
@@ -155,6 +156,86 @@ class RankSummary:
     indices: list[list[int]]     # the indices it trained, as [first, step, count] runs (``index_runs``)
     data_wait_seconds: float
     parameter_digest: str        # sha256 of its model's parameters and buffers at the end
+
+
+@dataclass(frozen=True)
+class TrainingItems:
+    """A rank's training items, (index, item, images) in index order: episodes, or a batch
+    learner's batches. Plain values only, so it pickles: calling it in a child process
+    receives there what it would receive here (``clients.receiver``)."""
+
+    server: str
+    options: dict[str, Any]      # ``SamplerClient`` keywords (``server_options.client_options``)
+    episodic: bool
+    spec: EpisodeSpec            # the training episodes (a batch learner: its seed, image size, preset)
+    names: tuple[str, ...]       # a batch learner's sources, in head order
+    classes: tuple[int, ...]     # their train classes
+    batch_size: int
+    start: int
+    total: int
+    rank: int
+    ranks: int
+    receive_streams: int = 1     # episode streams received in parallel
+
+    def __call__(self) -> Iterator[tuple[int, Any, int]]:
+        return self.episodes() if self.episodic else self.batches()
+
+    def client(self, prefetch: int = 2) -> SamplerClient:
+        return SamplerClient(self.server, prefetch=prefetch, **self.options)
+
+    def episodes(self) -> Iterator[tuple[int, Any, int]]:
+        """This rank's episodes in order, over ``receive_streams`` streams (stream j takes
+        this rank's j-th, (j + k)-th, ... index; k streams)."""
+        mine = range(self.start + self.rank, self.total, self.ranks)
+        period = max(1, min(self.receive_streams, len(mine)))
+        clients = [self.client(prefetch=4) for _ in range(period)]
+        streams = [client.episodes(self.spec, mine[j], steps_before(len(mine), j, period), period * self.ranks)
+                   for j, client in enumerate(clients)]
+        try:
+            for position in range(len(mine)):
+                episode = next(streams[position % period])
+                yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
+        finally:
+            for stream in streams:
+                stream.close()
+            for client in clients:
+                client.close()
+
+    def batches(self) -> Iterator[tuple[int, Any, int]]:
+        """Step t takes a batch of source s(t), drawn uniformly per step (``seeds.batch_sources``,
+        as MD draws each batch's source), its labels offset by the classes of the sources before
+        it, so one head spans the union of the train classes. Each source's batches are read in
+        order: rank r of N takes batches r, r + N, r + 2N, ... of it as its steps meet that source
+        (one process: the source's batches 0, 1, 2, ...)."""
+        names, classes, start, total = list(self.names), self.classes, self.start, self.total
+        ranks, rank, spec = self.ranks, self.rank, self.spec
+        offsets = np.cumsum([0, *classes[:-1]])
+        drawn = batch_sources(spec.seed, len(names), total)
+        own, indices = drawn[rank::ranks], source_batch_indices(drawn, rank, ranks)  # this rank's steps
+        earlier = len(range(rank, start, ranks))  # of them before this run's start
+        clients = [self.client() for _ in names]
+        streams: list[Iterator[Any] | None] = []
+        for source, (client, name) in enumerate(zip(clients, names, strict=True)):
+            ahead = indices[earlier:][own[earlier:] == source]
+            streams.append(client.batches(name, "train", self.batch_size, seed=spec.seed, start=int(ahead[0]),
+                                          count=len(ahead), step=ranks, image_size=spec.image_size,
+                                          preset=spec.preset) if len(ahead) else None)
+        try:
+            for position in range(start + rank, total, ranks):
+                source, expected = int(drawn[position]), int(indices[(position - rank) // ranks])
+                stream = streams[source]
+                assert stream is not None
+                batch = next(stream)
+                if batch.index != expected or batch.num_classes != classes[source]:
+                    raise SamplerClientError(f"{names[source]}: batch {batch.index} of {batch.num_classes} classes, "
+                                             f"expected batch {expected} of {classes[source]}")
+                yield position, Batch(batch.images, batch.labels + offsets[source]), len(batch.images)
+        finally:
+            for stream in streams:
+                if stream is not None:
+                    stream.close()
+            for client in clients:
+                client.close()
 
 
 @dataclass
@@ -463,69 +544,28 @@ class Run:
             extra["tested_update"] = best.update
         return run_config(self.args, extra)
 
+    def receive_in_process(self) -> bool:
+        """``--receive``: auto receives in a child process where the step runs on a GPU (a
+        host-bound step there would share the interpreter with receiving), in a thread on CPU."""
+        setting = getattr(self.args, "receive", "auto")
+        return setting == "process" or (setting == "auto" and "cpu" not in self.framework.device.lower())
+
     def mine(self, start: int, end: int) -> range:
         """This rank's indices of the window [start, end): start + rank, every ``ranks``."""
         return range(start + self.rank, end, self.ranks)
 
     # ---- training ---------------------------------------------------------------------------
 
-    def _episodes(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
-        """This rank's episodes of start..total-1 in order, over ``receive_streams``
-        streams (stream j takes this rank's j-th, (j + k)-th, ... index; k streams)."""
+    def training_items(self, start: int, total: int) -> "TrainingItems":
+        """This rank's training items of start..total-1, as a picklable source (a child process
+        may receive them: ``clients.receiver``)."""
         args = self.args
         spec = EpisodeSpec(sources=tuple(args.sources or ()), preset=args.preset or "", split="train",
                            seed=args.seed, image_size=args.image_size, ways=args.ways, shots=args.shots,
                            query=args.query)
-        mine = self.mine(start, total)
-        period = max(1, min(self.framework.receive_streams, len(mine)))
-        clients = [self.client(prefetch=4) for _ in range(period)]
-        streams = [client.episodes(spec, mine[j], steps_before(len(mine), j, period), period * self.ranks)
-                   for j, client in enumerate(clients)]
-        try:
-            for position in range(len(mine)):
-                episode = next(streams[position % period])
-                yield episode.index, episode, len(episode.support_images) + len(episode.query_images)
-        finally:
-            for stream in streams:
-                stream.close()
-            for client in clients:
-                client.close()
-
-    def _batches(self, start: int, total: int) -> Iterator[tuple[int, Any, int]]:
-        """Step t takes a batch of source s(t), drawn uniformly per step (``seeds.batch_sources``,
-        as MD draws each batch's source), its labels offset by the classes of the sources before
-        it, so one head spans the union of the train classes. Each source's batches are read in
-        order: rank r of N takes batches r, r + N, r + 2N, ... of it as its steps meet that source
-        (one process: the source's batches 0, 1, 2, ...)."""
-        args, names, classes = self.args, list(self.train_names), self.class_counts
-        ranks, rank = self.ranks, self.rank
-        offsets = np.cumsum([0, *classes[:-1]])
-        drawn = batch_sources(args.seed, len(names), total)
-        own, indices = drawn[rank::ranks], source_batch_indices(drawn, rank, ranks)  # this rank's steps
-        earlier = len(range(rank, start, ranks))  # of them before this run's start
-        clients = [self.client() for _ in names]
-        streams: list[Iterator[Any] | None] = []
-        for source, (client, name) in enumerate(zip(clients, names, strict=True)):
-            ahead = indices[earlier:][own[earlier:] == source]
-            streams.append(client.batches(name, "train", args.batch_size, seed=args.seed, start=int(ahead[0]),
-                                          count=len(ahead), step=ranks, image_size=args.image_size,
-                                          preset=args.preset or "") if len(ahead) else None)
-        try:
-            for position in self.mine(start, total):
-                source, expected = int(drawn[position]), int(indices[(position - rank) // ranks])
-                stream = streams[source]
-                assert stream is not None
-                batch = next(stream)
-                if batch.index != expected or batch.num_classes != classes[source]:
-                    raise SamplerClientError(f"{names[source]}: batch {batch.index} of {batch.num_classes} classes, "
-                                             f"expected batch {expected} of {classes[source]}")
-                yield position, Batch(batch.images, batch.labels + offsets[source]), len(batch.images)
-        finally:
-            for stream in streams:
-                if stream is not None:
-                    stream.close()
-            for client in clients:
-                client.close()
+        return TrainingItems(args.server, self.options, self.episodic, spec, tuple(self.train_names),
+                             tuple(self.class_counts), args.batch_size, start, total, self.rank, self.ranks,
+                             self.framework.receive_streams)
 
     def total(self) -> int:
         return self.args.train_episodes if self.episodic else self.args.train_steps
@@ -545,8 +585,8 @@ class Run:
         total = self.total()
         if self.args.eval_only or start >= total:
             return None
-        items = self._episodes(start, total) if self.episodic else self._batches(start, total)
-        return Feed(items, self.framework.stage)
+        source = self.training_items(start, total)
+        return Feed(ProcessItems(source) if self.receive_in_process() else source(), self.framework.stage)
 
     def _window_means(self, timer: _Timer, size: int) -> tuple[float, float]:
         """Mean loss and accuracy of each rank's last ``size`` steps, over all ranks."""

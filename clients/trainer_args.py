@@ -58,6 +58,8 @@ SELECT_SPLITS = splits.VTAB.within(("val", "val200"))
 """The transfer sweep's validation splits (with ``none``: no sweep); valid and validation name val."""
 NO_SWEEP = ("none",)
 DEVICES = ("auto", "cpu", "cuda")
+RECEIVE_SETTINGS = ("auto", "process", "thread")
+"""The MD trainer's ``--receive`` (``clients.receiver``)."""
 MD_IMAGE_SIZE = 84
 TRANSFER_IMAGE_SIZE = 224
 
@@ -268,6 +270,10 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
             option("--shape-buckets", choices=SHAPE_BUCKETS, default="auto", **_RESULT,
                    help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                         "meets few shapes; auto: on with a GPU, off on CPU"),
+            option("--receive", choices=RECEIVE_SETTINGS, default="auto", **_OPERATIONAL,
+                   help="where the training items are received: process (a child process, which takes nothing "
+                        "from the training thread's share of the interpreter) or thread (in this process); auto: "
+                        "process with a GPU, thread on CPU"),
             *compile_option,
         )),
         backbone_group("conv4", MD_IMAGE_SIZE, "image side the episodes are served at"),

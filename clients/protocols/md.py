@@ -11,7 +11,7 @@ evaluation without the caller building any protobuf.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,11 @@ _QUERY_IMAGES = pb.Episode.DESCRIPTOR.fields_by_name["query_images"].number
 _EPISODE_TENSORS = frozenset({_SUPPORT_IMAGES, _QUERY_IMAGES})
 _BATCH_IMAGES = pb.Batch.DESCRIPTOR.fields_by_name["images"].number
 _BATCH_TENSORS = frozenset({_BATCH_IMAGES})
+
+
+def _episode_arrays(values: dict[str, Any], request: bytes | None) -> "EpisodeArrays":
+    """``EpisodeArrays.__reduce__``'s inverse."""
+    return EpisodeArrays(**values, request=None if request is None else pb.EpisodeRequest.FromString(request))
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,12 @@ class EpisodeArrays:
     @property
     def ways(self) -> int:
         return len(self.class_ids)
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], bytes | None]]:
+        """Pickles with its request as bytes: the generated message class is recorded under a
+        module name that does not import (a child process receives episodes: ``clients.receiver``)."""
+        values = {item.name: getattr(self, item.name) for item in fields(self) if item.name != "request"}
+        return _episode_arrays, (values, None if self.request is None else self.request.SerializeToString())
 
     @classmethod
     def from_bytes(cls, data: bytes, request: pb.EpisodeRequest | None = None) -> "EpisodeArrays":

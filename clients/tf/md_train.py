@@ -484,8 +484,13 @@ class TFFramework(Framework):
         return self._ladders[key]
 
     def stage(self, item: Any) -> Any:
-        """On the feed's thread: an episode packed to its bucket (NumPy)."""
-        return pack_episode(item, self.ladder(item)) if isinstance(item, EpisodeArrays) else item
+        """On the feed's thread: an episode packed to its bucket, a batch copied (NumPy; an
+        item's arrays may be views of a receiving buffer that is reused: ``clients.receiver``)."""
+        if isinstance(item, EpisodeArrays):
+            return pack_episode(item, self.ladder(item))
+        if isinstance(item, Batch):
+            return Batch(np.array(item.images), np.array(item.labels))
+        return item
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
         with self._placement():

@@ -122,8 +122,9 @@ class Stager:
         copied through the same pinned ring and side stream as an episode, so neither the
         feed's thread nor the training thread waits for the device."""
         if not self.cuda:
+            # copies: the arrays may be views of a receiving buffer that is reused (``clients.receiver``)
             return StagedEpisode(torch.from_numpy(np.array(images, copy=True)),
-                                 torch.from_numpy(np.asarray(labels, dtype=np.int64)), len(images), 0, 0, -1)
+                                 torch.from_numpy(np.array(labels, dtype=np.int64, copy=True)), len(images), 0, 0, -1)
         with torch.cuda.device(self.device):
             return self._copy_rows((images,), (labels,), len(images), 0, 0, -1)
 
