@@ -18,7 +18,9 @@ shared-memory directory and sends the rest of the pickle and the slot over a pip
 parent unpickles the item over views of the slot: no copy. A slot is free again when
 the parent asks for the next item, so an item's arrays are valid until then: a
 consumer must copy what it keeps (the trainers' ``stage`` does: into pinned memory, a
-packed episode, an own copy). Errors raised by ``source`` come in order, raised by
+packed episode, an own copy). Where the directory cannot hold a slot (a container's small
+``/dev/shm``), the item comes whole through the pipe instead, slower, and the child says
+so once on stderr. Errors raised by ``source`` come in order, raised by
 ``next``. The child ends when the parent closes the ring or dies (it reads a pipe
 only the parent holds open); ``close`` returns within seconds even while the child
 waits for a stalled server.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,32 +59,48 @@ def slot_directory() -> Path:
 
 
 class _Ring:
-    """The child's slots: files it creates (and regrows, under a new name) and maps."""
+    """The child's slots: files it creates (and regrows, under a new name) and maps, within
+    ``limit`` bytes in all (None: what the directory holds)."""
 
-    def __init__(self, directory: Path, slots: int) -> None:
+    def __init__(self, directory: Path, slots: int, limit: int | None) -> None:
         self.directory = directory
+        self.limit = limit
         self.names: list[str | None] = [None] * slots
         self.maps: list[mmap.mmap | None] = [None] * slots
         self._made = 0
+        self.refusal = ""  # why the last slot that did not fit did not
 
-    def fit(self, slot: int, size: int) -> str:
-        """Slot ``slot`` holding at least ``size`` bytes: its file's name."""
+    def fit(self, slot: int, size: int) -> str | None:
+        """Slot ``slot`` holding at least ``size`` bytes: its file's name; None where the
+        directory (or the limit) cannot hold it."""
         mapped = self.maps[slot]
         if mapped is None or len(mapped) < size:
             self.drop(slot)
+            capacity = max(size, 1 << 16) + (max(size, 1 << 16) >> 3)  # room for a little variation
+            others = sum(len(other) for other in self.maps if other is not None)
+            if self.limit is not None and others + capacity > self.limit:
+                self.refusal = f"the ring's limit is {self.limit} bytes"
+                return None
             self._made += 1
             name = f"{SLOT_PREFIX}{os.getpid()}-{slot}-{self._made}"
-            capacity = max(size, 1 << 16) + (max(size, 1 << 16) >> 3)  # room for a little variation
-            fd = os.open(self.directory / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            path = self.directory / name
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.ftruncate(fd, capacity)
+                # reserved now: a full tmpfs refuses here, not with SIGBUS when a page is first written
+                allocate = getattr(os, "posix_fallocate", None)
+                if allocate is not None:
+                    allocate(fd, 0, capacity)
+                else:
+                    os.ftruncate(fd, capacity)
                 self.maps[slot] = mmap.mmap(fd, capacity)
+            except OSError as error:
+                _unlink(path)
+                self.refusal = f"{error.strerror or error}, {shutil.disk_usage(self.directory).free >> 20} MiB free"
+                return None
             finally:
                 os.close(fd)
             self.names[slot] = name
-        name = self.names[slot]
-        assert name is not None
-        return name
+        return self.names[slot]
 
     def drop(self, slot: int) -> None:
         name, mapped = self.names[slot], self.maps[slot]
@@ -118,11 +137,12 @@ def serve_child() -> None:
     lifeline = Connection(int(sys.argv[1]), writable=False)
     control = Connection(int(sys.argv[2]), writable=False)
     items = Connection(int(sys.argv[3]), readable=False)
-    source, slots, directory = pickle.loads(control.recv_bytes())
-    ring = _Ring(Path(directory), slots)
+    source, slots, directory, limit = pickle.loads(control.recv_bytes())
+    ring = _Ring(Path(directory), slots, limit)
     ending = threading.Thread(target=_exit_with_parent, args=(lifeline, ring), daemon=True)
     ending.start()
     free = list(range(slots))
+    warned = False
     try:
         for index, item, images in source():
             buffers: list[pickle.PickleBuffer] = []
@@ -130,17 +150,29 @@ def serve_child() -> None:
             raws = [buffer.raw() for buffer in buffers]
             while not free:
                 free.append(control.recv())
-            slot = free.pop(0)
-            name = ring.fit(slot, sum(len(raw) for raw in raws))
-            mapped = ring.maps[slot]
-            assert mapped is not None
-            spans, at = [], 0
-            for raw in raws:
-                mapped[at:at + len(raw)] = raw
-                spans.append((at, len(raw)))
-                at += len(raw)
-            del raws, buffers, item  # the server's segment goes back as soon as it is copied
-            items.send_bytes(pickle.dumps(("item", index, images, slot, name, spans, payload), protocol=5))
+            size = sum(len(raw) for raw in raws)
+            name = ring.fit(free[0], size)
+            if name is None:  # the item travels whole through the pipe: slower, but the run goes on
+                if not warned:
+                    print(f"clients.receiver: {ring.directory} cannot hold a slot of {size >> 20} MiB "
+                          f"({ring.refusal}); items that do not fit come through a pipe, which is slower: "
+                          "give it more room (docker run --shm-size=2g) or train with --receive thread",
+                          file=sys.stderr, flush=True)
+                    warned = True
+                del raws, buffers
+                items.send_bytes(pickle.dumps(("inline", index, images, pickle.dumps(item, protocol=5)), protocol=5))
+            else:
+                slot = free.pop(0)
+                mapped = ring.maps[slot]
+                assert mapped is not None
+                spans, at = [], 0
+                for raw in raws:
+                    mapped[at:at + len(raw)] = raw
+                    spans.append((at, len(raw)))
+                    at += len(raw)
+                del raws, buffers
+                items.send_bytes(pickle.dumps(("item", index, images, slot, name, spans, payload), protocol=5))
+            del item  # the server's segment goes back as soon as it is copied
             while control.poll():
                 free.append(control.recv())
         items.send_bytes(pickle.dumps(("done",)))
@@ -166,7 +198,8 @@ class ProcessItems:
     """(index, item, images) tuples of ``source()``, received by a child process (see the
     module docstring); an item's arrays are views valid until the next ``next``."""
 
-    def __init__(self, source: Callable[[], Iterator[tuple[int, Any, int]]], slots: int = SLOTS) -> None:
+    def __init__(self, source: Callable[[], Iterator[tuple[int, Any, int]]], slots: int = SLOTS,
+                 limit: int | None = None) -> None:
         self._directory = slot_directory()
         lifeline_read, self._lifeline = os.pipe()
         control_read, control_write = os.pipe()
@@ -182,7 +215,7 @@ class ProcessItems:
                 os.close(fd)
         self._control = Connection(control_write, readable=False)
         self._items = Connection(items_read, writable=False)
-        self._control.send_bytes(pickle.dumps((source, slots, str(self._directory))))
+        self._control.send_bytes(pickle.dumps((source, slots, str(self._directory), limit)))
         self._maps: dict[int, tuple[str, mmap.mmap]] = {}
         self._reading: int | None = None  # the slot whose item the consumer holds
         self._ended = False
@@ -225,6 +258,9 @@ class ProcessItems:
             self._ended = True
             self.close()
             raise message[1]
+        if message[0] == "inline":
+            _, index, images, payload = message
+            return index, pickle.loads(payload), images
         _, index, images, slot, name, spans, payload = message
         view = self._view(slot, name)
         item = pickle.loads(payload, buffers=[view[at:at + size] for at, size in spans])

@@ -54,6 +54,20 @@ def test_items_come_whole_and_in_order_through_slots_that_regrow():
     assert _slot_files() <= before  # every slot's name is gone with the run
 
 
+def test_items_a_full_directory_cannot_hold_come_through_the_pipe(capfd):
+    """A container's /dev/shm is often 64 MiB: an item whose slot does not fit still arrives
+    whole (here the ring is limited to 256 KiB: three slots fit, a fourth does not)."""
+    items = ProcessItems(functools.partial(receiver_sources.numbered, 12, growing=True), limit=1 << 18)
+    slotted = 0
+    for index, item, rows in items:
+        assert rows == 4 + index * 40 and (item.images == index).all()
+        assert item.labels.tolist() == list(range(index, index + rows))
+        slotted += items._reading is not None
+    assert index == 11 and 0 < slotted < 12
+    warned = capfd.readouterr().err
+    assert warned.count("cannot hold a slot") == 1 and "--receive thread" in warned and "--shm-size" in warned
+
+
 def test_the_sources_error_is_raised_after_the_items_before_it():
     items = ProcessItems(functools.partial(receiver_sources.numbered, 10, fail_at=6))
     assert [next(items)[0] for _ in range(6)] == list(range(6))
