@@ -173,3 +173,48 @@ def test_tf_trains_the_same_weights_receiving_in_a_child_process(served, tmp_pat
 
     assert (_digest(main, served, tmp_path, "rcv-tf", "process", *BATCHES)
             == _digest(main, served, tmp_path, "rcv-tf", "thread", *BATCHES))
+
+
+@pytest.mark.slow  # a server of its own, killed mid-run
+def test_a_server_that_dies_mid_run_ends_the_trainer_as_in_process(served, tmp_path, capfd):
+    """The child's failure reaches the trainer as its own would: exit 3, one line naming the
+    server, no traceback, the progress before the fault kept."""
+    import socket
+    import threading
+
+    import torch
+
+    from clients.torch.md_train import CHECKPOINT, main
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "sampler_server", "serve", "--data", str(served.data), "--port",
+                               str(port), "--workers", "1"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert "listening on" in server.stdout.readline()
+        checkpoints = tmp_path / "ckpt"
+
+        def kill_after_the_first_checkpoint() -> None:
+            deadline = time.monotonic() + 60
+            while not (checkpoints / CHECKPOINT).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            server.send_signal(signal.SIGKILL)
+
+        watcher = threading.Thread(target=kill_after_the_first_checkpoint, daemon=True)
+        watcher.start()
+        started = time.monotonic()
+        code = main(["--server", f"127.0.0.1:{port}", "--run", "rcv-dead", "--sources", "folder", "--image-size", "16",
+                     "--ways", "3", "--shots", "2", "--query", "2", "--train-episodes", "2000", "--eval-episodes", "0",
+                     "--device", "cpu", "--threads", "1", "--receive", "process", "--checkpoint-dir", str(checkpoints),
+                     "--checkpoint-every", "5", "--retries", "2", "--connect-timeout", "1"])
+        watcher.join()
+        lines = capfd.readouterr().err.strip().splitlines()
+        assert code == 3 and time.monotonic() - started < 60
+        assert f"127.0.0.1:{port}" in lines[-1] and "unreachable" in lines[-1]
+        assert "Traceback" not in "".join(lines)
+        assert 5 <= torch.load(checkpoints / CHECKPOINT)["next_index"] < 2000
+    finally:
+        server.kill()
+        server.wait()
