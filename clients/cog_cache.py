@@ -152,6 +152,12 @@ Batches = Callable[[int], Iterable[tuple[int, np.ndarray, np.ndarray, np.ndarray
 """start batch index -> (batch index, record ids, labels, features) from that batch on."""
 
 
+def _meta(fields: Mapping[str, Any], split: SplitIds, batch_size: int) -> dict[str, Any]:
+    """What an entry (and an interrupted extraction of it) records of its key and split."""
+    return {"key": {"format": CACHE_FORMAT, **fields}, "level": split.level, "split": split.split,
+            "fingerprint": split.fingerprint, "count": len(split.record_ids), "batch_size": batch_size}
+
+
 class FeatureCache:
     """Entries under one directory (created when first written)."""
 
@@ -194,6 +200,18 @@ class FeatureCache:
             raise FeatureCacheError(f"feature cache {path}: features of shape {features.shape} ({features.dtype}), "
                                     f"expected float32 [{len(record_ids)}, D]; delete it to extract again")
 
+    def resume_point(self, fields: Mapping[str, Any], split: SplitIds, batch_size: int) -> int:
+        """The batch a missing entry's extraction starts at: after the batches an interrupted
+        extraction of the same entry wrote, else 0."""
+        partial = self.path(fields).with_name(self.path(fields).name + ".partial")
+        try:
+            progress = json.loads((partial / "progress.json").read_text())
+        except (OSError, ValueError):
+            return 0
+        if progress.get("meta") != _meta(fields, split, batch_size) or not progress.get("dim"):
+            return 0
+        return int(progress.get("batches", 0))
+
     def get_or_extract(self, fields: Mapping[str, Any], split: SplitIds, batch_size: int, batches: Batches,
                        log: Callable[[str], None] = lambda _: None) -> CachedFeatures:
         """The entry of ``fields``, extracted first when missing (resuming a partial one)."""
@@ -215,17 +233,13 @@ class FeatureCache:
                  log: Callable[[str], None]) -> int:
         partial = final.with_name(final.name + ".partial")
         total = len(split.record_ids)
-        meta = {"key": {"format": CACHE_FORMAT, **fields}, "level": split.level, "split": split.split,
-                "fingerprint": split.fingerprint, "count": total, "batch_size": batch_size}
+        meta = _meta(fields, split, batch_size)
         progress_path = partial / "progress.json"
-        start, features = 0, None
-        if progress_path.exists():
+        start, features = self.resume_point(fields, split, batch_size), None
+        if start:
             try:
-                progress = json.loads(progress_path.read_text())
-                if progress.get("meta") == meta and progress.get("dim"):
-                    features = np.lib.format.open_memmap(partial / "features.npy", mode="r+")
-                    start = int(progress["batches"])
-                    log(f"{split.level} {split.split}: resuming the extraction at batch {start}")
+                features = np.lib.format.open_memmap(partial / "features.npy", mode="r+")
+                log(f"{split.level} {split.split}: resuming the extraction at batch {start}")
             except (OSError, ValueError):
                 features, start = None, 0
         if features is None:

@@ -33,13 +33,17 @@ def _fingerprint(*parts: Any) -> str:
 
 @dataclass
 class FakeCogClient:
-    """Records what was streamed and reported; ``fail_after`` breaks the next stream after that many batches."""
+    """Records what was streamed (``streamed``; per split, ``streamed_of``) and reported;
+    ``fail_after`` breaks the next stream of split ``fail_split`` after that many batches (the
+    next split's stream may be read meanwhile: ``CogRun.open_ahead``)."""
 
     colours: dict[str, list[tuple[int, int, int]]] = field(default_factory=lambda: dict(COLOURS))
     streamed: int = 0
+    streamed_splits: dict[tuple[str, str], int] = field(default_factory=dict)
     reports: list[Any] = field(default_factory=list)
     configs: list[str] = field(default_factory=list)
     fail_after: int | None = None
+    fail_split: str = "train"
     label_shift: int = 0  # > 0: labels disagree with those an earlier server gave, fingerprints unchanged
     train_per_concept: int = TRAIN_PER_CONCEPT
 
@@ -98,14 +102,18 @@ class FakeCogClient:
         ids, labels = np.asarray(listed.record_ids), np.asarray(listed.labels)
         total = -(-len(ids) // batch_size)
         for index in range(start_index, total):
-            if self.fail_after is not None and index - start_index >= self.fail_after:
+            if self.fail_after is not None and split == self.fail_split and index - start_index >= self.fail_after:
                 self.fail_after = None
                 raise ConnectionError("the stream broke")
             part = slice(index * batch_size, (index + 1) * batch_size)
             images = np.stack([self.image(level, int(r), image_size) for r in ids[part]])
             self.streamed += len(images)
+            self.streamed_splits[level, split] = self.streamed_splits.get((level, split), 0) + len(images)
             yield SimpleNamespace(index=index, record_ids=ids[part].tolist(), labels=labels[part],
                                   images=images, split_fingerprint=listed.fingerprint, last=index == total - 1)
+
+    def streamed_of(self, level: str, split: str) -> int:
+        return self.streamed_splits.get((level, split), 0)
 
     def report(self, reports: list[Any], run_config_json: str = "") -> Any:
         self.reports += list(reports)

@@ -218,7 +218,7 @@ def test_an_extraction_that_broke_resumes_at_the_next_batch(tmp_path):
     client = FakeCogClient(fail_after=2)
     with pytest.raises(ConnectionError):
         _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
-    assert client.streamed == 2 * 16
+    assert client.streamed_of("L1", "train") == 2 * 16
     summary = _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
     assert summary["levels"]["L1"]["extracted"] == {"train": 60 - 32, "test": 18}
     clean = _run(tmp_path / "clean", FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
@@ -308,3 +308,44 @@ def test_two_runs_extracting_one_entry_take_turns_and_the_second_reads_the_first
     assert calls == [0] and sorted(f.extracted for f in found) == [0, 10]
     assert found[0].path == found[1].path and np.array_equal(found[0].features[:, 0], np.repeat(np.arange(5), 2))
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [found[0].path.name]
+
+
+def test_the_test_splits_stream_opens_while_the_train_split_is_extracted(tmp_path, monkeypatch):
+    """The next split's stream is opened, and read from, before its extraction asks for it
+    (a stream's start waits for the server's first batch); it is not opened again, and a split
+    whose features are cached is not opened at all."""
+    events: list[str] = []
+    opened = CogRun._stream
+    extract = cog_eval.FeatureCache.get_or_extract
+
+    def stream(self, split, start):
+        events.append(f"open {split.level}/{split.split} at {start}")
+        return opened(self, split, start)
+
+    def get_or_extract(self, fields, split, *rest, **named):
+        events.append(f"extract {split.level}/{split.split}")
+        return extract(self, fields, split, *rest, **named)
+
+    monkeypatch.setattr(CogRun, "_stream", stream)
+    monkeypatch.setattr(cog_eval.FeatureCache, "get_or_extract", get_or_extract)
+    client = FakeCogClient()
+    first = _run(tmp_path, client, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert events == ["open L1/test at 0", "extract L1/train", "open L1/train at 0", "extract L1/test"]
+    assert first["levels"]["L1"]["extracted"] == {"train": 60, "test": 18} and client.streamed == 78
+
+    events.clear()
+    again = FakeCogClient()
+    _run(tmp_path, again, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert events == ["extract L1/train", "extract L1/test"] and again.streamed == 0  # both cached
+
+
+def test_a_split_opened_ahead_whose_extraction_resumes_later_is_opened_at_its_batch(tmp_path):
+    broken = FakeCogClient(fail_after=1, fail_split="test")
+    with pytest.raises(ConnectionError):
+        _run(tmp_path, broken, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    resumed = FakeCogClient()
+    summary = _run(tmp_path, resumed, "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert summary["levels"]["L1"]["extracted"] == {"train": 0, "test": 18 - 16}
+    assert resumed.streamed_of("L1", "test") == 2
+    clean = _run(tmp_path / "clean", FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert results_of(summary) == results_of(clean)
