@@ -32,6 +32,10 @@ images/s of:
   embedded and its features back in numpy before the next is taken, as a per-batch
   ``features(uint8 ndarray) -> ndarray`` call (``clients.torch.cog_eval``'s ``extract``)
   runs it;
+- the cog command's and evaluate's own extraction: ``CogRun.level_features`` of every split
+  in order into a fresh feature cache (its writes included), each level's test split opened
+  while its train split is extracted (``CogRun.open_ahead``), the backend theirs
+  (``TorchCogBackend``, the bench's backbone with ImageNet's mean and std);
 
 and each through-service rate as a ratio to the model-only rate (target: overlapped at
 least 0.9). Every store serves the same pixels (checked batch by batch). Each figure is
@@ -280,30 +284,39 @@ def serial_pass(extract: Extractor, address: str, args: argparse.Namespace) -> t
     return images, seconds, waited
 
 
-def evaluate_extractor(args: argparse.Namespace) -> Any:
-    """The feature extractor ``evaluate`` and ``cog`` run (``clients.torch.backbones``), on the
-    same named backbone, declared as the CoG protocol prescribes."""
-    import torch
+def command_backend(args: argparse.Namespace, address: str) -> Any:
+    """The torch backend ``cog`` and ``evaluate`` extract with, on the bench's backbone and
+    levels, the CoG protocol's declared preprocessing (ImageNet's mean and std)."""
+    from clients.torch.cog_eval import TorchCogBackend
+    from clients.trainer_args import parse_cog_args
 
-    from clients.torch.backbones import TorchFeatures, load_backbone
-
-    declared = argparse.Namespace(backbone=args.backbone, weights=None, image_size=args.image_size,
-                                  input_range=(0.0, 1.0), mean=IMAGENET_MEAN, std=IMAGENET_STD, seed=0,
-                                  init_seed=None, preprocessing_defaults={})
-    loaded = load_backbone(declared, torch.device(args.device), args.image_size, "backbone")
-    return TorchFeatures(loaded, torch.device(args.device), args.batch_size, args.precision)
+    return TorchCogBackend(parse_cog_args("torch", [
+        "--server", address, "--run", "feature-bench", "--backbone", args.backbone, "--image-size",
+        str(args.image_size), "--level-size", str(LEVEL_SIZE), "--min-images", str(MIN_IMAGES * args.scale),
+        "--extract-batch-size", str(args.batch_size), "--precision", args.precision, "--device", args.device,
+        "--feature-cache", tempfile.gettempdir(), "--mean", *map(str, IMAGENET_MEAN), "--std", *map(str, IMAGENET_STD)]))
 
 
-def product_pass(features: Any, address: str, args: argparse.Namespace) -> tuple[int, float, float]:
-    """(images, seconds, 0) of one pass as the cog command and evaluate extract: the client's
-    CoG streams one split after another, ``TorchFeatures.features_stream`` over them."""
-    started = time.perf_counter()
-    images = 0
-    for out in features.features_stream(served_batches(address, args, level_splits())):
-        if not np.all(np.isfinite(out)):
-            raise RuntimeError("features not all finite")
-        images += len(out)
-    return images, time.perf_counter() - started, 0.0
+def product_pass(backend: Any, address: str, args: argparse.Namespace) -> tuple[int, float, float]:
+    """(images, seconds, 0) of one pass as the ``cog`` and ``evaluate`` commands extract:
+    ``CogRun.level_features`` of every level split in order into a fresh feature cache (its
+    writes included), each level's test split opened while its train split is extracted."""
+    from clients.cog_cache import FeatureCache
+    from clients.cog_eval import CogRun
+    from clients.core import SamplerClient
+
+    with tempfile.TemporaryDirectory() as cache, SamplerClient(address, prefetch=args.prefetch) as client:
+        run = CogRun(backend, client, lambda line: None)
+        run.cache = FeatureCache(cache)
+        started = time.perf_counter()
+        images = 0
+        try:
+            for level in LEVELS:
+                images += len(run.level_features(level, "train", then=(level, "test")).labels)
+                images += len(run.level_features(level, "test").labels)
+        finally:
+            run.close_ahead()
+        return images, time.perf_counter() - started, 0.0
 
 
 def receive_pass(address: str, args: argparse.Namespace, pinned: bool) -> tuple[int, float, float]:
@@ -407,9 +420,9 @@ def measure_store(extract: Extractor, address: str, args: argparse.Namespace, ki
         figures["overlapped"], figures["overlapped_wait"] = timed(
             args.passes, lambda: overlapped_pass(extract, address, args))
         figures["serial"], figures["serial_wait"] = timed(args.passes, lambda: serial_pass(extract, address, args))
-        product = evaluate_extractor(args)
-        product_pass(product, address, args)  # warm-up (cuDNN picks its kernels)
-        figures["product"], _ = timed(args.passes, lambda: product_pass(product, address, args))
+        backend = command_backend(args, address)
+        product_pass(backend, address, args)  # warm-up (cuDNN picks its kernels)
+        figures["product"], _ = timed(args.passes, lambda: product_pass(backend, address, args))
     return figures
 
 
