@@ -50,11 +50,13 @@ from clients.backbone_contract import (DEFAULT_CONVENTION, NAMED_CONVENTION, TOR
                                        convention_preprocessing, describe_output, load_callable,
                                        resolve_preprocessing)
 from clients.errors import UsageError
+from clients.feed import Feed
 from clients.init_weights import backbone_of_names, neutral_weights, read_npz, what_to_change
 from clients.seeds import backbone_seed
 from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 from clients.trainer_args import PRECISIONS
 from clients.torch.models import ResNet18, adopt_batch_norms, build_backbone, episode_norm
+from clients.torch.staging import Stager
 
 PROBE_ROWS = 2
 CHECKPOINT_FORMAT = 2  # the MD trainer's checkpoint.pt layout (written by clients.torch.md_train, read by --weights)
@@ -455,33 +457,39 @@ class TorchFeatures:
         return self._episode_norms
 
     def features_stream(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
-        """``features`` of each batch in order. On CUDA one batch runs ahead: batch i+1 is
-        copied in from pinned memory and embedded while batch i's features come back and the
-        caller receives the next batch, so the GPU does not wait between batches."""
-        if self.device.type != "cuda":
-            for images in batches:
-                yield self.features(images)
-            return
+        """``features`` of each batch in order. A thread of its own takes the batches (the
+        stream's receiving included) and stages each, up to two ahead: on CUDA into pinned
+        memory and onto the device on a side stream (``staging.Stager``), so the thread that
+        runs the model only launches it, and batch i's features come back while batch i+1 is
+        embedded; on CPU into memory of its own. Errors of ``batches`` come in order."""
         model, spec = self.backbone.model, self.backbone.spec
         set_mode(model, False)
-        waiting: tuple[torch.Tensor, torch.cuda.Event] | None = None
-        for images in batches:
-            host = torch.empty(images.shape, dtype=torch.uint8, pin_memory=True)
-            np.copyto(host.numpy(), images)  # out of the read-only wire view, into pinned memory
-            with torch.inference_mode(), autocast(self.device, self.precision):
-                output = checked(spec, model(to_model_input(host, self.backbone.preprocessing, self.device)),
-                                 len(images)).float()
-            back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
-            back.copy_(output, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record()
+        cuda = self.device.type == "cuda"
+        stager = Stager(self.device, buckets=False)
+        feed = Feed(((position, images, len(images)) for position, images in enumerate(batches)),
+                    lambda images: stager.stage_batch(images, np.zeros(len(images), np.int64)))
+        waiting: tuple[torch.Tensor, Any] | None = None
+        try:
+            for _, staged, rows in feed:
+                with torch.inference_mode(), autocast(self.device, self.precision):
+                    pixels = to_model_input(staged.ready().images, self.backbone.preprocessing, self.device)
+                    output = checked(spec, model(pixels), rows).float()
+                if not cuda:
+                    yield output.numpy()
+                    continue
+                back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
+                back.copy_(output, non_blocking=True)
+                done = torch.cuda.Event()
+                done.record()
+                if waiting is not None:
+                    waiting[1].synchronize()
+                    yield waiting[0].numpy()
+                waiting = (back, done)
             if waiting is not None:
                 waiting[1].synchronize()
                 yield waiting[0].numpy()
-            waiting = (back, done)
-        if waiting is not None:
-            waiting[1].synchronize()
-            yield waiting[0].numpy()
+        finally:
+            feed.close()
 
 
 __all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",

@@ -299,6 +299,39 @@ def test_transfer_runs_a_module_callable_backbone(tmp_path, kitti):
 
 
 
+# ---- the extraction stream (cog, evaluate) -----------------------------------------------------------
+
+
+def test_the_extraction_stream_gives_each_batchs_features_in_order_and_its_errors_after_them():
+    """``features_stream`` stages batches on a thread of its own, ahead of the model: the same
+    features as ``features`` batch by batch, an error of the batches after the batches before
+    it, and a consumer that stops early leaves no thread behind."""
+    import threading
+
+    from clients.torch.backbones import TorchFeatures
+
+    extractor = TorchFeatures(_load("tiny"), CPU, 8, "float32")
+    batches = [np.random.RandomState(seed).randint(0, 256, (rows, 32, 32, 3), dtype=np.uint8)
+               for seed, rows in enumerate((8, 8, 5))]
+    streamed = list(extractor.features_stream(iter(batches)))
+    assert len(streamed) == 3 and all(np.array_equal(s, extractor.features(b)) for s, b in zip(streamed, batches))
+
+    def broken():
+        yield from batches[:2]
+        raise ConnectionError("the stream broke after batch 1")
+
+    stream = extractor.features_stream(broken())
+    assert [len(next(stream)) for _ in range(2)] == [8, 8]
+    with pytest.raises(ConnectionError, match="after batch 1"):
+        next(stream)
+
+    before = {thread.ident for thread in threading.enumerate()}
+    early = extractor.features_stream(iter(batches * 20))
+    next(early)
+    early.close()
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name == "trainer-feed"]
+
+
 # ---- precision (--precision) -------------------------------------------------------------------------
 
 
