@@ -28,6 +28,7 @@ waits for a stalled server.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -112,22 +113,27 @@ class _Ring:
 
 
 def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    path.unlink(missing_ok=True)
 
 
 def _exit_with_parent(lifeline: Connection, ring: "_Ring") -> None:
     """The parent holds the other end open and never writes: its end (close or death) ends us."""
-    try:
+    with contextlib.suppress(EOFError, OSError):  # the end of the pipe is the message
         lifeline.recv_bytes()
-    except (EOFError, OSError):
-        pass
     for name in ring.names:
         if name is not None:
             _unlink(ring.directory / name)
     os._exit(0)
+
+
+def _tell(items: Connection, error: BaseException) -> None:
+    """``error`` to the parent, or its text where it does not pickle; nothing to a parent gone."""
+    try:
+        message = pickle.dumps(("error", error))
+    except Exception:  # noqa: BLE001  an exception that does not pickle travels as its text
+        message = pickle.dumps(("error", SamplerClientError(f"{type(error).__name__}: {error}")))
+    with contextlib.suppress(BrokenPipeError, OSError):
+        items.send_bytes(message)
 
 
 def serve_child() -> None:
@@ -176,17 +182,9 @@ def serve_child() -> None:
             while control.poll():
                 free.append(control.recv())
         items.send_bytes(pickle.dumps(("done",)))
-    except (EOFError, BrokenPipeError):  # the parent stopped reading
-        pass
     except BaseException as error:  # noqa: BLE001  raised by the parent's next, in order
-        try:
-            message = pickle.dumps(("error", error))
-        except Exception:  # noqa: BLE001  an exception that does not pickle travels as its text
-            message = pickle.dumps(("error", SamplerClientError(f"{type(error).__name__}: {error}")))
-        try:
-            items.send_bytes(message)
-        except (BrokenPipeError, OSError):
-            pass
+        if not isinstance(error, (EOFError, BrokenPipeError)):  # those: the parent stopped reading
+            _tell(items, error)
     # the parent may not have mapped every slot sent yet: the names go when it closes its end
     ending.join()
 
