@@ -334,7 +334,7 @@ class CogRun:
         def batches(start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
             total = -(-len(split.record_ids) // args.extract_batch_size)
             opened = self.ahead.pop((split.level, split.split), None)
-            if opened is not None and start != opened.start:  # opened at another batch: not this stream
+            if opened is not None and (start != opened.start or start >= total):  # not this stream's batches
                 opened.close()
                 opened = None
             if start >= total:
