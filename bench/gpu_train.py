@@ -635,18 +635,31 @@ def alternated(results: list[dict]) -> dict:
     return merged
 
 
+def versus_eager(rows: list[tuple[str, str, int, str, dict]]) -> list[float | None]:
+    """Per row, its end to end (last window) over the same learner's and backbone's off:off
+    model-only second pass, the plain eager step once its shapes are seen (None without an
+    off:off row): issue 40's measure of a bucketed step (at least 0.95 at conv4, 0.9 at ResNet-18)."""
+    eager = {(learner, backbone, size): r["model_second"] for learner, backbone, size, config, r in rows
+             if config == "off:off"}
+    return [r["e2e_last"] / eager[(learner, backbone, size)] if (learner, backbone, size) in eager else None
+            for learner, backbone, size, config, r in rows]
+
+
 def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
     print()
     print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} "
-          f"{'e2e':>7} {'e2e last':>8} {'ratio':>6} {'wait':>6} {'syncs':>5} {'/inner':>6}")
-    for learner, backbone, size, config, r in rows:
+          f"{'e2e':>7} {'e2e last':>8} {'ratio':>6} {'vs eager':>8} {'wait':>6} {'syncs':>5} {'/inner':>6}")
+    for (learner, backbone, size, config, r), versus in zip(rows, versus_eager(rows), strict=True):
         inner = f"{r['syncs_per_inner_step']:6g}" if r["syncs_per_inner_step"] is not None else f"{'-':>6}"
+        eager = f"{versus:8.2f}" if versus is not None else f"{'-':>8}"
         print(f"{learner:11} {'episodes' if episodic(learner) else 'batches':8} {backbone:9} {size:>4} {config:7} "
               f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} "
-              f"{r['e2e_last'] / r['model_second']:6.2f} {r['wait_after_first']:6.1%} {r['syncs_per_step']:5d} {inner}")
+              f"{r['e2e_last'] / r['model_second']:6.2f} {eager} {r['wait_after_first']:6.1%} "
+              f"{r['syncs_per_step']:5d} {inner}")
     print("rates: items/s (episodes, or a batch learner's batches), each the median of --repeats alternated "
-          "measurements; ratio: e2e last / model 2nd (target: at least 0.9); syncs: host syncs counted in one warm "
-          "step, /inner: per inner step of the MAML family (target: 0)")
+          "measurements; ratio: e2e last / model 2nd (target: at least 0.9); vs eager: e2e last / the same "
+          "learner's off:off model 2nd (--configs on:off off:off; target: 0.95 at conv4, 0.9 at ResNet-18); "
+          "syncs: host syncs counted in one warm step, /inner: per inner step of the MAML family (target: 0)")
     for learner, backbone, size, config, r in rows:
         if len(r["pairs"]) > 1:
             print(f"{learner} {backbone} {size}px {config}: model 2nd / e2e last in turn: "

@@ -38,6 +38,7 @@ import functools
 import hashlib
 import re
 import textwrap
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -59,6 +60,7 @@ from clients.torch.models import ResNet18, adopt_batch_norms, build_backbone, ep
 from clients.torch.staging import Stager
 
 PROBE_ROWS = 2
+IN_FLIGHT = 3  # batches ``features_stream`` keeps queued on the device before it waits for the oldest
 CHECKPOINT_FORMAT = 2  # the MD trainer's checkpoint.pt layout (written by clients.torch.md_train, read by --weights)
 _TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
 _TORCHVISION_DEPTHS = {("basic", (2, 2, 2, 2)): "ResNet-18", ("basic", (3, 4, 6, 3)): "ResNet-34",
@@ -460,17 +462,34 @@ class TorchFeatures:
         """``features`` of each batch in order. A thread of its own takes the batches (the
         stream's receiving included) and stages each, up to two ahead: on CUDA into pinned
         memory and onto the device on a side stream (``staging.Stager``), so the thread that
-        runs the model only launches it, and batch i's features come back while batch i+1 is
-        embedded; on CPU into memory of its own. Errors of ``batches`` come in order."""
+        runs the model only launches it, and up to ``IN_FLIGHT`` batches are queued on the
+        device while the host waits for the oldest one's features (one batch in flight
+        left the GPU idle whenever the host's work between two batches, writing the
+        features and launching the next, outlasted one batch's model time); on CPU into
+        memory of its own. Errors of ``batches`` come in order."""
         model, spec = self.backbone.model, self.backbone.spec
         set_mode(model, False)
         cuda = self.device.type == "cuda"
         stager = Stager(self.device, buckets=False)
         feed = Feed(((position, images, len(images)) for position, images in enumerate(batches)),
                     lambda images: stager.stage_batch(images, np.zeros(len(images), np.int64)))
-        waiting: tuple[torch.Tensor, Any] | None = None
+        in_flight: deque[tuple[torch.Tensor, Any]] = deque()  # (pinned features, their copy's event)
+
+        def oldest() -> np.ndarray:
+            features, copied = in_flight.popleft()
+            copied.synchronize()
+            return features.numpy()
+
         try:
-            for _, staged, rows in feed:
+            while True:
+                try:
+                    _, staged, rows = next(feed)
+                except StopIteration:
+                    break
+                except BaseException:  # the batches before an error come first
+                    while in_flight:
+                        yield oldest()
+                    raise
                 with torch.inference_mode(), autocast(self.device, self.precision):
                     pixels = to_model_input(staged.ready().images, self.backbone.preprocessing, self.device)
                     output = checked(spec, model(pixels), rows).float()
@@ -481,13 +500,11 @@ class TorchFeatures:
                 back.copy_(output, non_blocking=True)
                 done = torch.cuda.Event()
                 done.record()
-                if waiting is not None:
-                    waiting[1].synchronize()
-                    yield waiting[0].numpy()
-                waiting = (back, done)
-            if waiting is not None:
-                waiting[1].synchronize()
-                yield waiting[0].numpy()
+                in_flight.append((back, done))
+                if len(in_flight) == IN_FLIGHT:
+                    yield oldest()
+            while in_flight:
+                yield oldest()
         finally:
             feed.close()
 

@@ -16,8 +16,9 @@ Memory is bounded server-wide, not only per stream. A stream prepares episodes a
 of their turn only while the server's ``LookaheadBudget`` has room (otherwise it
 prepares each one when its turn comes). A reply handed to gRPC stays in memory (our
 bytes and the transport's copy) until its client takes it, so replies being sent are
-bounded too: before packing its next reply a stream waits for room in ``send_bytes``,
-and while any stream waits, the streams whose send has been stuck longest (each for
+bounded too: before packing its next reply a stream waits for room in ``send_bytes``
+(a same-host stream once it is packed, for its message alone where its pixels went in a
+segment: the same-host budget bounds those), and while any stream waits, the streams whose send has been stuck longest (each for
 more than ``STALL_SECONDS``: their clients do not read) are cancelled to make room.
 Clients reopen a cancelled stream at its next index, as after an idle cancel.
 """

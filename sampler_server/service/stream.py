@@ -420,12 +420,22 @@ class _Stream:
                 due = self.due()
                 if due is None:
                     break
-                engine.admission.wait_for_room(end.slot, due[1], self.gone)
+                if self.segments is None:  # room for the reply before it is packed: its pixels go in the message
+                    engine.admission.wait_for_room(end.slot, due[1], self.gone)
                 if end.slot.released:
                     return  # the call ended while this stream waited for room
                 if engine.draining.is_set():
                     raise status.Unavailable(f"server is shutting down; resume at index {due[0]}")
                 reply, prepared = self.next_reply()
+                if self.segments is not None:
+                    # Room for what gRPC keeps: the message alone where the pixels went in a segment
+                    # (the same-host budget bounds those), the whole reply where they did not fit.
+                    # Charged the pixels, a stream whose client maps slowly held the send budget
+                    # against every other stream until it was cancelled as stalled.
+                    engine.admission.wait_for_room(end.slot, len(reply), self.gone)
+                    if end.slot.released:
+                        self.segments.discard(reply)
+                        return
                 with self.state:
                     self.sending = True
                 end.slot.sending()

@@ -103,3 +103,15 @@ def test_repeats_take_each_rate_median_and_keep_the_pairs_in_turn():
     assert bench.parse(["--learners", "baseline", "--repeats", "3"]).repeats == 3
     with pytest.raises(SystemExit):
         bench.parse(["--learners", "baseline", "--repeats", "0"])
+
+
+def test_vs_eager_divides_each_rows_end_to_end_by_its_learners_unpadded_model_rate():
+    def row(learner: str, config: str, model: float, e2e: float) -> tuple:
+        return learner, "conv4", 84, config, {"model_second": model, "e2e_last": e2e}
+
+    rows = [row("protonet", "on:off", 50.0, 48.0), row("protonet", "off:off", 60.0, 30.0),
+            row("baseline", "on:off", 150.0, 140.0), row("maml", "on:off", 12.0, 11.0),
+            row("maml", "off:off", 16.0, 8.0)]
+    versus = bench.versus_eager(rows)
+    assert versus[0] == pytest.approx(0.8) and versus[1] == pytest.approx(0.5) and versus[2] is None
+    assert versus[3] == pytest.approx(11.0 / 16.0) and versus[4] == pytest.approx(0.5)

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from sampler_server.cli import demo_cmd, demo_tables
+from sampler_server.cli import report_cmd  # noqa: F401  (imported here, it binds the real MetricsStore:
+# first imported while a test below stands MetricsStore in, it kept the stand-in for the worker's later tests)
 from sampler_server.cli.demo_console import TERMINAL_BUDGET, logging_to
 from sampler_server.cli.demo_jobs import Job, run_jobs
 from sampler_server.cli.main import build_parser

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from prerequisites import needs_cuda
 
 import torch
 from torch import nn  # noqa: E402
@@ -302,19 +303,27 @@ def test_transfer_runs_a_module_callable_backbone(tmp_path, kitti):
 # ---- the extraction stream (cog, evaluate) -----------------------------------------------------------
 
 
-def test_the_extraction_stream_gives_each_batchs_features_in_order_and_its_errors_after_them():
-    """``features_stream`` stages batches on a thread of its own, ahead of the model: the same
-    features as ``features`` batch by batch, an error of the batches after the batches before
-    it, and a consumer that stops early leaves no thread behind."""
+@pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param(
+    "cuda", id="cuda", marks=needs_cuda(torch.cuda.is_available()))])
+def test_the_extraction_stream_gives_each_batchs_features_in_order_and_its_errors_after_them(device):
+    """``features_stream`` stages batches on a thread of its own, ahead of the model, and on
+    CUDA keeps ``IN_FLIGHT`` batches queued on the device: the same features as ``features``
+    batch by batch (more batches than are in flight, and fewer), an error of the batches after
+    the batches before it, and a consumer that stops early leaves no thread behind."""
     import threading
 
-    from clients.torch.backbones import TorchFeatures
+    from clients.torch.backbones import IN_FLIGHT, TorchFeatures
 
-    extractor = TorchFeatures(_load("tiny"), CPU, 8, "float32")
+    loaded = _load("tiny")
+    loaded.model.to(device)
+    extractor = TorchFeatures(loaded, torch.device(device), 8, "float32")
     batches = [np.random.RandomState(seed).randint(0, 256, (rows, 32, 32, 3), dtype=np.uint8)
-               for seed, rows in enumerate((8, 8, 5))]
-    streamed = list(extractor.features_stream(iter(batches)))
-    assert len(streamed) == 3 and all(np.array_equal(s, extractor.features(b)) for s, b in zip(streamed, batches))
+               for seed, rows in enumerate((8, 8, 5, 8, 3, 7))]
+    assert len(batches) > IN_FLIGHT
+    for taken in (batches, batches[:IN_FLIGHT - 1]):
+        streamed = list(extractor.features_stream(iter(taken)))
+        assert [len(s) for s in streamed] == [len(b) for b in taken]
+        assert all(np.allclose(s, extractor.features(b), rtol=1e-5, atol=1e-6) for s, b in zip(streamed, taken))
 
     def broken():
         yield from batches[:2]

@@ -227,6 +227,40 @@ def test_an_extraction_that_broke_resumes_at_the_next_batch(tmp_path):
     assert np.array_equal(a, b) and results_of(summary) == results_of(clean)
 
 
+
+def test_the_cache_records_its_writes_by_time_and_every_write_before_an_error(tmp_path, monkeypatch):
+    """Batches are counted in progress.json every ``RECORD_SECONDS`` (not after each batch): a
+    stream that breaks still records every batch written before it, and a write that fails is
+    raised and not counted."""
+    from clients.cog_cache import FeatureCache, SplitIds
+
+    ids = np.arange(8, dtype=np.int64)
+    split = SplitIds("L1", "train", "f" * 64, ids, ids % 2)
+    flushes = []
+    monkeypatch.setattr(np.memmap, "flush", lambda self: flushes.append(1))
+
+    def batches(rows_of, broken_at):
+        def read(start):
+            for index in range(start, 4):
+                if index == broken_at:
+                    raise ConnectionError(f"broke at batch {index}")
+                part = slice(2 * index, 2 * index + 2)
+                yield index, ids[part], ids[part] % 2, rows_of(index)
+        return read
+
+    cache = FeatureCache(tmp_path)
+    with pytest.raises(ConnectionError, match="batch 3"):
+        cache.get_or_extract({"k": 1}, split, 2, batches(lambda i: np.full((2, 3), i, np.float32), 3))
+    assert len(flushes) == 1 and cache.resume_point({"k": 1}, split, 2) == 3  # one record, at the break
+
+    wrong = batches(lambda i: np.zeros((2, 5 if i == 1 else 3), np.float32), None)
+    with pytest.raises(ValueError):  # batch 1's features do not fit the entry's 3 columns
+        cache.get_or_extract({"k": 2}, split, 2, wrong)
+    assert cache.resume_point({"k": 2}, split, 2) == 1  # batch 0, written before it
+
+    found = cache.get_or_extract({"k": 1}, split, 2, batches(lambda i: np.full((2, 3), i, np.float32), None))
+    assert found.extracted == 2 and np.array_equal(found.features[:, 0], np.repeat(np.arange(4), 2))
+
 # ---- backbones and the command line -------------------------------------------------------------
 
 
@@ -310,10 +344,10 @@ def test_two_runs_extracting_one_entry_take_turns_and_the_second_reads_the_first
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [found[0].path.name]
 
 
-def test_the_test_splits_stream_opens_while_the_train_split_is_extracted(tmp_path, monkeypatch):
-    """The next split's stream is opened, and read from, before its extraction asks for it
-    (a stream's start waits for the server's first batch); it is not opened again, and a split
-    whose features are cached is not opened at all."""
+def test_the_next_splits_streams_open_while_one_is_extracted(tmp_path, monkeypatch):
+    """The next two splits' streams, across levels, are opened and read from before their
+    extraction asks for them (a stream's start waits for the server's first batch); none is
+    opened again, and a split whose features are cached is not opened at all."""
     events: list[str] = []
     opened = CogRun._stream
     extract = cog_eval.FeatureCache.get_or_extract
@@ -337,6 +371,21 @@ def test_the_test_splits_stream_opens_while_the_train_split_is_extracted(tmp_pat
     again = FakeCogClient()
     _run(tmp_path, again, "--levels", "L1", "--shots", "4", "--seeds", "1")
     assert events == ["extract L1/train", "extract L1/test"] and again.streamed == 0  # both cached
+
+    events.clear()  # two levels: the next two splits open ahead, the next level's train split among them
+    both = FakeCogClient()
+    _run(tmp_path / "two", both, "--levels", "L1", "L2", "--shots", "4", "--seeds", "1")
+    assert events == ["open L1/test at 0", "open L2/train at 0", "extract L1/train", "open L1/train at 0",
+                      "open L2/test at 0", "extract L1/test", "extract L2/train", "extract L2/test"]
+
+
+def test_the_splits_opened_ahead_are_the_next_ones_in_extraction_order():
+    order = cog_eval.extraction_order(["L1", "L2", "L3"])
+    assert order[:3] == [("L1", "train"), ("L1", "test"), ("L2", "train")] and len(order) == 6
+    assert cog_eval.splits_after(order, ("L1", "train")) == [("L1", "test"), ("L2", "train")]
+    assert cog_eval.splits_after(order, ("L3", "train")) == [("L3", "test")]
+    assert cog_eval.splits_after(order, ("L3", "test")) == [] and cog_eval.splits_after(order, ("L1", "test"), 1) == [
+        ("L2", "train")]
 
 
 def test_a_split_opened_ahead_whose_extraction_resumes_later_is_opened_at_its_batch(tmp_path):

@@ -380,3 +380,32 @@ def test_the_budget_counts_whole_pages_and_segments(tmp_path, monkeypatch):
     assert all(array.tobytes() == pixels for array, pixels in kept)  # unlinked held segments stay readable
     transport.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_same_host_stream_its_client_reads_slowly_neither_blocks_nor_loses_its_stream(served, tmp_path, caplog):
+    """A same-host reply's pixels are bounded by the shared-memory budget; gRPC holds only its
+    message, so that is all it takes of the send budget. Charged its pixels instead, a stream
+    whose client had not mapped its replies held the whole send budget (a 224 px batch of 128
+    is 19 MB, the default --send-mb 16): every other stream waited, and after ``STALL_SECONDS``
+    the slow one was cancelled as a client that does not read (three CoG streams open at once
+    delivered a quarter of two on one H200)."""
+    from sampler_server.service.admission import STALL_SECONDS
+
+    nominal = 32 * 32 * 3 * 20  # far less than an episode's pixels, far more than a same-host reply's message
+    server = _server(served, tmp_path, shm_bytes=1 << 30, send_bytes=nominal)
+    try:
+        with SamplerClient(server.address, prefetch=1) as slow_client, SamplerClient(server.address) as reading:
+            assert slow_client.transport == reading.transport == "same-host"
+            slow = slow_client.episodes(RAW, count=16)
+            first = next(slow)  # then not read for a while: its later replies wait unmapped
+            time.sleep(0.3)
+            started = time.monotonic()
+            assert len(list(reading.episodes(RAW, count=8))) == 8
+            waited = time.monotonic() - started
+            time.sleep(STALL_SECONDS + 0.2)  # past the stall limit
+            rest = list(slow)
+        assert waited < STALL_SECONDS, waited
+        assert [first.index, *(episode.index for episode in rest)] == list(range(16))
+        assert not [r.getMessage() for r in caplog.records if "cancelled" in r.getMessage()]  # resumed, the client hides it
+    finally:
+        server.stop(grace=0.5)
