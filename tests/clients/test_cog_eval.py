@@ -229,15 +229,17 @@ def test_an_extraction_that_broke_resumes_at_the_next_batch(tmp_path):
 
 
 def test_the_cache_records_its_writes_by_time_and_every_write_before_an_error(tmp_path, monkeypatch):
-    """Batches are counted in progress.json every ``RECORD_SECONDS`` (not after each batch): a
-    stream that breaks still records every batch written before it, and a write that fails is
-    raised and not counted."""
+    """Batches are synced and counted in progress.json every ``RECORD_SECONDS`` (not after each
+    batch): a stream that breaks still records every batch written before it, and a batch
+    that cannot be written (features of another width) is refused in one line and not counted."""
+    from clients import cog_cache
     from clients.cog_cache import FeatureCache, SplitIds
 
     ids = np.arange(8, dtype=np.int64)
     split = SplitIds("L1", "train", "f" * 64, ids, ids % 2)
     flushes = []
-    monkeypatch.setattr(np.memmap, "flush", lambda self: flushes.append(1))
+    synced = cog_cache._FeaturesFile.sync
+    monkeypatch.setattr(cog_cache._FeaturesFile, "sync", lambda self: (flushes.append(1), synced(self)))
 
     def batches(rows_of, broken_at):
         def read(start):
@@ -254,7 +256,7 @@ def test_the_cache_records_its_writes_by_time_and_every_write_before_an_error(tm
     assert len(flushes) == 1 and cache.resume_point({"k": 1}, split, 2) == 3  # one record, at the break
 
     wrong = batches(lambda i: np.zeros((2, 5 if i == 1 else 3), np.float32), None)
-    with pytest.raises(ValueError):  # batch 1's features do not fit the entry's 3 columns
+    with pytest.raises(FeatureCacheError, match=r"batch 1's features have shape \(2, 5\), expected \(2, 3\)"):
         cache.get_or_extract({"k": 2}, split, 2, wrong)
     assert cache.resume_point({"k": 2}, split, 2) == 1  # batch 0, written before it
 
