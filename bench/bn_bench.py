@@ -105,7 +105,8 @@ class Setup:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def check(self, first: str = "cat", second: str = "row", gradient_tolerance: float = 1e-3) -> str:
+    def check(self, first: str = "cat", second: str = "row", gradient_tolerance: float = 1e-3,
+              buffer_tolerance: float = 1e-5) -> str:
         """``second`` against ``first`` on this device: one step from the same weights."""
         deterministic = torch.backends.cudnn.deterministic
         torch.backends.cudnn.deterministic = True
@@ -120,7 +121,7 @@ class Setup:
         buffers = max(float((a.double() - b.double()).abs().max())
                       for a, b in zip(cat.buffers(), row.buffers(), strict=True))
         loss = abs(losses[first] - losses[second]) / max(abs(losses[first]), 1e-12)
-        ok = loss < 1e-3 and gradient < gradient_tolerance and buffers < 1e-5
+        ok = loss < 1e-3 and gradient < gradient_tolerance and buffers < buffer_tolerance
         return (f"check {second} vs {first}: loss rel {loss:.2e}, gradients rel {gradient:.2e}, "
                 f"buffers abs {buffers:.2e}: {'ok' if ok else 'MISMATCH'}")
 
@@ -164,7 +165,9 @@ def run(args: argparse.Namespace, name: str, px: int, report: Callable[[str], No
     report("  " + setup.check())
     # the two md forms round in other places under bf16: on an H200 each is as far from the float32
     # step as the other (bench/md_bn_precision.py), and 0.25 apart from each other for ResNet-18
-    report("  " + setup.check("md-masked", "md", gradient_tolerance=1.0 if setup.autocast else 1e-3))
+    # and their running statistics, moved by bf16 activations, 2.2e-4 apart at ResNet-18's deepest layers
+    report("  " + setup.check("md-masked", "md", gradient_tolerance=1.0 if setup.autocast else 1e-3,
+                              buffer_tolerance=1e-3 if setup.autocast else 1e-5))
     nets = {mode: setup.net(mode) for mode in MODES}
     optimizers = {mode: torch.optim.SGD(net.parameters(), lr=0.01) for mode, net in nets.items()}
     times: dict[str, list[float]] = {mode: [] for mode in MODES}

@@ -4,7 +4,10 @@ For each backbone:side, the bucketed step (uint8 images -> embedding -> prototyp
 cross-entropy -> backward -> fused Adam; bf16 autocast, channels_last on CUDA) at a few
 bucket sizes with 94% valid rows, timed after warm-up: eager (``valid_rows``), compiled
 with a dynamic row dimension (one graph), and compiled per static shape; plus the
-unpadded eager step at the valid rows. Prints ms per step and each compilation's cost.
+unpadded eager step at the valid rows. The batch norms are the trainer's default, md (the
+support's moments; half the valid rows are the support). Prints ms per step and each
+compilation's cost (the first step). With ``TORCHINDUCTOR_CACHE_DIR`` set, a second run finds
+inductor's and AOTAutograd's caches warm: its first steps show what a cached shape costs.
 Run: ``.venv/bin/python bench/compile_probe.py [--models conv4:84 resnet18:126]``.
 """
 
@@ -22,7 +25,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from clients.torch.backbones import named_preprocessing, to_model_input  # noqa: E402
 from clients.torch.compiled import CompiledEmbedding  # noqa: E402
-from clients.torch.models import ProtoNet, build_backbone, valid_rows  # noqa: E402
+from clients.torch.models import ProtoNet, build_backbone, episode_norm  # noqa: E402
 
 
 def measure(mode: str, backbone: str, size: int, buckets: list[int], steps: int, device: torch.device) -> list:
@@ -47,9 +50,9 @@ def measure(mode: str, backbone: str, size: int, buckets: list[int], steps: int,
         def step() -> None:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 if embed is not None:
-                    embedded = embed(images, valid)
+                    embedded = embed(images, support, query)
                 else:
-                    with valid_rows(net.backbone, valid if rows > valid else None):
+                    with episode_norm(net.backbone, "md", support, query):
                         embedded = net.backbone(to_model_input(images, scaling, device))
                 logits, query_labels = net.packed_logits(embedded, labels, support, query, ways)
             loss = F.cross_entropy(logits, query_labels)

@@ -17,11 +17,16 @@ import pytest
 from md_batch_norm_reference import episode_embeddings
 
 import torch
+from prerequisites import needs_cuda
 from torch import nn
 
 from clients.torch.backbones import named_preprocessing, to_model_input  # noqa: E402
 from clients.torch.md_train import CHECKPOINT, main  # noqa: E402
+from clients.torch.layers import EpisodeRows, episode_batch_norm  # noqa: E402
 from clients.torch.models import ProtoNet, RowBatchNorm2d, adopt_batch_norms, build_backbone, episode_norm  # noqa: E402
+
+DEVICES = [pytest.param("cpu", id="cpu"),
+           pytest.param("cuda", id="cuda", marks=needs_cuda(torch.cuda.is_available()))]
 
 SUPPORT, QUERY, ROWS = 7, 5, 16  # a bucket of 16 rows: 4 of padding
 
@@ -48,22 +53,100 @@ def _padded_input(images: torch.Tensor, size: int) -> torch.Tensor:
     return to_model_input(padded, named_preprocessing(size), torch.device("cpu")).double()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("mode", ["md", "transductive"])
 @pytest.mark.parametrize(("backbone", "size"), [("conv4", 16), ("resnet18", 16)])
-def test_padded_episode_embeddings_equal_the_references_unpadded_passes(backbone, size, mode, training):
+def test_padded_episode_embeddings_equal_the_references_unpadded_passes(backbone, size, mode, training, device):
     net = _float64_net(backbone, size, mode)
     net.train(training)
+    weights = {name: value.numpy().copy() for name, value in net.backbone.state_dict().items()}
     images = _images(1, SUPPORT + QUERY, size)
     x = _padded_input(images, size)
+    net.to(device)
     with torch.no_grad(), episode_norm(net.backbone, mode, SUPPORT, QUERY):
-        embedded = net.backbone(x).numpy()
-    weights = {name: value.numpy() for name, value in net.backbone.state_dict().items()}
+        embedded = net.backbone(x.to(device)).cpu().numpy()
     support, query, _ = episode_embeddings(backbone, weights, x[:SUPPORT].numpy(), x[SUPPORT:SUPPORT + QUERY].numpy(),
                                            mode)
     assert np.allclose(embedded[:SUPPORT], support, rtol=1e-10, atol=1e-10)
     assert np.allclose(embedded[SUPPORT:SUPPORT + QUERY], query, rtol=1e-10, atol=1e-10)
     assert not embedded[SUPPORT + QUERY:].any()  # padding rows: zeros
+
+
+def _layer_pass(x: torch.Tensor, mode: str, support: int, query: int, momentum: float | None,
+                device: str) -> dict[str, torch.Tensor]:
+    """One episode batch norm's output, input and parameter gradients and updated running
+    statistics for a fixed upstream gradient, computed on ``device`` and returned on the CPU."""
+    generator = torch.Generator().manual_seed(11)
+    channels = x.shape[1]
+    weight = (torch.rand(channels, generator=generator, dtype=torch.float64) + 0.5).to(device).requires_grad_()
+    bias = torch.randn(channels, generator=generator, dtype=torch.float64).to(device).requires_grad_()
+    running_mean = torch.randn(channels, generator=generator, dtype=torch.float64).to(device)
+    running_var = (torch.rand(channels, generator=generator, dtype=torch.float64) + 1).to(device)
+    upstream = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(device)
+    x = x.detach().clone().to(device).requires_grad_()
+    factor = 0.1 if momentum is not None else torch.tensor(0.25, dtype=torch.float64, device=device)
+    out = episode_batch_norm(x, EpisodeRows(mode, support, query), weight, bias, 1e-5,
+                             (running_mean, running_var, factor))
+    out.backward(upstream)
+    return {name: value.detach().cpu() for name, value in (("out", out), ("x", x.grad), ("weight", weight.grad),
+                                                           ("bias", bias.grad), ("running mean", running_mean),
+                                                           ("running var", running_var))}
+
+
+@needs_cuda(torch.cuda.is_available())
+@pytest.mark.parametrize("momentum", [0.1, None], ids=["momentum", "cumulative"])
+@pytest.mark.parametrize(("mode", "support", "query"), [("md", 7, 5), ("md", 12, 0), ("transductive", 7, 5),
+                                                        ("transductive", 9, 0)])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+def test_the_cuda_episode_batch_norm_equals_the_cpu_ones_output_gradients_and_running_statistics(
+        mode, support, query, momentum, layout):
+    """On CUDA the eager episode batch norm runs SyncBatchNorm's kernels (``_GroupedMomentsNorm``);
+    in float64 it gives the CPU form's output, every gradient (through the support's moments
+    under md) and running statistics, padding rows zero in both."""
+    generator = torch.Generator().manual_seed(5)
+    x = (torch.randn(ROWS, 6, 5, 5, generator=generator, dtype=torch.float64) * 3 + 1).contiguous(
+        memory_format=layout)
+    cpu = _layer_pass(x, mode, support, query, momentum, "cpu")
+    cuda = _layer_pass(x, mode, support, query, momentum, "cuda")
+    for name, expected in cpu.items():
+        assert torch.allclose(cuda[name], expected, rtol=1e-9, atol=1e-10), name
+    assert not cuda["out"][support + query:].any() and not cuda["x"][support + query:].any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+def test_an_empty_query_under_transductive_gives_finite_gradients(layout, device):
+    """A support-only episode under transductive: the query has no moments, and none may reach
+    the parameters' gradients (they were NaN on the CPU for channels_last input)."""
+    x = torch.randn(ROWS, 6, 5, 5, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    result = _layer_pass(x.contiguous(memory_format=layout), "transductive", 9, 0, 0.1, device)
+    assert all(torch.isfinite(value).all() for value in result.values())
+
+
+@needs_cuda(torch.cuda.is_available())
+def test_the_cuda_episode_batch_norm_in_bf16_stays_within_bf16_of_float64():
+    """Under autocast the trainer feeds bf16 channels_last activations with float32 parameters:
+    output and input gradient within bf16's rounding of the float64 form, the parameter
+    gradients in float32, the layout kept."""
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(ROWS, 8, 6, 6, generator=generator, dtype=torch.float64) * 2 + 0.5
+    results = {}
+    for dtype, device in ((torch.float64, "cpu"), (torch.bfloat16, "cuda")):
+        inputs = x.to(device, dtype).contiguous(memory_format=torch.channels_last).requires_grad_()
+        weight = torch.linspace(0.5, 1.5, 8, dtype=dtype if device == "cpu" else torch.float32, device=device)
+        bias = torch.linspace(-0.5, 0.5, 8, dtype=weight.dtype, device=device)
+        weight.requires_grad_()
+        out = episode_batch_norm(inputs, EpisodeRows("md", SUPPORT, QUERY), weight, bias, 1e-5)
+        out.float().square().sum().backward()
+        results[device] = out, inputs.grad, weight.grad
+    (out, grad, weight_grad), (exact, exact_grad, exact_weight_grad) = results["cuda"], results["cpu"]
+    assert out.dtype == grad.dtype == torch.bfloat16 and weight_grad.dtype == torch.float32
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert (out.double().cpu() - exact).abs().max() < 0.02 * exact.abs().max()
+    assert (grad.double().cpu() - exact_grad).abs().max() < 0.02 * exact_grad.abs().max()
+    assert (weight_grad.double().cpu() - exact_weight_grad).abs().max() < 0.02 * exact_weight_grad.abs().max()
+    assert not out[SUPPORT + QUERY:].any() and not grad[SUPPORT + QUERY:].any()
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
