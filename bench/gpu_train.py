@@ -367,6 +367,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
             "first_wait": train["first_wait_seconds"], "e2e_shapes": train["distinct_shapes"],
             "accuracy": train["final_accuracy"], "accuracy_ci95": train["final_accuracy_ci95"] or 0.0,
             "compile_seconds": train.get("compile_seconds"), "graphs": train.get("compiled_graphs"),
+            "compile_cache": train.get("compile_cache"),
             "first_line": next((line for line in done.stderr.splitlines() if ": run " in line), "")}
 
 
@@ -560,6 +561,11 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((backbone, int(size), config, result))
                     compiled = (f"; compiled: first step {result['compile_seconds']:.1f} s, "
                                 f"{result['graphs']} graph(s)") if result["compile_seconds"] is not None else ""
+                    if result.get("compile_cache"):
+                        cache = result["compile_cache"]
+                        compiled += (f"; end to end's compile cache: {cache['shapes_cached_at_start']} shapes at the "
+                                     f"start, {cache['hits']} graphs loaded, {cache['misses']} compiled in the "
+                                     f"trainer, {cache['eager_steps']} steps eager while compiling")
                     print(f"{backbone} {size}px buckets:compile {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
                           "(first / second pass), "

@@ -129,6 +129,8 @@ class TrainSummary:
     distinct_shapes: int = 0     # input shapes the training step met (shape buckets keep it small)
     compile_seconds: float | None = None  # --compile: the first step (tracing, compiling, running)
     compiled_graphs: int | None = None    # --compile: compilations (1: one graph for every bucket)
+    # --compile: the cache (dir, the shapes it held at the start, this run's hits and misses, eager steps)
+    compile_cache: dict[str, Any] | None = None
     curve: list[list[float]] = field(default_factory=list)  # [steps done, mean loss, mean accuracy] per log window
 
 
@@ -294,6 +296,7 @@ class Framework(abc.ABC):
         self.shapes: set[tuple[int, ...]] = set()  # input shapes the training step met
         self.compile_seconds: float | None = None  # a compiled step: its first step's wall time
         self.compiled_graphs: int | None = None    # a compiled step: its compilations so far
+        self.compile_cache: dict[str, Any] | None = None  # a compiled step: its cache's figures
 
     @abc.abstractmethod
     def build(self, num_classes: int) -> None:
@@ -652,6 +655,7 @@ class Run:
         timer.summary.distinct_shapes = len(framework.shapes)
         timer.summary.compile_seconds, timer.summary.compiled_graphs = framework.compile_seconds, \
             framework.compiled_graphs
+        timer.summary.compile_cache = framework.compile_cache
         if not timer.losses:
             return timer.finish(None)
         recent = [float(a) for a in timer.accuracies[-window:]]

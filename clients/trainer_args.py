@@ -48,7 +48,7 @@ from clients.validation import MD_VALIDATION_SOURCES
 from clients.trainer_options import Option, OptionGroup, Record, Resume, add_groups, operational, option
 from sampler_common import splits
 
-COMPILE_SETTINGS = ("on", "off")
+COMPILE_SETTINGS = ("auto", "on", "off")
 """The torch trainer's ``--compile`` (``clients.torch.compiled.resolve_compile``)."""
 
 FRAMEWORKS = ("torch", "tf")
@@ -207,9 +207,14 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
     """The train command's options of ``framework`` (``--compile``: torch only)."""
     compile_option = () if framework != "torch" else (
         option("--compile", choices=COMPILE_SETTINGS, default="off", **_RESULT,
-               help="torch.compile the embedding step, one graph for every bucket (the first step compiles: "
-                    "seconds to a minute); off by default: on an H100 the compiled step measured slower than the "
-                    "eager one (bench/README.md, Compiled steps)"),)
+               help="torch.compile the embedding step, one graph per bucket shape, kept in --compile-cache; a "
+                    "background process compiles each shape the run meets while it trains that shape eager. auto: "
+                    "on for our backbones on CUDA without an inner loop, where the compiled step measured faster "
+                    "(bench/README.md, Compiled steps)"),
+        option("--compile-cache", default=None, metavar="DIR", **_OPERATIONAL,
+               help="where --compile keeps what it compiled, for every later run (default: "
+                    "$XDG_CACHE_HOME/sampler-server/torch-compile, else ~/.cache/sampler-server/torch-compile; "
+                    "the run's first line says how many shapes it holds)"),)
     return (
         SERVER_GROUP,
         OptionGroup("training data", (

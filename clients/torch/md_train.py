@@ -75,7 +75,9 @@ from clients.protocols.md import EpisodeArrays
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone
 from clients.torch.backbones import CHECKPOINT_FORMAT, autocast, load_backbone, set_mode, to_model_input
 from clients.torch.determinism import apply_determinism, classify_determinism, load_checked, torch_record
-from clients.torch.compiled import CompiledEmbedding, resolve_compile
+from clients.compile_cache import CompileCache, default_compile_cache, describe_cache
+from clients.torch.compile_ahead import AheadSpec, CompileAhead, compile_key, numerics
+from clients.torch.compiled import CompiledEmbedding, cache_counts, resolve_compile, use_compile_cache
 from clients.torch.adaptation import TorchAdaptation
 from clients.torch.models import (EPISODE_HEADS, LinearHead, ProtoNet, RelationModule, adopt_batch_norms,
                                   episode_loss, episode_norm, parameter_count)
@@ -242,8 +244,9 @@ class TorchFramework(Framework):
                 neutral = neutral_head(self.loaded.out_dim, num_classes, args.init_seed)
                 self.head.load_state_dict({name: torch.from_numpy(value) for name, value in neutral.items()
                                            if name in self.head.state_dict()}, strict=False)
-        if resolve_compile(args.compile, args.backbone, self.backbone):
-            self.compiled = CompiledEmbedding(self.backbone, self.preprocessing, device, batch_norm=args.batch_norm)
+        if resolve_compile(args.compile, args.backbone, self.backbone, device,
+                           bool(self.train_loop or self.eval_loop)):
+            self.compiled = self._compiled_embedding()
         self.trainee = _Trainee(self.protonet, self.head, self.compiled or self._eager_embedding)
         self._step_module: nn.Module = self.trainee
         if self.world_size > 1 and self.train_loop is None:  # the inner loop averages its own (``_average_gradients``)
@@ -289,6 +292,44 @@ class TorchFramework(Framework):
         with episode_norm(self.backbone, self.args.batch_norm, support, query):
             return self.backbone(self._input(images))
 
+    def _compiled_embedding(self) -> CompiledEmbedding:
+        """The compiled step: per bucket shape (one graph each, from ``--compile-cache`` where an
+        earlier run compiled it, a background process compiling the shapes met for the first
+        time while they run eager); without buckets every episode is a shape of its own, so one
+        graph with a dynamic row dimension."""
+        args, device = self.args, self.torch_device
+        if not self.buckets:
+            return CompiledEmbedding(self.backbone, self.preprocessing, device, batch_norm=args.batch_norm)
+        cache = CompileCache(args.compile_cache or default_compile_cache())
+        try:
+            use_compile_cache(cache)
+        except ValueError as error:
+            raise UsageError(f"argument --compile-cache: {str(error).removeprefix('compile cache: ')}") from None
+        key = compile_key(args, self.preprocessing, self.precision, device)
+        self._compile_start = cache_counts()
+        self._cached_shapes = len(cache.cached_rows(key))
+        ahead = CompileAhead(AheadSpec(args=args, device=str(device), default_size=MD_IMAGE_SIZE,
+                                       seed_name=MD_BACKBONE_SEED_NAME, deterministic=key.deterministic,
+                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+                                       threads=torch.get_num_threads(), numerics=numerics()), cache, key)
+        compiled = CompiledEmbedding(self.backbone, self.preprocessing, device, dynamic=False,
+                                     batch_norm=args.batch_norm, eager=self._eager_embedding, cache=cache, key=key,
+                                     ahead=ahead)
+        self._note_compile_cache(compiled)
+        return compiled
+
+    def _note_compile_cache(self, compiled: CompiledEmbedding) -> None:
+        """The cache's figures for the summary: its shapes at the start, this run's loads (hits)
+        and compilations (misses) in this process, the steps run eager while a shape compiled."""
+        if compiled.cache is None:
+            return
+        now = cache_counts()
+        self.compile_cache = {"dir": str(compiled.cache.root), "shapes_cached_at_start": self._cached_shapes,
+                              "shapes_compiled_here": len(compiled.compiled_rows),
+                              "hits": now["hits"] - self._compile_start["hits"],
+                              "misses": now["misses"] - self._compile_start["misses"],
+                              "eager_steps": compiled.eager_steps}
+
     def _initialise_head(self, images: torch.Tensor) -> None:
         """A weight-normalised head's data-dependent init from the first training batch's
         features (training mode, as the reference's first pass); the batch norms' running
@@ -322,6 +363,8 @@ class TorchFramework(Framework):
                 "batch_norm_layers": self.batch_norms}
 
     def step_settings(self) -> str:
+        if self.compiled is not None and self.compiled.cache is not None:
+            return f"{super().step_settings()}, compile on ({describe_cache(self._cached_shapes, self.compiled.cache.root)})"
         return f"{super().step_settings()}, compile {'on' if self.compiled else 'off'}"
 
     def _autocast(self) -> torch.autocast:
@@ -468,6 +511,7 @@ class TorchFramework(Framework):
         accuracy = (logits.detach().argmax(1) == labels).float().mean()
         if self.compiled is not None:
             self.compiled_graphs = self.compiled.graphs
+            self._note_compile_cache(self.compiled)
             if self.compile_seconds is None:  # the first step: tracing, compiling forward and backward, running
                 if self.torch_device.type == "cuda":
                     torch.cuda.synchronize(self.torch_device)
@@ -557,6 +601,9 @@ class TorchFramework(Framework):
         return None
 
     def close(self) -> None:
+        if self.compiled is not None:
+            self.compiled.close()
+            self._note_compile_cache(self.compiled)
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_group = False

@@ -175,8 +175,16 @@ def test_compile_setting_resolution():
     assert resolve_compile("off", "model.pt", lambda x: x) is False
     with pytest.raises(UsageError, match="not an nn.Module"):
         resolve_compile("on", "model.pt", lambda x: x)
-    with pytest.raises(UsageError, match="expected one of on, off"):
-        resolve_compile("auto", "conv4", conv4)
+    with pytest.raises(UsageError, match="expected one of auto, on, off"):
+        resolve_compile("yes", "conv4", conv4)
+    # auto: where the compiled step measured faster, ours on CUDA without an inner loop
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_compile("auto", "conv4", conv4, cuda) is True
+    assert resolve_compile("auto", "resnet18", conv4, cuda) is True
+    assert resolve_compile("auto", "conv4", conv4, cpu) is False
+    assert resolve_compile("auto", "conv4", conv4, cuda, inner_loop=True) is False
+    assert resolve_compile("auto", "my.module:factory", conv4, cuda) is False
+    assert resolve_compile("auto", "model.pt", lambda x: x, cuda) is False
 
 
 def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
@@ -188,17 +196,35 @@ def _run(served, tmp_path: Path, run_id: str, *extra: str) -> dict:
 
 
 @pytest.mark.slow
-def test_compiled_run_follows_the_eager_curve(served, tmp_path):
+def test_compiled_runs_follow_the_eager_curve_and_the_second_compiles_nothing(served, tmp_path, capfd):
     """The trainer with ``--compile on`` (inductor's C++ on CPU; ``tiny``, whose graph
-    compiles in seconds): the same per-episode losses as the eager bucketed run within
-    float tolerance, fewer compilations than shapes, the compilation time and the setting
-    recorded."""
-    compiled = _run(served, tmp_path, "torch-compile-on", "--compile", "on", "--backbone", "tiny")
+    compiles in seconds) and a fresh ``--compile-cache``: the first run trains each new shape
+    eager while the background process compiles it, and compiles nothing itself; a second run
+    of the same command says on its first line how many shapes the cache holds, loads each
+    of them (cache hits) and compiles nothing. Both have the eager run's per-episode losses
+    within float tolerance."""
+    cache = tmp_path / "compile-cache"
     eager = _run(served, tmp_path, "torch-compile-off", "--compile", "off", "--backbone", "tiny")
-    curve_on, curve_off = np.array(compiled["train"]["curve"]), np.array(eager["train"]["curve"])
-    assert curve_on.shape == curve_off.shape == (6, 3)
-    assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
-    assert 1 <= compiled["train"]["compiled_graphs"] < compiled["train"]["distinct_shapes"]
-    assert compiled["train"]["compile_seconds"] > 0 and eager["train"]["compile_seconds"] is None
-    assert (compiled["config"]["compile"], eager["config"]["compile"]) == ("on", "off")
-    assert compiled["eval"]["folder"]["mean_accuracy"] == pytest.approx(eager["eval"]["folder"]["mean_accuracy"])
+    capfd.readouterr()
+    first = _run(served, tmp_path, "torch-compile-1", "--compile", "on", "--backbone", "tiny",
+                 "--compile-cache", str(cache))
+    assert "compile on (0 bucket shapes compiled before, in " in capfd.readouterr().err
+    second = _run(served, tmp_path, "torch-compile-2", "--compile", "on", "--backbone", "tiny",
+                  "--compile-cache", str(cache))
+    shapes = second["train"]["distinct_shapes"]
+    assert f"compile on ({shapes} bucket shapes compiled before, in {cache})" in capfd.readouterr().err
+    curve_off = np.array(eager["train"]["curve"])
+    for compiled in (first, second):
+        curve_on = np.array(compiled["train"]["curve"])
+        assert curve_on.shape == curve_off.shape == (6, 3)
+        assert np.allclose(curve_on[:, 1], curve_off[:, 1], rtol=1e-3, atol=1e-4), (curve_on, curve_off)
+        assert compiled["train"]["compile_cache"]["misses"] == 0  # the background process compiled
+        assert compiled["config"]["compile"] == "on"
+        assert compiled["eval"]["folder"]["mean_accuracy"] == pytest.approx(
+            eager["eval"]["folder"]["mean_accuracy"])
+    assert first["train"]["compile_cache"]["shapes_cached_at_start"] == 0
+    assert first["train"]["compile_cache"]["eager_steps"] >= 1
+    loaded = second["train"]["compile_cache"]
+    assert loaded["shapes_cached_at_start"] == loaded["shapes_compiled_here"] == shapes
+    assert loaded["eager_steps"] == 0 and loaded["hits"] >= shapes
+    assert second["train"]["compiled_graphs"] == shapes and eager["train"]["compile_seconds"] is None
