@@ -83,7 +83,9 @@ def cache_counts() -> dict[str, int]:
 
 
 class CompiledEmbedding:
-    """``backbone(to_model_input(images))`` in training, compiled with a dynamic batch.
+    """``backbone(to_model_input(images))`` in training, compiled: one graph with a dynamic
+    batch (``dynamic``), or one static graph per bucket shape, each shape run eager by
+    ``eager`` until the background compiler ``ahead`` has it in ``cache`` (the trainer's form).
 
     ``__call__(images, support, query)``: embeddings [B, D] of uint8 images [B, S, S, 3] whose
     first ``support`` then ``query`` rows are the episode (the rest padding: zero rows into
