@@ -15,6 +15,8 @@ does not depend on parameter values.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import multiprocessing
 import queue as queue_module
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ class AheadSpec:
     deterministic: bool
     warn_only: bool
     threads: int
-    numerics: dict[str, Any]  # the parent's float32 matmul and convolution switches (``numerics``)
+    numerics: dict[str, Any]  # the parent's float32 switches (``numerics``)
     backend: str = "inductor"
 
 
@@ -52,17 +54,38 @@ def compile_key(args: argparse.Namespace, preprocessing: Any, precision: str, de
                       versions=f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
+# the process-wide float32 switches under ``torch.backends`` that enter PyTorch's compile-cache
+# keys besides the graph (``cuda_matmul_settings`` among them), most general first
+NUMERIC_SWITCHES = ("fp32_precision", "cuda.matmul.fp32_precision",
+                    "cuda.matmul.allow_fp16_reduced_precision_reduction",
+                    "cuda.matmul.allow_bf16_reduced_precision_reduction", "cudnn.fp32_precision",
+                    "cudnn.conv.fp32_precision", "mkldnn.fp32_precision", "mkldnn.matmul.fp32_precision",
+                    "mkldnn.conv.fp32_precision")
+
+
+def _switch(path: str) -> tuple[Any, str]:
+    owner, _, name = f"backends.{path}".rpartition(".")
+    return functools.reduce(getattr, owner.split("."), torch), name
+
+
 def numerics() -> dict[str, Any]:
-    """The process-wide switches that enter PyTorch's compile-cache keys besides the graph
-    (TF32 for matmuls and convolutions): the child takes the parent's, or no key would match."""
-    return {"matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    """This process's values of ``NUMERIC_SWITCHES`` (those this torch has)."""
+    values = {}
+    for path in NUMERIC_SWITCHES:
+        owner, name = _switch(path)
+        if hasattr(owner, name):
+            values[path] = getattr(owner, name)
+    return values
 
 
-def _apply_numerics(settings: dict[str, Any]) -> None:
-    torch.set_float32_matmul_precision(settings["float32_matmul_precision"])
-    torch.backends.cuda.matmul.allow_tf32 = settings["matmul_tf32"]
-    torch.backends.cudnn.allow_tf32 = settings["cudnn_tf32"]
+def apply_numerics(values: dict[str, Any]) -> None:
+    """The parent's switches in the child, each set only where it differs: setting a legacy
+    flag to its default (``allow_tf32 = False``) would still turn ``none`` into ``ieee``, and the
+    key with it."""
+    for path, value in values.items():
+        owner, name = _switch(path)
+        if getattr(owner, name, value) != value:
+            setattr(owner, name, value)
 
 
 class CompileAhead:
@@ -98,10 +121,8 @@ class CompileAhead:
         half-written cache entry is PyTorch's to ignore)."""
         if self.process.pid is None:
             return
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a broken queue: the child is terminated below
             self._queue.put(None)
-        except (OSError, ValueError):
-            pass
         self.process.join(CLOSE_SECONDS)
         if self.process.is_alive():
             self.process.terminate()
@@ -120,7 +141,7 @@ def compile_shapes(spec: AheadSpec, root: str, key: CompileKey, shapes: Any) -> 
     cache = CompileCache(root)
     use_compile_cache(cache)
     torch.set_num_threads(spec.threads)
-    _apply_numerics(spec.numerics)
+    apply_numerics(spec.numerics)
     torch.use_deterministic_algorithms(spec.deterministic, warn_only=spec.warn_only)
     device = torch.device(spec.device)
     loaded = load_backbone(spec.args, device, spec.default_size, spec.seed_name)

@@ -3,6 +3,7 @@ shapes of a step it holds, and what the run's first line says about it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,3 +48,36 @@ def test_the_first_line_counts_the_shapes():
     assert describe_cache(0, Path("/c")) == "0 bucket shapes compiled before, in /c"
     assert describe_cache(1, Path("/c")) == "1 bucket shape compiled before, in /c"
     assert describe_cache(21, Path("/c")) == "21 bucket shapes compiled before, in /c"
+
+
+_CHILD = """
+import json, sys
+import torch
+from clients.torch.compile_ahead import apply_numerics, numerics
+if sys.argv[1] == "ieee":
+    torch.backends.cuda.matmul.allow_tf32 = False
+if sys.argv[2] != "-":
+    apply_numerics(json.loads(sys.argv[2]))
+print(json.dumps(numerics()))
+"""
+
+
+def _numerics_of_a_fresh_process(state: str, parents: dict | None = None) -> dict:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CHILD, state, json.dumps(parents) if parents else "-"],
+                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    return json.loads(done.stdout)
+
+
+def test_the_background_compiler_takes_the_parents_float32_switches_as_they_are():
+    """The switches enter PyTorch's compile-cache keys: a child whose switches differ from the
+    trainer's compiles graphs the trainer never finds. Setting a legacy flag to its default
+    (``allow_tf32 = False``) turns ``none`` into ``ieee``, so the child sets only what differs:
+    it ends with the parent's values whether the parent kept the defaults or changed them."""
+    defaults = _numerics_of_a_fresh_process("default")
+    changed = _numerics_of_a_fresh_process("ieee")
+    assert defaults["cuda.matmul.fp32_precision"] == "none" and changed["cuda.matmul.fp32_precision"] == "ieee"
+    for parents in (defaults, changed):
+        assert _numerics_of_a_fresh_process("default", parents) == parents
