@@ -97,9 +97,9 @@ class CompileAhead:
         self.asked: set[int] = set()
         context = multiprocessing.get_context("spawn")  # a CUDA parent cannot fork a CUDA child
         self._queue: Any = context.Queue()
+        # started at the first shape the cache lacks: a run whose shapes are all cached needs no child
         self.process = context.Process(target=compile_shapes, args=(spec, str(cache.root), key, self._queue),
                                        name="compile-ahead", daemon=True)
-        self.process.start()
 
     def ready(self, rows: int) -> bool:
         """Whether the step of ``rows`` rows can be taken compiled now (loaded from the cache);
@@ -107,12 +107,14 @@ class CompileAhead:
         died leaves every shape to be compiled in the trainer."""
         if rows in self.cached:
             return True
-        if rows not in self.asked:
-            self.asked.add(rows)
-            self._queue.put(rows)
         if rows in self.cache.cached_rows(self.key):
             self.cached.add(rows)
             return True
+        if self.process.pid is None:
+            self.process.start()
+        if rows not in self.asked:
+            self.asked.add(rows)
+            self._queue.put(rows)
         return not self.process.is_alive()
 
     def close(self) -> None:
