@@ -18,8 +18,9 @@ images/s of:
 
 - model-only: the same uint8 batches (same sizes, same order) already resident on the
   GPU, so only normalisation, forward and the features' copy back are timed; taken
-  after the first store's warm-up pass and again at the end (the higher is the
-  reference);
+  after the first store's warm-up pass and again at the end, and on CUDA once more with
+  each batch shape replayed as a captured graph, as the commands run our backbones (the
+  highest of these is the reference);
 - served alone, per store: every batch received as the overlapped run receives it, no
   model; with the share of the time spent waiting for each split's first batch (a
   stream's start) and the rate without that wait;
@@ -142,12 +143,14 @@ class Extractor:
         self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).reshape(1, 3, 1, 1) * 255.0
         self.std = torch.tensor(IMAGENET_STD, device=self.device).reshape(1, 3, 1, 1) * 255.0
 
-    def __call__(self, images):
-        """uint8 [B, S, S, 3] on the device -> float32 [B, D] on the device (no synchronisation)."""
+    def __call__(self, images, cache: bool = True):
+        """uint8 [B, S, S, 3] on the device -> float32 [B, D] on the device (no synchronisation);
+        ``cache`` False: autocast keeps no cast weights (inside a captured graph)."""
         torch = self.torch
         x = images.permute(0, 3, 1, 2).float()  # NHWC memory seen as NCHW: channels_last strides
         x = x.sub_(self.mean).div_(self.std)    # (x / 255 - mean) / std with mean, std scaled by 255
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16,
+                            cache_enabled=cache):
             return self.model(x).float()
 
     def sync(self) -> None:
@@ -301,9 +304,11 @@ def command_backend(args: argparse.Namespace, address: str) -> Any:
 
 
 def product_pass(backend: Any, address: str, args: argparse.Namespace) -> tuple[int, float, float]:
-    """(images, seconds, 0) of one pass as the ``cog`` and ``evaluate`` commands extract:
-    ``CogRun.level_features`` of every level split in order into a fresh feature cache (its
-    writes included), the next splits' streams opened while one is extracted, as ``cog`` opens them."""
+    """(images, seconds, seconds waited for a staged batch) of one pass as the ``cog`` and
+    ``evaluate`` commands extract: ``CogRun.level_features`` of every level split in order into
+    a fresh feature cache (its writes included), the next splits' streams opened while one is
+    extracted, as ``cog`` opens them. The seconds waited for features are added to
+    ``backend.device_waited``."""
     from clients.cog_cache import FeatureCache
     from clients.cog_eval import CogRun
     from clients.core import SamplerClient
@@ -311,6 +316,8 @@ def product_pass(backend: Any, address: str, args: argparse.Namespace) -> tuple[
     with tempfile.TemporaryDirectory() as cache, SamplerClient(address, prefetch=args.prefetch) as client:
         run = CogRun(backend, client, lambda line: None)
         run.cache = FeatureCache(cache)
+        waits, marks = backend.extractor.stream_waits, backend.extractor.stream_marks
+        data, device, first_mark = waits["data"], waits["device"], len(marks)
         started = time.perf_counter()
         images = 0
         try:
@@ -319,7 +326,14 @@ def product_pass(backend: Any, address: str, args: argparse.Namespace) -> tuple[
                 images += len(run.level_features(level, split, splits_after(order, (level, split))).labels)
         finally:
             run.close_ahead()
-        return images, time.perf_counter() - started, 0.0
+        ended = time.perf_counter()
+        backend.device_waited = getattr(backend, "device_waited", 0.0) + waits["device"] - device
+        # the device's idle stretches between splits: from the pass's start (or a stream's last
+        # features) to the next stream's first launch, and from the last stream's end to the pass's
+        spans = marks[first_mark:]
+        idle = sum(b[0] - a[1] for a, b in zip([(0.0, started), *spans], [*spans, (ended, 0.0)]))
+        backend.between_splits = getattr(backend, "between_splits", 0.0) + (idle if spans else 0.0)
+        return images, ended - started, waits["data"] - data
 
 
 def receive_pass(address: str, args: argparse.Namespace, pinned: bool) -> tuple[int, float, float]:
@@ -338,6 +352,27 @@ def model_pass(extract: Extractor, resident: list) -> tuple[int, float, float]:
     extract.sync()
     started = time.perf_counter()
     features = [extract(on_device).to("cpu", non_blocking=extract.cuda) for on_device in resident]
+    extract.sync()
+    seconds = time.perf_counter() - started
+    check(features, sum(len(x) for x in resident), torch)
+    return sum(len(x) for x in resident), seconds, 0.0
+
+
+def graphed_model_pass(extract: Extractor, resident: list, graphs: Any) -> tuple[int, float, float]:
+    """``model_pass`` with each batch shape met before replayed as one captured CUDA graph
+    (``clients.torch.graphed``, as the commands' extraction runs our backbones): the GPU's
+    rate without the launching thread's per-kernel cost."""
+    from clients.torch.graphed import GraphedForward
+
+    torch = extract.torch
+    extract.sync()
+    started = time.perf_counter()
+    features = []
+    for on_device in resident:
+        graph = graphs.runner(tuple(on_device.shape),
+                              lambda: GraphedForward(lambda batch: extract(batch, cache=False), on_device))
+        output = graph(on_device) if graph is not None else extract(on_device)
+        features.append(output.to("cpu", non_blocking=True))  # in stream order, before the next replay
     extract.sync()
     seconds = time.perf_counter() - started
     check(features, sum(len(x) for x in resident), torch)
@@ -425,7 +460,12 @@ def measure_store(extract: Extractor, address: str, args: argparse.Namespace, ki
         figures["serial"], figures["serial_wait"] = timed(args.passes, lambda: serial_pass(extract, address, args))
         backend = command_backend(args, address)
         product_pass(backend, address, args)  # warm-up (cuDNN picks its kernels)
-        figures["product"], _ = timed(args.passes, lambda: product_pass(backend, address, args))
+        backend.device_waited, backend.between_splits, started = 0.0, 0.0, time.perf_counter()
+        figures["product"], figures["product_wait"] = timed(args.passes, lambda: product_pass(backend, address, args))
+        seconds = time.perf_counter() - started
+        figures["product_device_wait"] = backend.device_waited / seconds
+        figures["between_splits"] = backend.between_splits / seconds
+        figures["within_splits"] = figures["product"] / (1 - figures["between_splits"]) if extract.cuda else 0.0
     return figures
 
 
@@ -466,19 +506,37 @@ def main(argv: list[str] | None = None) -> int:
                     print(log[log.index("Traceback"):][:3000], file=sys.stderr)
         with torch.inference_mode():
             models.append(timed(args.passes, lambda: model_pass(extract, resident))[0])
+            if extract.cuda:
+                from clients.torch.graphed import ShapeGraphs
+
+                graphs: ShapeGraphs = ShapeGraphs()
+                graphed_model_pass(extract, resident, graphs)  # meets each shape once: the next pass captures
+                graphed = timed(args.passes, lambda: graphed_model_pass(extract, resident, graphs))[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    model = max(models)
     where = "GPU" if args.device == "cuda" else "CPU"
     print(f"model-only (the same uint8 batches resident on the {where}): {models[0]:.0f} images/s after the first "
-          f"warm-up, {models[1]:.0f} at the end")
+          f"warm-up, {models[1]:.0f} at the end", end="")
+    if args.device == "cuda":
+        models.append(graphed)
+        print(f"; each batch shape replayed as a captured CUDA graph {graphed:.0f} images/s", end="")
+    print(" (the ratios below are to the highest)")
+    model = max(models)
     for kind, r in results.items():
         print(f"{kind} store, served alone (received and copied out, no model): {r['received']:.0f} images/s, "
               f"{r['received'] / args.workers:.0f} per serve worker; {r['first_waits']:.1%} of the time waiting for "
               f"the splits' first batches, {r['received'] / (1 - r['first_waits']):.0f} images/s without that wait")
         print(f"{kind} store, through the service: overlapped {r['overlapped']:.0f} images/s (data wait "
               f"{r['overlapped_wait']:.1%}), serial {r['serial']:.0f} images/s (data wait {r['serial_wait']:.1%}), "
-              f"the cog command's and evaluate's own extraction {r['product']:.0f} images/s")
+              f"the cog command's and evaluate's own extraction {r['product']:.0f} images/s (waiting for a staged "
+              f"batch {r['product_wait']:.1%} of the time, for features {r['product_device_wait']:.1%})")
+        if r["within_splits"]:
+            splits = len(level_splits())
+            print(f"{kind} store, the commands' extraction: {r['between_splits']:.1%} of the time between one "
+                  f"split's last features and the next split's first launch (the device idle; {splits} splits of "
+                  f"{r['images'] / splits:.0f} images on average); {r['within_splits']:.0f} images/s without it, "
+                  f"{r['within_splits'] / model:.2f} of model-only: the rate on splits too long for their starts "
+                  "to count (CoG's levels hold about 1,000 concepts each)")
     for kind, r in results.items():
         print(f"feature extraction, {kind} store: {args.backbone} {args.image_size}px on {device_name}, "
               f"{args.precision}: model-only {model:.0f} images/s; as ratios to it: the cog command's and "

@@ -38,6 +38,7 @@ import functools
 import hashlib
 import re
 import textwrap
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -57,9 +58,11 @@ from clients.seeds import backbone_seed
 from clients.batch_norm import EPISODE_MOMENTS, check_batch_norm
 from clients.trainer_args import PRECISIONS
 from clients.torch.models import ResNet18, adopt_batch_norms, build_backbone, episode_norm
+from clients.torch.graphed import GraphedForward, ShapeGraphs
 from clients.torch.staging import Stager
 
 PROBE_ROWS = 2
+RECEIVED_AHEAD = 3  # batches ``features_stream`` holds received before they are staged
 IN_FLIGHT = 3  # batches ``features_stream`` keeps queued on the device before it waits for the oldest
 CHECKPOINT_FORMAT = 2  # the MD trainer's checkpoint.pt layout (written by clients.torch.md_train, read by --weights)
 _TORCHVISION_BLOCK = re.compile(r"^layer([1-4])\.([01])\.(.*)$")
@@ -324,13 +327,15 @@ def to_model_input(images: torch.Tensor, preprocessing: Preprocessing, device: t
     return x.contiguous(memory_format=memory_format)
 
 
-def autocast(device: torch.device, precision: str | None = None) -> torch.autocast:
+def autocast(device: torch.device, precision: str | None = None, cache: bool = True) -> torch.autocast:
     """bf16 autocast on CUDA, off elsewhere (the trainers'); a ``precision`` of ``PRECISIONS``
-    (``--precision``) decides instead: ``float32`` takes none, ``bf16`` takes it on any device."""
+    (``--precision``) decides instead: ``float32`` takes none, ``bf16`` takes it on any device.
+    ``cache`` False inside a captured CUDA graph: a cached cast of a weight would be made at
+    capture and freed when the region ends, then read by every replay."""
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision: got {precision!r}, expected one of {', '.join(PRECISIONS)}")
     enabled = device.type == "cuda" if precision is None else precision == "bf16"
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache)
 
 
 def checked(spec: BackboneSpec, output: Any, rows: int) -> torch.Tensor:
@@ -416,6 +421,14 @@ class TorchFeatures:
         autocast(self.device, precision)  # a precision not of PRECISIONS is refused here
         self.precision = precision
         self._episode_norms: int | None = None  # ``episode_norms``
+        self.graphs = True  # ``features_stream`` replays captured graphs on CUDA (False: eager, for comparison)
+        self._graphs: ShapeGraphs[GraphedForward] = ShapeGraphs()
+        self._graph_constants: tuple[torch.Tensor, ...] | None = None
+        # seconds ``features_stream`` waited for a staged batch (data) and for features (device)
+        self.stream_waits = {"data": 0.0, "device": 0.0}
+        # (first launch, last features) of each CUDA stream that ran to its end: between two
+        # streams the device has nothing queued (``bench/feature_bench.py`` sums those gaps)
+        self.stream_marks: list[tuple[float, float]] = []
 
     def features(self, images: np.ndarray) -> np.ndarray:
         """uint8 [N, S, S, 3] -> float32 [N, D]."""
@@ -460,44 +473,63 @@ class TorchFeatures:
 
     def features_stream(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """``features`` of each batch in order. A thread of its own takes the batches (the
-        stream's receiving included) and stages each, up to two ahead: on CUDA into pinned
+        stream's receiving included), up to ``RECEIVED_AHEAD`` ahead, and another stages each,
+        up to two ahead: on CUDA into pinned
         memory and onto the device on a side stream (``staging.Stager``), so the thread that
         runs the model only launches it, and up to ``IN_FLIGHT`` batches are queued on the
         device while the host waits for the oldest one's features (one batch in flight
         left the GPU idle whenever the host's work between two batches, writing the
         features and launching the next, outlasted one batch's model time); on CPU into
-        memory of its own. Errors of ``batches`` come in order."""
-        model, spec = self.backbone.model, self.backbone.spec
+        memory of its own. On CUDA our own backbones replay a captured graph per batch
+        shape (``clients.torch.graphed``). Errors of ``batches`` come in order."""
+        model = self.backbone.model
         set_mode(model, False)
         cuda = self.device.type == "cuda"
         stager = Stager(self.device, buckets=False)
-        feed = Feed(((position, images, len(images)) for position, images in enumerate(batches)),
-                    lambda images: stager.stage_batch(images, np.zeros(len(images), np.int64)))
+        # receiving and staging on two threads: a batch is copied into pinned memory while the
+        # next is received (one thread doing both left the GPU waiting for data)
+        received = Feed(((position, images, len(images)) for position, images in enumerate(batches)),
+                        lambda images: images, depth=RECEIVED_AHEAD)
+        feed = Feed(received, lambda images: stager.stage_batch(images, np.zeros(len(images), np.int64)))
         in_flight: deque[tuple[torch.Tensor, Any]] = deque()  # (pinned features, their copy's event)
+
+        waits = self.stream_waits
+        marks = [0.0, 0.0]  # this stream's first launch and last wait for features (perf_counter)
 
         def oldest() -> np.ndarray:
             features, copied = in_flight.popleft()
+            began = time.perf_counter()
             copied.synchronize()
+            marks[1] = time.perf_counter()
+            waits["device"] += marks[1] - began
             return features.numpy()
 
         try:
             while True:
                 try:
+                    began = time.perf_counter()
                     _, staged, rows = next(feed)
+                    waits["data"] += time.perf_counter() - began
                 except StopIteration:
                     break
                 except BaseException:  # the batches before an error come first
                     while in_flight:
                         yield oldest()
                     raise
-                with torch.inference_mode(), autocast(self.device, self.precision):
-                    pixels = to_model_input(staged.ready().images, self.backbone.preprocessing, self.device)
-                    output = checked(spec, model(pixels), rows).float()
+                images = staged.ready().images
+                if not marks[0]:
+                    marks[0] = time.perf_counter()
+                graph = self._graph(images) if cuda else None
+                if graph is not None:
+                    output = graph(images)
+                else:
+                    with torch.inference_mode(), autocast(self.device, self.precision):
+                        output = self._forward(images, rows)
                 if not cuda:
                     yield output.numpy()
                     continue
                 back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
-                back.copy_(output, non_blocking=True)
+                back.copy_(output, non_blocking=True)  # before the next replay overwrites the graph's output
                 done = torch.cuda.Event()
                 done.record()
                 in_flight.append((back, done))
@@ -505,8 +537,29 @@ class TorchFeatures:
                     yield oldest()
             while in_flight:
                 yield oldest()
+            if marks[0] and marks[1]:
+                self.stream_marks.append((marks[0], marks[1]))
         finally:
             feed.close()
+
+    def _forward(self, images: torch.Tensor, rows: int, constants: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        """The model's checked float32 features of device or host uint8 ``images``."""
+        pixels = to_model_input(images, self.backbone.preprocessing, self.device, constants)
+        return checked(self.backbone.spec, self.backbone.model(pixels), rows).float()
+
+    def _graph(self, images: torch.Tensor) -> GraphedForward | None:
+        """The captured forward pass for this batch's shape, once it has one (our named
+        backbones only, see ``clients.torch.graphed``); None: run it eager."""
+        if self.backbone.spec.kind != "named" or not isinstance(self.backbone.model, nn.Module) or not self.graphs:
+            return None
+        constants = self._graph_constants or input_constants(self.backbone.preprocessing, self.device)
+        self._graph_constants = constants
+
+        def forward(batch: torch.Tensor) -> torch.Tensor:
+            with torch.inference_mode(), autocast(self.device, self.precision, cache=False):
+                return self._forward(batch, len(batch), constants)
+
+        return self._graphs.runner((tuple(images.shape), images.dtype), lambda: GraphedForward(forward, images))
 
 
 __all__ = ["TorchFeatures", "architecture", "describe_state", "fingerprint", "from_torchvision", "load_backbone",

@@ -341,6 +341,55 @@ def test_the_extraction_stream_gives_each_batchs_features_in_order_and_its_error
     assert not [t for t in threading.enumerate() if t.ident not in before and t.name == "trainer-feed"]
 
 
+def test_shape_graphs_capture_a_shape_at_its_second_sighting_up_to_the_limit_and_keep_a_failed_one_eager():
+    """``ShapeGraphs``: a split's short last batch (seen once) runs eager, the stream's batch
+    shape is captured once and reused; past the limit and after a failed capture: eager."""
+    from clients.torch.graphed import ShapeGraphs
+
+    made: list[str] = []
+
+    def capture(key):
+        def make():
+            made.append(key)
+            if key == "broken":
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return f"graph of {key}"
+        return make
+
+    graphs: ShapeGraphs[str] = ShapeGraphs(limit=2)
+    assert [graphs.runner(k, capture(k)) for k in ("a", "a", "a", "b", "c", "b")] == [
+        None, "graph of a", "graph of a", None, None, "graph of b"]
+    assert graphs.runner("c", capture("c")) is None and graphs.captured == 2  # the limit
+    assert made == ["a", "b"]
+    fresh: ShapeGraphs[str] = ShapeGraphs()
+    assert [fresh.runner("broken", capture("broken")) for _ in range(3)] == [None, None, None]
+    assert made.count("broken") == 1 and "stream is capturing" in fresh.refused["broken"]
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+@needs_cuda(torch.cuda.is_available())
+def test_replayed_graphs_give_the_eager_features_bit_for_bit(precision):
+    """On CUDA a named backbone's stream replays one captured graph for its batch shape
+    (``clients.torch.graphed``); its features equal the eager pass's exactly, the short last
+    batch included, and a second stream reuses the graph (and captures the short batch's shape,
+    now met twice)."""
+    from clients.torch.backbones import TorchFeatures
+
+    loaded = _load("resnet18", default_size=64)
+    loaded.model.to("cuda")
+    batches = [np.random.RandomState(seed).randint(0, 256, (rows, 64, 64, 3), dtype=np.uint8)
+               for seed, rows in enumerate((16, 16, 16, 16, 5))]
+    eager = TorchFeatures(loaded, torch.device("cuda"), 16, precision)
+    eager.graphs = False
+    expected = list(eager.features_stream(iter(batches)))
+    graphed = TorchFeatures(loaded, torch.device("cuda"), 16, precision)
+    for captured in (1, 2):  # the short batch, met again by the second stream, is captured there
+        got = list(graphed.features_stream(iter(batches)))
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
+        assert graphed._graphs.captured == captured
+    assert eager._graphs.captured == 0
+
+
 # ---- precision (--precision) -------------------------------------------------------------------------
 
 
