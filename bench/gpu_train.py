@@ -17,7 +17,10 @@ configuration:
   eager step on unpadded episodes (targets on one H100: at least 1.3 for conv4 at 84 px,
   at least 1.0 for ResNet-18 at 126 px, with compilation on);
 - with compilation, its cost: the first step's seconds (tracing, compiling, running;
-  counted in the end-to-end figures) and the graphs compiled;
+  counted in the end-to-end figures) and the graphs compiled; the end-to-end run's compile
+  cache (shapes cached at its start, loaded, compiled, steps run eager, seconds loading);
+  ``--warm-compile-cache P`` first compiles every size of MD's ladder into the cache with P
+  processes, so that the compiled configurations run warm;
 - the data-wait share of step time after the first episode (target: under 5%), the
   first episode's wait (target: under 1 s) and the distinct input shapes met;
 - per model, the training accuracy over the last window of each configuration against
@@ -202,6 +205,63 @@ def child_model(args: argparse.Namespace) -> dict:
             "model_graphs": framework.compiled_graphs,
             "mean_images": images, "mean_rows": padded, **step_syncs(framework, staged[0]),
             "device": torch.cuda.get_device_name() if cuda else "cpu"}
+
+
+def child_warm(args: argparse.Namespace) -> dict:
+    """Compile the trainer's step for every ``--warm-shard``-th size of MD's ladder (the sizes
+    episodes of at most 1000 images pad to) into the trainer's default compile cache, as the
+    trainer's background compiler does (``compile_ahead.compile_shapes``, in this process)."""
+    import queue
+
+    import torch
+
+    from clients.buckets import Ladder
+    from clients.compile_cache import CompileCache, default_compile_cache
+    from clients.torch.backbones import load_backbone
+    from clients.torch.compile_ahead import AheadSpec, compile_key, compile_shapes, numerics
+    from clients.torch.determinism import apply_determinism
+    from clients.torch.md_train import MD_BACKBONE_SEED_NAME
+    from clients.trainer_args import MD_IMAGE_SIZE, parse_args
+
+    trainer = parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config, 1, args.device,
+                                               1, args.batch_norm, args.learner))
+    device = torch.device(args.device)
+    apply_determinism(trainer, device)
+    loaded = load_backbone(trainer, device, MD_IMAGE_SIZE, MD_BACKBONE_SEED_NAME)
+    key = compile_key(trainer, loaded.preprocessing, "bf16-autocast" if device.type == "cuda" else "float32", device)
+    del loaded
+    index, count = map(int, args.warm_shard.split("/"))
+    shapes: queue.Queue = queue.Queue()
+    mine = Ladder(cap=1000).sizes()[index::count]
+    for rows in mine:
+        shapes.put(rows)
+    shapes.put(None)
+    cache = default_compile_cache()
+    compile_shapes(AheadSpec(args=trainer, device=str(device), default_size=MD_IMAGE_SIZE,
+                             seed_name=MD_BACKBONE_SEED_NAME, deterministic=key.deterministic,
+                             warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
+                             threads=torch.get_num_threads(), numerics=numerics()), str(cache), key, shapes)
+    return {"shapes": len(mine), "cached": len(CompileCache(cache).cached_rows(key))}
+
+
+def warm_compile_cache(args: argparse.Namespace, address: str, backbone: str, size: int, config: str) -> None:
+    """``--warm-compile-cache P``: every ladder size compiled into the compile cache by P
+    processes at once before the measurements, so a compiled configuration runs warm."""
+    started = time.perf_counter()
+    processes = args.warm_compile_cache
+    children = [subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--child", "warm", "--address", address, "--backbone",
+         backbone, "--size", str(size), "--config", config, "--device", args.device, "--batch-norm",
+         args.batch_norm, "--warm-shard", f"{k}/{processes}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=_env()) for k in range(processes)]
+    results = []
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"warming the compile cache for {backbone} {size}px failed:\n{err[-3000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    print(f"{backbone} {size}px: compile cache warmed, {max(r['cached'] for r in results)} ladder sizes cached, in "
+          f"{time.perf_counter() - started:.1f} s with {processes} processes", flush=True)
 
 
 # ---- host syncs of a training step -------------------------------------------------------------
@@ -484,7 +544,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --learners: K model-only and end-to-end measurements of each learner, in turn; "
                              "the table gives each rate's median (a host-bound step follows the CPU's pace, which "
                              "drifts)")
-    parser.add_argument("--child", choices=["model", "e2e"], help=argparse.SUPPRESS)
+    parser.add_argument("--warm-compile-cache", type=int, default=0, metavar="P",
+                        help="before a configuration with compile on: compile the step for every size of MD's ladder "
+                             "into the trainer's compile cache with P processes at once (0: the cache as it is)")
+    parser.add_argument("--child", choices=["model", "e2e", "warm"], help=argparse.SUPPRESS)
+    parser.add_argument("--warm-shard", default="0/1", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--backbone", help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
@@ -498,6 +562,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--learners: got {' '.join(unknown)}, expected names of {', '.join(MODELS)} (or all)")
         if args.gpus:
             parser.error("--learners: one GPU only; expected no --gpus")
+    if args.warm_compile_cache < 0:
+        parser.error(f"--warm-compile-cache: got {args.warm_compile_cache}, expected at least 0")
     if args.repeats < 1:
         parser.error(f"--repeats: got {args.repeats}, expected at least 1")
     if args.steps is not None and args.steps < 1:
@@ -521,7 +587,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.child:
-        result = child_model(args) if args.child == "model" else child_e2e(args)
+        result = {"model": child_model, "e2e": child_e2e, "warm": child_warm}[args.child](args)
         print(json.dumps(result))
         return 0
     if args.device == "cuda":
@@ -556,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
             for model in args.models:
                 backbone, _, size = model.partition(":")
                 for config in args.configs:
+                    if args.warm_compile_cache and config.endswith(":on"):
+                        warm_compile_cache(args, address, backbone, int(size), config)
                     result = {**run_child("model", args, address, backbone, int(size), config),
                               **run_child("e2e", args, address, backbone, int(size), config)}
                     rows.append((backbone, int(size), config, result))
@@ -565,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
                         cache = result["compile_cache"]
                         compiled += (f"; end to end's compile cache: {cache['shapes_cached_at_start']} shapes at the "
                                      f"start, {cache['hits']} graphs loaded, {cache['misses']} compiled in the "
-                                     f"trainer, {cache['eager_steps']} steps eager while compiling")
+                                     f"trainer, {cache['eager_steps']} steps eager while compiling, "
+                                     f"{cache.get('preload_seconds', 0):.1f} s loading them at the first step")
                     print(f"{backbone} {size}px buckets:compile {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
                           "(first / second pass), "

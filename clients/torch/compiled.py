@@ -27,13 +27,16 @@ md batch norm, 608 rows): conv4 at 84 px 7.75 ms compiled against 11.46 eager, R
 126 px 14.52 against 16.31; a shape costs 11-15 s (conv4) and 28-36 s (ResNet-18) to compile
 and 0.5-3 s to load from a warm cache. While a background process (``CompileAhead``) compiles
 the shapes the run meets, those shapes run eager; each is switched to its compiled graph (loaded
-from the cache) once it is there.
+from the cache) once it is there. The shapes the cache holds at the start are loaded at the
+first step (``preload``). With a warm cache, end to end on one H200 (ProtoNet, last 100 of 400
+episodes): conv4 125.3 episodes/s against 82.9 bucketed eager, ResNet-18 64.8 against 50.8.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -151,6 +154,39 @@ class CompiledEmbedding:
         self.query.fill_(query)
         with episode_norm(self.backbone, self.batch_norm, self.support, self.query):
             return self._compiled(images)
+
+    def preload(self, shapes: Iterable[int], side: int, context: Callable[[], Any]) -> float:
+        """Load each of ``shapes`` (row counts the cache holds compiled) before training, with
+        one forward and backward pass of zero images under ``context`` (the step's autocast);
+        the seconds it took. Why: a shape's first compiled step traces it and loads its graphs,
+        0.5-3 s on the training thread, and an MD run meets its ~21 shapes over hundreds of
+        episodes, each a stall; loaded up front they cost the same once, while the feed fills.
+        The backbone's buffers (running statistics) and gradients are put back, so the run
+        trains as it would have without this."""
+        started = time.perf_counter()
+        limit = torch._dynamo.config.cache_size_limit  # beyond it dynamo would run a shape eager
+        rows_to_load = [rows for rows in sorted(set(shapes)) if rows not in self.compiled_rows][:limit]
+        if not rows_to_load:
+            return 0.0
+        buffers = [(buffer, buffer.clone()) for buffer in self.backbone.buffers()]
+        gradients = [(parameter, parameter.grad) for parameter in self.backbone.parameters()]
+        for rows in rows_to_load:
+            images = torch.zeros((rows, side, side, 3), dtype=torch.uint8, device=self.device)
+            support = max(1, rows // 2)
+            with context():
+                embedded = self(images, support, rows - support)
+            embedded.float().sum().backward()
+            for parameter in self.backbone.parameters():
+                parameter.grad = None
+        with torch.no_grad():
+            for buffer, value in buffers:
+                buffer.copy_(value)
+        for parameter, gradient in gradients:
+            parameter.grad = gradient
+        self.record()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - started
 
     def record(self) -> None:
         """Note in the cache the shapes whose first compiled step (forward and backward) ran."""

@@ -184,6 +184,8 @@ class TorchFramework(Framework):
             self.loaded = self._load_backbone()
         self.buckets = resolve_buckets_for(args.backbone, args.shape_buckets, cuda)
         self.compiled: CompiledEmbedding | None = None  # ``build`` compiles where --compile resolves on
+        self._preload: frozenset[int] | None = None  # the compiled shapes to load at the first step
+        self._preload_seconds = 0.0
         # two streams on CUDA: one gRPC stream delivers about as many bytes per second as a
         # ResNet-18 at 126 px consumes; on CPU the cores train
         self.receive_streams = 2 if cuda else 1
@@ -308,6 +310,7 @@ class TorchFramework(Framework):
         key = compile_key(args, self.preprocessing, self.precision, device)
         self._compile_start = cache_counts()
         self._cached_shapes = len(cache.cached_rows(key))
+        self._preload = cache.cached_rows(key)  # loaded at the first step, after the run's first line
         ahead = CompileAhead(AheadSpec(args=args, device=str(device), default_size=MD_IMAGE_SIZE,
                                        seed_name=MD_BACKBONE_SEED_NAME, deterministic=key.deterministic,
                                        warn_only=torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -328,7 +331,8 @@ class TorchFramework(Framework):
                               "shapes_compiled_here": len(compiled.compiled_rows),
                               "hits": now["hits"] - self._compile_start["hits"],
                               "misses": now["misses"] - self._compile_start["misses"],
-                              "eager_steps": compiled.eager_steps}
+                              "eager_steps": compiled.eager_steps,
+                              "preload_seconds": round(self._preload_seconds, 3)}
 
     def _initialise_head(self, images: torch.Tensor) -> None:
         """A weight-normalised head's data-dependent init from the first training batch's
@@ -471,6 +475,11 @@ class TorchFramework(Framework):
         return logits, staged.labels[staged.support:staged.support + staged.query]
 
     def train_step(self, item: Any) -> tuple[Any, Any]:
+        if self._preload is not None:  # the first step: every shape the compile cache holds, loaded now
+            shapes, self._preload = self._preload, None
+            set_mode(self.backbone, True)
+            assert self.compiled is not None
+            self._preload_seconds = self.compiled.preload(shapes, self.args.image_size, self._autocast)
         # this step's draws (a user backbone's dropout) are a function of its index: a resumed run repeats them
         began = time.perf_counter()
         torch.manual_seed(derive_seed(self.args.seed, "step", self._draw_index))

@@ -168,6 +168,53 @@ def test_compiled_padded_step_is_exact_in_float64(backbone: str):
     _compare_steps(backbone, "cpu", float64=True, temperature=1.0, tolerance=1e-9, size=16)  # float64: slow on CPU
 
 
+def test_preloading_the_cached_shapes_leaves_the_backbone_as_it_was():
+    """``CompiledEmbedding.preload`` runs each shape once, forward and backward, before
+    training: afterwards the backbone's running statistics, step counters and gradients are
+    what they were, each shape is taken compiled (no new graph at its first real step), and
+    the next step's loss and gradients equal those of an embedding that loaded nothing."""
+    from clients.torch.layers import adopt_batch_norms
+
+    size, where = 32, torch.device("cpu")
+    torch.manual_seed(0)
+    nets = [ProtoNet(build_backbone("conv4", size)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    scaling = named_preprocessing(size)
+    embeddings = []
+    for net in nets:
+        adopt_batch_norms(net.backbone, "md")
+        net.train()
+        embeddings.append(CompiledEmbedding(net.backbone, scaling, where, backend="aot_eager", dynamic=False,
+                                            batch_norm="md"))
+    before = {name: value.clone() for name, value in nets[0].state_dict().items()}
+    seconds = embeddings[0].preload([40, 24], size, lambda: torch.autocast("cpu", enabled=False))
+    assert seconds > 0 and embeddings[0].graphs == 2 and embeddings[0].compiled_rows == {24, 40}
+    after = nets[0].state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)  # num_batches_tracked included
+    assert all(p.grad is None for p in nets[0].parameters())
+    assert embeddings[0].preload([40, 24], size, lambda: torch.autocast("cpu", enabled=False)) == 0.0
+    for seed, (support, query, ways, rows) in enumerate(EPISODES[:2]):
+        losses = []
+        for net, embedding in zip(nets, embeddings, strict=True):
+            images, labels = _episode(seed, support, query, ways, size)
+            padded = torch.zeros((rows, size, size, 3), dtype=torch.uint8)
+            padded[:support + query] = images
+            padded_labels = torch.zeros(rows, dtype=torch.int64)
+            padded_labels[:support + query] = labels
+            logits, query_labels = net.packed_logits(embedding(padded, support, query), padded_labels, support,
+                                                     query, ways)
+            loss = F.cross_entropy(logits, query_labels)
+            loss.backward()
+            losses.append(float(loss.detach()))
+        assert losses[0] == losses[1]
+        assert _relative_gradient_error(nets[0], nets[1]) == 0.0
+        for (name, buffer), (_, other) in zip(nets[0].named_buffers(), nets[1].named_buffers(), strict=True):
+            assert torch.equal(buffer, other), name
+        for net in nets:
+            net.zero_grad()
+    assert embeddings[0].graphs == 2  # the real steps of the preloaded shapes traced nothing new
+
+
 def test_compile_setting_resolution():
     conv4 = build_backbone("conv4", 32)
     assert resolve_compile("on", "conv4", conv4) is True
@@ -217,6 +264,7 @@ def test_compiled_runs_follow_the_eager_curve_and_the_second_compiles_nothing(se
     assert eager["shapes_cached_at_start"] == 0 and eager["eager_steps"] >= 1 and eager["misses"] == 0
     assert loaded["shapes_cached_at_start"] == loaded["shapes_compiled_here"] == shapes
     assert loaded["eager_steps"] == 0 and loaded["misses"] == 0 and loaded["hits"] >= shapes
+    assert eager["preload_seconds"] == 0 and loaded["preload_seconds"] > 0  # loaded at the first step
     assert second["train"]["compiled_graphs"] == shapes
     curve_eager, curve_compiled = np.array(first["train"]["curve"]), np.array(second["train"]["curve"])
     assert curve_eager.shape == curve_compiled.shape == (3, 3)
