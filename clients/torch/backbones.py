@@ -38,6 +38,7 @@ import functools
 import hashlib
 import re
 import textwrap
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -429,6 +430,10 @@ class TorchFeatures:
         # (first launch, last features) of each CUDA stream that ran to its end: between two
         # streams the device has nothing queued (``bench/feature_bench.py`` sums those gaps)
         self.stream_marks: list[tuple[float, float]] = []
+        # ``features_stream`` may run on several threads at once: each batch's launch (its graph's
+        # input, replay and output copy; a capture) is one step of one of them, so a shared
+        # graph's input and output are never overwritten before the copy of the thread using them
+        self._launching = threading.Lock()
 
     def features(self, images: np.ndarray) -> np.ndarray:
         """uint8 [N, S, S, 3] -> float32 [N, D]."""
@@ -516,23 +521,27 @@ class TorchFeatures:
                     while in_flight:
                         yield oldest()
                     raise
-                images = staged.ready().images
-                if not marks[0]:
-                    marks[0] = time.perf_counter()
-                graph = self._graph(images) if cuda else None
-                if graph is not None:
-                    output = graph(images)
-                else:
-                    with torch.inference_mode(), autocast(self.device, self.precision):
-                        output = self._forward(images, rows)
+                with self._launching:  # a stream on another thread launches between, never within
+                    images = staged.ready().images
+                    if not marks[0]:
+                        marks[0] = time.perf_counter()
+                    graph = self._graph(images) if cuda else None
+                    if graph is not None:
+                        output = graph(images)
+                    else:
+                        with torch.inference_mode(), autocast(self.device, self.precision):
+                            output = self._forward(images, rows)
+                    if not cuda:
+                        features = output.numpy()
+                    else:
+                        back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
+                        back.copy_(output, non_blocking=True)  # before the next replay overwrites the graph's output
+                        done = torch.cuda.Event()
+                        done.record()
+                        in_flight.append((back, done))
                 if not cuda:
-                    yield output.numpy()
+                    yield features
                     continue
-                back = torch.empty(tuple(output.shape), dtype=torch.float32, pin_memory=True)
-                back.copy_(output, non_blocking=True)  # before the next replay overwrites the graph's output
-                done = torch.cuda.Event()
-                done.record()
-                in_flight.append((back, done))
                 if len(in_flight) == IN_FLIGHT:
                     yield oldest()
             while in_flight:

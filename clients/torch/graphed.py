@@ -39,7 +39,8 @@ class GraphedForward:
                 forward(self._input)
         torch.cuda.current_stream(example.device).wait_stream(side)
         self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
+        # thread_local: the staging threads' copies on their own streams go on during the capture
+        with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
             self._output = forward(self._input)
 
     @property

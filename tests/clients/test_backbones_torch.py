@@ -390,6 +390,38 @@ def test_replayed_graphs_give_the_eager_features_bit_for_bit(precision):
     assert eager._graphs.captured == 0
 
 
+@needs_cuda(torch.cuda.is_available())
+def test_two_streams_at_once_give_each_batchs_eager_features():
+    """Two streams on two threads through one extractor: each batch's launch holds the
+    extractor's lock, so the shared graph's input and output are
+    never overwritten by the other thread before its copy; the features equal the eager pass's."""
+    import threading
+
+    from clients.torch.backbones import TorchFeatures
+
+    loaded = _load("resnet18", default_size=64)
+    loaded.model.to("cuda")
+    splits = [[np.random.RandomState(100 * split + seed).randint(0, 256, (rows, 64, 64, 3), dtype=np.uint8)
+               for seed, rows in enumerate((16,) * 12 + (9,))] for split in range(2)]
+    eager = TorchFeatures(loaded, torch.device("cuda"), 16, "bf16")
+    eager.graphs = False
+    expected = [list(eager.features_stream(iter(batches))) for batches in splits]
+    graphed = TorchFeatures(loaded, torch.device("cuda"), 16, "bf16")
+    got: list = [None, None]
+
+    def extract(split: int) -> None:
+        got[split] = list(graphed.features_stream(iter(splits[split])))
+
+    threads = [threading.Thread(target=extract, args=(split,)) for split in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for split in range(2):
+        assert all(np.array_equal(g, e) for g, e in zip(got[split], expected[split], strict=True))
+    assert graphed._graphs.captured >= 1
+
+
 # ---- precision (--precision) -------------------------------------------------------------------------
 
 
