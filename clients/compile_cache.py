@@ -95,6 +95,8 @@ class CompileCache:
 
 
 def describe_cache(cached: int, root: Path) -> str:
-    """The run's first-line words for the compile cache."""
+    """The run's first-line words for the compile cache (the shapes it holds are loaded at the
+    first step, which takes that step seconds: said here so the pause is not a mystery)."""
     shapes = "1 bucket shape" if cached == 1 else f"{cached} bucket shapes"
-    return f"{shapes} compiled before, in {root}"
+    loaded = ", loaded at the first step" if cached else ""
+    return f"{shapes} compiled before, in {root}{loaded}"

@@ -46,8 +46,8 @@ def test_an_unusable_directory_is_refused_naming_it(tmp_path):
 
 def test_the_first_line_counts_the_shapes():
     assert describe_cache(0, Path("/c")) == "0 bucket shapes compiled before, in /c"
-    assert describe_cache(1, Path("/c")) == "1 bucket shape compiled before, in /c"
-    assert describe_cache(21, Path("/c")) == "21 bucket shapes compiled before, in /c"
+    assert describe_cache(1, Path("/c")) == "1 bucket shape compiled before, in /c, loaded at the first step"
+    assert describe_cache(21, Path("/c")) == "21 bucket shapes compiled before, in /c, loaded at the first step"
 
 
 _CHILD = """
