@@ -43,10 +43,6 @@ class GraphedForward:
         with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
             self._output = forward(self._input)
 
-    @property
-    def output(self) -> torch.Tensor:
-        return self._output
-
     def __call__(self, batch: torch.Tensor) -> torch.Tensor:
         self._input.copy_(batch)
         self._graph.replay()
