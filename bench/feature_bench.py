@@ -35,8 +35,9 @@ images/s of:
   runs it;
 - the cog command's and evaluate's own extraction: ``CogRun.level_features`` of every split
   in order into a fresh feature cache (its writes included), the next two splits' streams
-  opened while one is extracted (``CogRun.open_ahead``), the backend theirs
-  (``TorchCogBackend``, the bench's backbone with ImageNet's mean and std);
+  opened while one is extracted (``CogRun.open_ahead``) and extracted after it through the
+  same stream (``clients.cog_streams``), the backend theirs (``TorchCogBackend``, the
+  bench's backbone with ImageNet's mean and std);
 
 and each rate as a ratio to the model-only rate (targets: the commands' extraction at
 least ``PRODUCT_TARGET``, served alone at least ``SERVED_TARGET``). Every store serves the same pixels (checked batch by batch). Each figure is
@@ -328,11 +329,13 @@ def product_pass(backend: Any, address: str, args: argparse.Namespace) -> tuple[
             run.close_ahead()
         ended = time.perf_counter()
         backend.device_waited = getattr(backend, "device_waited", 0.0) + waits["device"] - device
-        # the device's idle stretches between splits: from the pass's start (or a stream's last
-        # features) to the next stream's first launch, and from the last stream's end to the pass's
+        # the device's idle stretches outside the extraction's streams (one runs across consecutive
+        # splits, ``clients.cog_streams``): from the pass's start (or a stream's last features) to
+        # the next stream's first launch, and from the last stream's end to the pass's
         spans = marks[first_mark:]
         idle = sum(b[0] - a[1] for a, b in zip([(0.0, started), *spans], [*spans, (ended, 0.0)]))
         backend.between_splits = getattr(backend, "between_splits", 0.0) + (idle if spans else 0.0)
+        backend.streams = getattr(backend, "streams", 0) + len(spans)
         return images, ended - started, waits["data"] - data
 
 
@@ -460,11 +463,12 @@ def measure_store(extract: Extractor, address: str, args: argparse.Namespace, ki
         figures["serial"], figures["serial_wait"] = timed(args.passes, lambda: serial_pass(extract, address, args))
         backend = command_backend(args, address)
         product_pass(backend, address, args)  # warm-up (cuDNN picks its kernels)
-        backend.device_waited, backend.between_splits, started = 0.0, 0.0, time.perf_counter()
+        backend.device_waited, backend.between_splits, backend.streams, started = 0.0, 0.0, 0, time.perf_counter()
         figures["product"], figures["product_wait"] = timed(args.passes, lambda: product_pass(backend, address, args))
         seconds = time.perf_counter() - started
         figures["product_device_wait"] = backend.device_waited / seconds
         figures["between_splits"] = backend.between_splits / seconds
+        figures["streams"] = backend.streams / args.passes
         figures["within_splits"] = figures["product"] / (1 - figures["between_splits"]) if extract.cuda else 0.0
     return figures
 
@@ -532,9 +536,10 @@ def main(argv: list[str] | None = None) -> int:
               f"batch {r['product_wait']:.1%} of the time, for features {r['product_device_wait']:.1%})")
         if r["within_splits"]:
             splits = len(level_splits())
-            print(f"{kind} store, the commands' extraction: {r['between_splits']:.1%} of the time between one "
-                  f"split's last features and the next split's first launch (the device idle; {splits} splits of "
-                  f"{r['images'] / splits:.0f} images on average); {r['within_splits']:.0f} images/s without it, "
+            print(f"{kind} store, the commands' extraction: {r['between_splits']:.1%} of the time outside its "
+                  f"streams (the device idle before a stream's first launch and after its last features; "
+                  f"{splits} splits of {r['images'] / splits:.0f} images on average, {r['streams']:.0f} streams a "
+                  f"pass); {r['within_splits']:.0f} images/s without it, "
                   f"{r['within_splits'] / model:.2f} of model-only: the rate on splits too long for their starts "
                   "to count (CoG's levels hold about 1,000 concepts each)")
     for kind, r in results.items():

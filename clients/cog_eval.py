@@ -63,7 +63,6 @@ import hashlib
 import json
 import math
 import sys
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -75,7 +74,7 @@ from clients.client import SamplerClient
 from clients.cog_cache import CachedFeatures, FeatureCache, FeatureCacheError, SplitIds, feature_key
 from clients.cog_protocol import LR_RANGE, MOMENTUM, RESIZE, WD_RANGE
 from clients.errors import SamplerClientError
-from clients.feed import Feed
+from clients.cog_streams import OpenedStream, Segment, SplitChain
 from clients.reporting import run_config_json
 from clients.trainer_args import COG_OPERATIONAL, parse_cog_args
 from clients.trainer_shell import run_command
@@ -249,24 +248,6 @@ def _split_ids(message: Any, level: str, split: str) -> SplitIds:
                     np.asarray(message.labels, np.int64))
 
 
-class _Opened:
-    """A split's stream whose first batches are received from now on, by a thread of its own
-    (``Feed``), not when its extraction first asks."""
-
-    def __init__(self, stream: Iterator[Any], start: int) -> None:
-        self.start = start
-        self._feed = Feed(((0, batch, 0) for batch in stream), lambda batch: batch)
-
-    def __iter__(self) -> "_Opened":
-        return self
-
-    def __next__(self) -> Any:
-        return next(self._feed)[1]
-
-    def close(self) -> None:
-        self._feed.close()
-
-
 class CogRun:
     """One evaluation run; ``execute`` returns the JSON-able summary."""
 
@@ -284,8 +265,11 @@ class CogRun:
         self.files = {name: path for name, path in files.items() if path}
         # the result fingerprint: every fitted classifier's weights, in the order fitted
         self.fits = hashlib.sha256()
-        # streams opened before their split's extraction (``open_ahead``), by (level, split)
-        self.ahead: dict[tuple[str, str], _Opened] = {}
+        # streams opened before their split's extraction (``open_ahead``) and not in ``chain``, by
+        # (level, split), in extraction order
+        self.ahead: dict[tuple[str, str], Segment] = {}
+        # the splits being extracted through one ``extract_many``, the next ones after this one
+        self.chain: SplitChain | None = None
 
     # -- server-side facts --
 
@@ -331,62 +315,82 @@ class CogRun:
             image_size=args.image_size, level_size=args.level_size, min_images=args.min_images, **self.files)
 
     def open_ahead(self, level: str, split_name: str) -> None:
-        """Open the stream of the split extracted next, unless its features are cached, so its
-        first batches are on their way while this one is extracted: a stream's start waits for
-        the server to prepare its first batch (on the bench's small levels, a quarter of the
-        time served alone went there)."""
+        """Open the stream of a split extracted later, unless its features are cached, so its
+        first batches are on their way while this one is extracted (a stream's start waits for
+        the server to prepare its first batch: on the bench's small levels, a quarter of the
+        time served alone went there); it joins the running chain (``clients.cog_streams``)
+        when it can, so its batches are staged and launched before this split's end."""
         split = self.split(level, split_name)
         fields = self.cache_fields(split)
-        if (level, split_name) in self.ahead or not len(split.record_ids) or self.cache.path(fields).exists():
+        if (level, split_name) in self.ahead or (self.chain is not None and self.chain.holds(level, split_name)):
+            return
+        if not len(split.record_ids) or self.cache.path(fields).exists():
             return
         start = self.cache.resume_point(fields, split, self.args.extract_batch_size)  # an interrupted one's next
-        self.ahead[(level, split_name)] = _Opened(self._stream(split, start), start)
+        batches = self._batch_count(split)
+        if start >= batches:
+            return
+        segment = Segment(split, start, batches - start, OpenedStream(self._stream(split, start)))
+        if self.chain is None or not self.chain.add(segment):
+            self.ahead[(level, split_name)] = segment
 
     def close_ahead(self) -> None:
-        """Cancel the streams opened ahead and not used (a run that ended early)."""
-        for stream in self.ahead.values():
-            stream.close()
+        """Cancel the streams opened ahead and not used, and the chain (a run that ended early)."""
+        self._close_chain()
+        for segment in self.ahead.values():
+            segment.close()
         self.ahead.clear()
+
+    def _close_chain(self) -> None:
+        if self.chain is not None:
+            self.chain.close()
+            self.chain = None
+
+    def _batch_count(self, split: SplitIds) -> int:
+        return -(-len(split.record_ids) // self.args.extract_batch_size)
+
+    def _chain_at(self, split: SplitIds, start: int, batches: int) -> SplitChain:
+        """The chain whose next segment is ``split`` from ``start``: the running one, else a new
+        one starting there, the streams opened ahead joining it in their order."""
+        if self.chain is not None and self.chain.next_is(split, start):
+            return self.chain
+        self._close_chain()
+        opened = self.ahead.pop((split.level, split.split), None)
+        if opened is not None and opened.start != start:  # not this extraction's batches
+            opened.close()
+            opened = None
+        first = opened or Segment(split, start, batches - start, self._stream(split, start))
+        self.chain = chain = SplitChain(self.backend.extract_many, first)
+        for key, segment in list(self.ahead.items()):
+            if chain.add(segment):
+                del self.ahead[key]
+        return chain
 
     def _batches(self, split: SplitIds) -> Callable[[int], Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]]:
         args = self.args
 
         def batches(start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-            total = -(-len(split.record_ids) // args.extract_batch_size)
-            opened = self.ahead.pop((split.level, split.split), None)
-            if opened is not None and (start != opened.start or start >= total):  # not this stream's batches
-                opened.close()
-                opened = None
+            total = self._batch_count(split)
             if start >= total:
                 return
-            stream = opened if opened is not None else self._stream(split, start)
-            # (index, record ids, labels) of the batches whose features are on their way (extract_many
-            # runs ahead); not the batches: their pixels (a mapped segment, 19 MB at 224 px) are let go
-            # on the thread that takes them, not on this one between two launches of the model
-            received: deque[tuple[int, np.ndarray, np.ndarray]] = deque()
-
-            def images() -> Iterator[np.ndarray]:
-                for batch in stream:
-                    if batch.split_fingerprint != split.fingerprint:
-                        raise SamplerClientError(
-                            f"StreamCogBatches {split.level}/{split.split}: batch {batch.index} is of split "
-                            f"{batch.split_fingerprint[:16]}, expected {split.fingerprint[:16]}")
-                    received.append((int(batch.index), np.asarray(batch.record_ids, np.int64),
-                                     np.array(batch.labels, np.int64)))  # a copy: no view into the reply
-                    yield batch.images
-
-            for embedded in self.backend.extract_many(images()):
-                index, record_ids, labels = received.popleft()
-                features = np.asarray(embedded, np.float32)
-                if features.ndim != 2 or features.shape[0] != len(record_ids):
-                    raise UsageError(f"argument --backbone: it maps {len(record_ids)} images to an output of "
-                                     f"shape {tuple(features.shape)}, expected [{len(record_ids)}, D] features")
-                if not np.all(np.isfinite(features)):
-                    raise UsageError(f"argument --backbone: its features of {split.level}/{split.split} batch "
-                                     f"{index} are not all finite")
-                if (index + 1) % args.log_every == 0:
-                    self.log(f"{split.level} {split.split}: embedded batch {index + 1}/{total}")
-                yield index, record_ids, labels, features
+            chain = self._chain_at(split, start, total)
+            try:
+                for index, record_ids, labels, embedded in chain.take(split, start):
+                    features = np.asarray(embedded, np.float32)
+                    if features.ndim != 2 or features.shape[0] != len(record_ids):
+                        raise UsageError(f"argument --backbone: it maps {len(record_ids)} images to an output of "
+                                         f"shape {tuple(features.shape)}, expected [{len(record_ids)}, D] features")
+                    if not np.all(np.isfinite(features)):
+                        raise UsageError(f"argument --backbone: its features of {split.level}/{split.split} batch "
+                                         f"{index} are not all finite")
+                    if (index + 1) % args.log_every == 0:
+                        self.log(f"{split.level} {split.split}: embedded batch {index + 1}/{total}")
+                    yield index, record_ids, labels, features
+            except BaseException:  # an error, or the cache refused a batch: what is on its way is dropped
+                self._close_chain()
+                raise
+            if chain.broken:
+                self._close_chain()
 
         return batches
 
@@ -401,9 +405,19 @@ class CogRun:
             self.open_ahead(*upcoming)
         found = self.cache.get_or_extract(self.cache_fields(split), split, self.args.extract_batch_size,
                                           self._batches(split), self.log)
+        self._unused(level, split_name)
         self.log(f"{level} {split_name}: {len(split.record_ids)} images, features "
                  f"{'extracted' if found.extracted else 'from the cache'} ({found.path})")
         return found
+
+    def _unused(self, level: str, split_name: str) -> None:
+        """Drop the stream opened ahead for a split whose features came from the cache after
+        all (another run finished them meanwhile)."""
+        segment = self.ahead.pop((level, split_name), None)
+        if segment is not None:
+            segment.close()
+        if self.chain is not None and self.chain.holds(level, split_name):
+            self._close_chain()
 
     # -- classifiers --
 

@@ -427,8 +427,8 @@ class TorchFeatures:
         self._graph_constants: tuple[torch.Tensor, ...] | None = None
         # seconds ``features_stream`` waited for a staged batch (data) and for features (device)
         self.stream_waits = {"data": 0.0, "device": 0.0}
-        # (first launch, last features) of each CUDA stream that ran to its end: between two
-        # streams the device has nothing queued (``bench/feature_bench.py`` sums those gaps)
+        # (first launch, last features) of each CUDA stream, once it ended or was closed: between
+        # two streams the device has nothing queued (``bench/feature_bench.py`` sums those gaps)
         self.stream_marks: list[tuple[float, float]] = []
         # ``features_stream`` may run on several threads at once: each batch's launch (its graph's
         # input, replay and output copy; a capture) is one step of one of them, so a shared
@@ -546,10 +546,10 @@ class TorchFeatures:
                     yield oldest()
             while in_flight:
                 yield oldest()
-            if marks[0] and marks[1]:
-                self.stream_marks.append((marks[0], marks[1]))
         finally:
             feed.close()
+            if marks[0] and marks[1]:  # a stream closed before its end counts up to its last features
+                self.stream_marks.append((marks[0], marks[1]))
 
     def _forward(self, images: torch.Tensor, rows: int, constants: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         """The model's checked float32 features of device or host uint8 ``images``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -399,4 +400,70 @@ def test_a_split_opened_ahead_whose_extraction_resumes_later_is_opened_at_its_ba
     assert summary["levels"]["L1"]["extracted"] == {"train": 0, "test": 18 - 16}
     assert resumed.streamed_of("L1", "test") == 2
     clean = _run(tmp_path / "clean", FakeCogClient(), "--levels", "L1", "--shots", "4", "--seeds", "1")
+    assert results_of(summary) == results_of(clean)
+
+
+class OneAheadBackend(TorchCogBackend):
+    """A backend whose ``extract_many`` takes one batch ahead of the features it gives, as a
+    device queue does, and counts the images it took."""
+
+    calls: list[int] = []
+    taken = [0]
+
+    def extract_many(self, batches):
+        OneAheadBackend.calls.append(1)
+        pending = []
+        for images in batches:
+            OneAheadBackend.taken[0] += len(images)
+            pending.append(self.extract(images))
+            if len(pending) == 2:
+                yield pending.pop(0)
+        yield from pending
+
+
+def test_the_next_split_is_taken_before_this_ones_cache_entry_is_closed(tmp_path, monkeypatch):
+    """One extraction runs across the splits and levels: the next split's first batch is on its
+    way before this split's entry is closed (fsynced and renamed; with one extraction per split
+    the device idled for that time), and the features and results are those of split-by-split."""
+    closed: dict[str, int] = {}
+    rename = cog_eval.FeatureCache._extract
+
+    def extract(self, fields, split, *rest, **named):
+        done = rename(self, fields, split, *rest, **named)
+        closed[f"{split.level}/{split.split}"] = OneAheadBackend.taken[0]
+        return done
+
+    monkeypatch.setattr(cog_eval.FeatureCache, "_extract", extract)
+    OneAheadBackend.calls.clear()
+    OneAheadBackend.taken[0] = 0
+    chained = _run(tmp_path / "chained", FakeCogClient(), "--levels", "L1", "L2", "--shots", "4", "--seeds", "1",
+                   backend=OneAheadBackend)
+    sizes = [chained["levels"][level][f"{split}_size"] for level in ("L1", "L2") for split in ("train", "test")]
+    assert OneAheadBackend.calls == [1]  # batches of 16: each split's entry closed after one batch of the next
+    assert list(closed.values()) == [sum(sizes[:1]) + 16, sum(sizes[:2]) + 16, sum(sizes[:3]) + 16, sum(sizes)]
+    single = _run(tmp_path / "single", FakeCogClient(), "--levels", "L1", "L2", "--shots", "4", "--seeds", "1")
+    assert results_of(chained) == results_of(single) and chained["result_sha256"] == single["result_sha256"]
+
+
+def test_a_split_cached_meanwhile_leaves_the_chain_and_the_next_one_is_extracted(tmp_path, monkeypatch):
+    """A split in the chain whose entry another run wrote before its turn is read from the
+    cache; the chain is dropped and the split after it extracted whole by a new one."""
+    first = _run(tmp_path, FakeCogClient(), "--levels", "L2", "--shots", "4", "--seeds", "1")  # L2's entries
+    train, test = (Path(first["levels"]["L2"]["cache"][split]) for split in ("train", "test"))
+    shutil.rmtree(test)  # extracted in this run
+    hidden = [train.rename(train.with_name(train.name + ".away"))]  # written by another run meanwhile
+    extract = cog_eval.FeatureCache.get_or_extract
+
+    def get_or_extract(self, fields, split, *rest, **named):
+        if (split.level, split.split) == ("L1", "test") and hidden:  # L2/train is in the chain by now
+            path = hidden.pop()
+            path.rename(path.with_name(path.name.removesuffix(".away")))
+        return extract(self, fields, split, *rest, **named)
+
+    monkeypatch.setattr(cog_eval.FeatureCache, "get_or_extract", get_or_extract)
+    client = FakeCogClient()
+    summary = _run(tmp_path, client, "--levels", "L1", "L2", "--shots", "4", "--seeds", "1")
+    assert summary["levels"]["L1"]["extracted"] == {"train": 60, "test": 18}
+    assert summary["levels"]["L2"]["extracted"] == {"train": 0, "test": first["levels"]["L2"]["test_size"]}
+    clean = _run(tmp_path / "clean", FakeCogClient(), "--levels", "L1", "L2", "--shots", "4", "--seeds", "1")
     assert results_of(summary) == results_of(clean)
