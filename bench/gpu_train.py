@@ -8,7 +8,9 @@ takes md-conv4 and md-resnet18), in the configurations ``--configs``
 default on:on, on:off and off:off, the last being the loop a user writes), it prints per
 configuration:
 - model-only episodes/s: the trainer's step over a fixed set of episodes already on
-  the device, first pass (shapes new to the process) and second pass (shapes seen);
+  the device, first pass (shapes new to the process) and second pass (shapes seen), and a
+  third pass beside the trainer's own feed receiving and staging the same episodes, one
+  taken per step (``fed_pass``: what the feed costs the step, apart from the trainer's loop);
 - end-to-end episodes/s: ``python -m clients.torch`` training on the same episodes
   through a real ``sampler-server serve`` (overall, and over the last window of
   ``--window`` episodes);
@@ -76,6 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,12 +202,40 @@ def child_model(args: argparse.Namespace) -> dict:
         sync()
         rates.append(len(staged) / (time.perf_counter() - started))
     framework.to_floats(losses)
+    fed = fed_pass(run, framework, staged, sync)
     images = sum(count for _, _, count in received) / len(received)
     padded = sum(item.images.shape[0] for item in staged) / len(staged)
-    return {"model_first": rates[0], "model_second": rates[1], "shapes": len(framework.shapes),
+    return {"model_first": rates[0], "model_second": rates[1], "model_fed": fed, "shapes": len(framework.shapes),
             "model_graphs": framework.compiled_graphs,
             "mean_images": images, "mean_rows": padded, **step_syncs(framework, staged[0]),
             "device": torch.cuda.get_device_name() if cuda else "cpu"}
+
+
+def fed_pass(run: Any, framework: Any, staged: list, sync: Callable[[], None]) -> float:
+    """Items/s of a third pass of the step over the items held on the device, beside the
+    trainer's own feed receiving and staging the same items again, one taken (and dropped)
+    per step as the end to end takes them; the waits for them are left out. Against the
+    second pass: what receiving and staging in the trainer's process cost the step; against
+    the end to end: what the rest of the trainer's loop costs."""
+    feed = run.feed(0)
+    assert feed is not None
+    try:
+        next(feed)  # the stream's start is not the step's cost
+        waited, losses = 0.0, []
+        sync()
+        started = time.perf_counter()
+        for position, item in enumerate(staged):
+            if position + 1 < len(staged):
+                began = time.perf_counter()
+                next(feed)
+                waited += time.perf_counter() - began
+            losses.append(framework.train_step(item)[0])
+        sync()
+        seconds = time.perf_counter() - started - waited
+    finally:
+        feed.close()
+    framework.to_floats(losses)
+    return len(staged) / seconds
 
 
 def child_warm(args: argparse.Namespace) -> dict:
@@ -637,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"{cache.get('preload_seconds', 0):.1f} s loading them at the first step")
                     print(f"{backbone} {size}px buckets:compile {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
-                          "(first / second pass), "
+                          f"(first / second pass), {result['model_fed']:.1f} beside a live feed, "
                           f"end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
                           f"{result['e2e_last'] / result['model_second']:.2f}; data wait after the first episode "
                           f"{result['wait_after_first']:.1%}; first episode waited {result['first_wait']:.2f} s; "
@@ -684,7 +715,8 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
                              if result["syncs_per_inner_step"] is not None else "")
                     print(f"{learner} {backbone} {size}px {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} {unit}/s (first / second "
-                          f"pass), end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; "
+                          f"pass), {result['model_fed']:.1f} beside a live feed, end to end {result['e2e']:.1f} "
+                          f"overall, {result['e2e_last']:.1f} last window; "
                           f"ratio {result['e2e_last'] / result['model_second']:.2f}; data wait after the first "
                           f"{result['wait_after_first']:.1%}; {result['mean_images']:.0f} images per item, "
                           f"{result['shapes']} shapes; host syncs per step {result['syncs_per_step']}"
@@ -698,7 +730,7 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
     return failed
 
 
-RATES = ("model_first", "model_second", "e2e", "e2e_last")
+RATES = ("model_first", "model_second", "model_fed", "e2e", "e2e_last")
 
 
 def alternated(results: list[dict]) -> dict:

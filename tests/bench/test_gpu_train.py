@@ -95,10 +95,12 @@ def test_a_value_read_in_each_inner_step_is_counted_and_named(monkeypatch):
 
 def test_repeats_take_each_rate_median_and_keep_the_pairs_in_turn():
     def measured(model: float, e2e: float) -> dict:
-        return {"model_first": model - 1, "model_second": model, "e2e": e2e - 1, "e2e_last": e2e, "syncs_per_step": 1}
+        return {"model_first": model - 1, "model_second": model, "model_fed": model - 2, "e2e": e2e - 1,
+                "e2e_last": e2e, "syncs_per_step": 1}
 
     merged = bench.alternated([measured(40.0, 37.0), measured(45.0, 45.0), measured(42.0, 38.0)])
     assert merged["model_second"] == 42.0 and merged["e2e_last"] == 38.0 and merged["model_first"] == 41.0
+    assert merged["model_fed"] == 40.0
     assert merged["pairs"] == [(40.0, 37.0), (45.0, 45.0), (42.0, 38.0)] and merged["syncs_per_step"] == 1
     assert bench.parse(["--learners", "baseline", "--repeats", "3"]).repeats == 3
     with pytest.raises(SystemExit):
@@ -115,3 +117,29 @@ def test_vs_eager_divides_each_rows_end_to_end_by_its_learners_unpadded_model_ra
     versus = bench.versus_eager(rows)
     assert versus[0] == pytest.approx(0.8) and versus[1] == pytest.approx(0.5) and versus[2] is None
     assert versus[3] == pytest.approx(11.0 / 16.0) and versus[4] == pytest.approx(0.5)
+
+
+def test_the_fed_pass_takes_one_fresh_item_per_step_and_closes_its_feed():
+    """``fed_pass``: the step over the held items, the trainer's feed taken once before and
+    once per step after the first (its waits left out), closed at the end."""
+    events: list[str] = []
+
+    class Feed:
+        def __next__(self):
+            events.append("take")
+            return 0, None, 1
+
+        def close(self):
+            events.append("close")
+
+    class Framework:
+        def train_step(self, item):
+            events.append(f"step {item}")
+            return 0.0, 0.0
+
+        def to_floats(self, values):
+            return [float(v) for v in values]
+
+    run = type("Run", (), {"feed": lambda self, start: Feed()})()
+    rate = bench.fed_pass(run, Framework(), ["a", "b", "c"], lambda: None)
+    assert events == ["take", "take", "step a", "take", "step b", "step c", "close"] and rate > 0
