@@ -78,8 +78,7 @@ class SplitChain:
         # (segment, index, record ids, labels) of each batch handed to extract_many, in order; the
         # ids and labels copied, so no reply is held while its features are on their way
         self._received: deque[tuple[Segment, int, np.ndarray, np.ndarray]] = deque()
-        self._pending: tuple[Segment, int, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.broken = False  # a segment ended short: the items after it are not where ``take`` expects them
+        self.broken = False  # a segment ended short: the chain is out of step (its caller starts another)
         self._features = extract_many(self._images())
 
     def add(self, segment: Segment) -> bool:
@@ -130,13 +129,6 @@ class SplitChain:
             for segment in left:
                 segment.close()
 
-    def _next(self) -> tuple[Segment, int, np.ndarray, np.ndarray, np.ndarray]:
-        if self._pending is not None:
-            item, self._pending = self._pending, None
-            return item
-        features = next(self._features)
-        return (*self._received.popleft(), features)
-
     def take(self, split: SplitIds, start: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """The next segment's (index, record ids, labels, features); fewer when its stream
         ended short (then ``broken``)."""
@@ -145,14 +137,15 @@ class SplitChain:
         segment = self._order.popleft()
         for _ in range(segment.batches):
             try:
-                item = self._next()
+                features = next(self._features)
             except StopIteration:
                 self.broken = True
                 return
-            if item[0] is not segment:  # its stream ended short: this is the next segment's
-                self._pending, self.broken = item, True
+            owner, index, record_ids, labels = self._received.popleft()
+            if owner is not segment:  # its stream ended short: these are the next segment's
+                self.broken = True
                 return
-            yield item[1], item[2], item[3], item[4]
+            yield index, record_ids, labels, features
 
     def close(self) -> None:
         """Stop the extraction and the streams of the segments not taken."""
