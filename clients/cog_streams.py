@@ -107,8 +107,8 @@ class SplitChain:
                         return
                     current = self._planned.popleft()
                 split, index = current.split, current.start
+                where = f"StreamCogBatches {split.level}/{split.split}"
                 for batch in current.stream:
-                    where = f"StreamCogBatches {split.level}/{split.split}"
                     if batch.split_fingerprint != split.fingerprint:
                         raise SamplerClientError(f"{where}: batch {batch.index} is of split "
                                                  f"{batch.split_fingerprint[:16]}, expected {split.fingerprint[:16]}")
