@@ -107,8 +107,11 @@ def test_padded_step_equals_unpadded_step(backbone: str, autocast: bool, toleran
     torch.manual_seed(0)
     where = torch.device(device)
     # bf16 on a CPU without bf16 units is emulated and slow (a minute for ResNet-18 at 32 px):
-    # there the images are 16 px, the rows and their padding the same
-    size = 16 if autocast and device == "cpu" else 32
+    # there the images are 24 px, the rows and their padding the same. Not 16: ResNet-18's last
+    # stage then takes 1x1 inputs into its stride-2 convolution, whose CPU bf16 weight gradient
+    # (256 -> 512 channels, torch 2.13) came out as 1e16 to 1e36 in 21 of 30 trials of that
+    # convolution alone, padded or not, and this test failed in one run of six
+    size = 24 if autocast and device == "cpu" else 32
     layout = torch.channels_last if autocast else torch.contiguous_format  # the trainer's, as in _step
     reference = ProtoNet(build_backbone(backbone, size)).to(where, memory_format=layout)
     padded = copy.deepcopy(reference)
