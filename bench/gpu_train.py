@@ -8,15 +8,20 @@ takes md-conv4 and md-resnet18), in the configurations ``--configs``
 default on:on, on:off and off:off, the last being the loop a user writes), it prints per
 configuration:
 - model-only episodes/s: the trainer's step over a fixed set of episodes already on
-  the device, first pass (shapes new to the process) and second pass (shapes seen), and a
-  third pass beside the trainer's own feed receiving and staging the same episodes, one
-  taken per step (``fed_pass``: what the feed costs the step, apart from the trainer's loop);
+  the device, first pass (shapes new to the process) and second pass (shapes seen); with
+  ``--locate``, passes that locate what the end to end loses: beside the trainer's own feed receiving and
+  staging the same episodes, one taken per step (``fed_pass``: what the feed costs the
+  step), on the feed's freshly staged episodes themselves, and the trainer's own loop
+  (``Run.train``) on the warm model (``loop_pass``: what the loop adds);
 - end-to-end episodes/s: ``python -m clients.torch`` training on the same episodes
   through a real ``sampler-server serve`` (overall, and over the last window of
   ``--window`` episodes);
-- the ratio end-to-end (last window) / model-only second pass (target: at least 0.8);
-- "vs eager": end-to-end (last window) / the off:off model-only second pass, the plain
-  eager step on unpadded episodes (targets on one H100: at least 1.3 for conv4 at 84 px,
+- model-only over the last window's episodes alone (warm): episodes range from a few
+  dozen images to a thousand, so a window's rate is set by its own mix; the ratios below
+  compare the end to end's window with the model on the same episodes;
+- the ratio end-to-end (last window) / model-only over that window (target: at least 0.8);
+- "vs eager": end-to-end (last window) / the off:off model-only rate over that window, the
+  plain eager step on unpadded episodes (targets on one H100: at least 1.3 for conv4 at 84 px,
   at least 1.0 for ResNet-18 at 126 px, with compilation on);
 - with compilation, its cost: the first step's seconds (tracing, compiling, running;
   counted in the end-to-end figures) and the graphs compiled; the end-to-end run's compile
@@ -33,8 +38,8 @@ Each MD learner (``--learners``, names of ``clients.md_learners.MODELS``, the tr
 on:off: the MAML family's inner loop calls the backbone with each step's weights, so the trainer
 refuses ``--compile on`` for it), the learner's training model-only (its items received and staged
 as the trainer's run does, then two timed passes) against ``python -m clients.torch --model
-LEARNER`` end to end, and the ratio end to end (last window) / model-only second pass (target:
-at least 0.9). Episodic learners train ``--episodes`` episodes; baseline, knn and finetune
+LEARNER`` end to end, and the ratio end to end (last window) / model-only over that window's
+items (target: at least 0.9). Episodic learners train ``--episodes`` episodes; baseline, knn and finetune
 train ``--steps`` plain batches (default as many; the trainer's ``--train-steps`` and
 ``--batch-size``), their rates in batches/s. Each model-only child then counts the host syncs
 of one warm step (``SyncCounter``: value reads such as ``.item()`` or Python branching on a
@@ -202,40 +207,72 @@ def child_model(args: argparse.Namespace) -> dict:
         sync()
         rates.append(len(staged) / (time.perf_counter() - started))
     framework.to_floats(losses)
-    fed = fed_pass(run, framework, staged, sync)
+    window = window_pass(framework, staged[-args.window:], sync)
+    located = {}
+    if args.locate:
+        located = {"model_fed": fed_pass(run, framework, staged, sync),
+                   "model_used": fed_pass(run, framework, staged, sync, use_fed=True),
+                   "model_loop": loop_pass(run, sync)}
     images = sum(count for _, _, count in received) / len(received)
     padded = sum(item.images.shape[0] for item in staged) / len(staged)
-    return {"model_first": rates[0], "model_second": rates[1], "model_fed": fed, "shapes": len(framework.shapes),
-            "model_graphs": framework.compiled_graphs,
+    return {"model_first": rates[0], "model_second": rates[1], "model_window": window, **located,
+            "shapes": len(framework.shapes), "model_graphs": framework.compiled_graphs,
             "mean_images": images, "mean_rows": padded, **step_syncs(framework, staged[0]),
             "device": torch.cuda.get_device_name() if cuda else "cpu"}
 
 
-def fed_pass(run: Any, framework: Any, staged: list, sync: Callable[[], None]) -> float:
-    """Items/s of a third pass of the step over the items held on the device, beside the
-    trainer's own feed receiving and staging the same items again, one taken (and dropped)
-    per step as the end to end takes them; the waits for them are left out. Against the
-    second pass: what receiving and staging in the trainer's process cost the step; against
-    the end to end: what the rest of the trainer's loop costs."""
+def window_pass(framework: Any, items: list, sync: Callable[[], None]) -> float:
+    """Items/s of the warm step over the end to end's last window's items alone: episodes
+    range from a few dozen images to a thousand, so a window's rate is set by its own mix and
+    is compared with the model's rate on the same items, not with the whole pass's."""
+    losses = []
+    sync()
+    started = time.perf_counter()
+    for item in items:
+        losses.append(framework.train_step(item)[0])
+    sync()
+    seconds = time.perf_counter() - started
+    framework.to_floats(losses)
+    return len(items) / seconds
+
+
+def fed_pass(run: Any, framework: Any, staged: list, sync: Callable[[], None], use_fed: bool = False) -> float:
+    """Items/s of a pass of the step beside the trainer's own feed receiving and staging the
+    same items again, one taken per step as the end to end takes them; the waits for them are
+    left out. The step runs over the items held on the device (the taken one dropped), or with
+    ``use_fed`` over the taken items themselves. Against the second pass: what receiving and
+    staging in the trainer's process cost the step; the two against each other: what stepping
+    on freshly staged items costs (the stream waits on their copies, the allocator's reuse);
+    against the end to end: what the rest of the trainer's loop costs."""
     feed = run.feed(0)
     assert feed is not None
     try:
-        next(feed)  # the stream's start is not the step's cost
+        taken = next(feed)[1]  # the stream's start is not the step's cost
         waited, losses = 0.0, []
         sync()
         started = time.perf_counter()
         for position, item in enumerate(staged):
+            step_on = taken if use_fed else item
             if position + 1 < len(staged):
                 began = time.perf_counter()
-                next(feed)
+                taken = next(feed)[1]
                 waited += time.perf_counter() - began
-            losses.append(framework.train_step(item)[0])
+            losses.append(framework.train_step(step_on)[0])
         sync()
         seconds = time.perf_counter() - started - waited
     finally:
         feed.close()
     framework.to_floats(losses)
     return len(staged) / seconds
+
+
+def loop_pass(run: Any, sync: Callable[[], None]) -> float:
+    """Items/s of the trainer's own loop (``Run.train`` over its feed) on the warmed model, the
+    first item's wait left out. Against the pass on the feed's items: what the loop adds; against
+    the end to end: what a fresh process still warming costs."""
+    sync()
+    summary = run.train(run.feed(0))
+    return summary.steps / max(summary.seconds - summary.first_wait_seconds, 1e-9)
 
 
 def child_warm(args: argparse.Namespace) -> dict:
@@ -474,7 +511,8 @@ def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, 
               learner: str = "protonet") -> dict:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
             backbone, "--size", str(size), "--config", config, "--episodes", str(length(args, learner)), "--device",
-            args.device, "--window", str(args.window), "--batch-norm", args.batch_norm, "--learner", learner]
+            args.device, "--window", str(args.window), "--batch-norm", args.batch_norm, "--learner", learner,
+            *(["--locate"] if args.locate else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
     if done.returncode != 0:
@@ -571,6 +609,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lookahead-mb", type=int, default=128, metavar="MB",
                         help="serve --lookahead-mb: room for episodes prepared ahead (126-px MD episodes are "
                              "14-27 MB; the serve default, 16, holds one); per replica with --gpus")
+    parser.add_argument("--locate", action="store_true",
+                        help="also time the passes that locate what the end to end loses (beside the feed, on its "
+                             "items, in the trainer's loop)")
     parser.add_argument("--repeats", type=int, default=1, metavar="K",
                         help="with --learners: K model-only and end-to-end measurements of each learner, in turn; "
                              "the table gives each rate's median (a host-bound step follows the CPU's pace, which "
@@ -668,9 +709,9 @@ def main(argv: list[str] | None = None) -> int:
                                      f"{cache.get('preload_seconds', 0):.1f} s loading them at the first step")
                     print(f"{backbone} {size}px buckets:compile {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
-                          f"(first / second pass), {result['model_fed']:.1f} beside a live feed, "
-                          f"end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
-                          f"{result['e2e_last'] / result['model_second']:.2f}; data wait after the first episode "
+                          f"(first / second pass), {result['model_window']:.1f} over the last window's episodes, "
+                          f"{located_text(result)}end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
+                          f"{result['e2e_last'] / result['model_window']:.2f}; data wait after the first episode "
                           f"{result['wait_after_first']:.1%}; first episode waited {result['first_wait']:.2f} s; "
                           f"{result['shapes']} distinct shapes ({result['mean_images']:.0f} images per episode, "
                           f"{result['mean_rows']:.0f} rows fed){compiled}\n  {result['first_line']}", flush=True)
@@ -715,9 +756,10 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
                              if result["syncs_per_inner_step"] is not None else "")
                     print(f"{learner} {backbone} {size}px {config} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} {unit}/s (first / second "
-                          f"pass), {result['model_fed']:.1f} beside a live feed, end to end {result['e2e']:.1f} "
+                          f"pass), {result['model_window']:.1f} over the last window's items, "
+                          f"{located_text(result)}end to end {result['e2e']:.1f} "
                           f"overall, {result['e2e_last']:.1f} last window; "
-                          f"ratio {result['e2e_last'] / result['model_second']:.2f}; data wait after the first "
+                          f"ratio {result['e2e_last'] / result['model_window']:.2f}; data wait after the first "
                           f"{result['wait_after_first']:.1%}; {result['mean_images']:.0f} images per item, "
                           f"{result['shapes']} shapes; host syncs per step {result['syncs_per_step']}"
                           f"{inner}: {', '.join(result['sync_names']) or 'none'}\n  {result['first_line']}",
@@ -730,23 +772,34 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
     return failed
 
 
-RATES = ("model_first", "model_second", "model_fed", "e2e", "e2e_last")
+RATES = ("model_first", "model_second", "model_window", "e2e", "e2e_last")
+LOCATING = ("model_fed", "model_used", "model_loop")  # --locate's passes
+
+
+def located_text(result: dict) -> str:
+    """``--locate``'s rates, as the printed line's words (empty without them)."""
+    if "model_fed" not in result:
+        return ""
+    return (f"{result['model_fed']:.1f} beside a live feed, {result['model_used']:.1f} on its items, "
+            f"{result['model_loop']:.1f} in the trainer's loop, ")
 
 
 def alternated(results: list[dict]) -> dict:
     """One learner's ``--repeats`` (model-only, end to end) pairs, measured in turn: each rate
     their median, so a drift of the host's speed between measurements (a host-bound step runs
     at the CPU's pace) weighs on both sides alike; ``pairs``: each pair's model 2nd / e2e last."""
-    merged = {**results[0], **{name: float(statistics.median(r[name] for r in results)) for name in RATES}}
-    merged["pairs"] = [(r["model_second"], r["e2e_last"]) for r in results]
+    merged = {**results[0], **{name: float(statistics.median(r[name] for r in results))
+                               for name in RATES + LOCATING if name in results[0]}}
+    merged["pairs"] = [(r["model_window"], r["e2e_last"]) for r in results]
     return merged
 
 
 def versus_eager(rows: list[tuple[str, str, int, str, dict]]) -> list[float | None]:
     """Per row, its end to end (last window) over the same learner's and backbone's off:off
-    model-only second pass, the plain eager step once its shapes are seen (None without an
-    off:off row): issue 40's measure of a bucketed step (at least 0.95 at conv4, 0.9 at ResNet-18)."""
-    eager = {(learner, backbone, size): r["model_second"] for learner, backbone, size, config, r in rows
+    model-only rate on the same window's items, the plain eager step once its shapes are seen
+    (None without an off:off row): issue 40's measure of a bucketed step (at least 0.95 at
+    conv4, 0.9 at ResNet-18)."""
+    eager = {(learner, backbone, size): r["model_window"] for learner, backbone, size, config, r in rows
              if config == "off:off"}
     return [r["e2e_last"] / eager[(learner, backbone, size)] if (learner, backbone, size) in eager else None
             for learner, backbone, size, config, r in rows]
@@ -755,37 +808,42 @@ def versus_eager(rows: list[tuple[str, str, int, str, dict]]) -> list[float | No
 def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
     print()
     print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} "
-          f"{'e2e':>7} {'e2e last':>8} {'ratio':>6} {'vs eager':>8} {'wait':>6} {'syncs':>5} {'/inner':>6}")
+          f"{'model win':>9} {'e2e':>7} {'e2e last':>8} {'ratio':>6} {'vs eager':>8} {'wait':>6} {'syncs':>5} "
+          f"{'/inner':>6}")
     for (learner, backbone, size, config, r), versus in zip(rows, versus_eager(rows), strict=True):
         inner = f"{r['syncs_per_inner_step']:6g}" if r["syncs_per_inner_step"] is not None else f"{'-':>6}"
         eager = f"{versus:8.2f}" if versus is not None else f"{'-':>8}"
         print(f"{learner:11} {'episodes' if episodic(learner) else 'batches':8} {backbone:9} {size:>4} {config:7} "
-              f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} "
-              f"{r['e2e_last'] / r['model_second']:6.2f} {eager} {r['wait_after_first']:6.1%} "
+              f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['model_window']:9.1f} {r['e2e']:7.1f} "
+              f"{r['e2e_last']:8.1f} {r['e2e_last'] / r['model_window']:6.2f} {eager} {r['wait_after_first']:6.1%} "
               f"{r['syncs_per_step']:5d} {inner}")
     print("rates: items/s (episodes, or a batch learner's batches), each the median of --repeats alternated "
-          "measurements; ratio: e2e last / model 2nd (target: at least 0.9); vs eager: e2e last / the same "
-          "learner's off:off model 2nd (--configs on:off off:off; target: 0.95 at conv4, 0.9 at ResNet-18); "
+          "measurements; model win: the warm step over the end to end's last window's items; ratio: e2e last / "
+          "model win (target: at least 0.9); vs eager: e2e last / the same learner's off:off model win "
+          "(--configs on:off off:off; target: 0.95 at conv4, 0.9 at ResNet-18); "
           "syncs: host syncs counted in one warm step, /inner: per inner step of the MAML family (target: 0)")
     for learner, backbone, size, config, r in rows:
         if len(r["pairs"]) > 1:
-            print(f"{learner} {backbone} {size}px {config}: model 2nd / e2e last in turn: "
+            print(f"{learner} {backbone} {size}px {config}: model win / e2e last in turn: "
                   + ", ".join(f"{model:.1f} / {e2e:.1f}" for model, e2e in r["pairs"]))
 
 
 def print_table(rows: list[tuple[str, int, str, dict]], window: int) -> None:
-    eager = {(backbone, size): r["model_second"] for backbone, size, config, r in rows if config == "off:off"}
+    eager = {(backbone, size): r["model_window"] for backbone, size, config, r in rows if config == "off:off"}
     print()
-    print(f"{'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} {'e2e':>7} {'e2e last':>8} "
+    print(f"{'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} {'model win':>9} {'e2e':>7} "
+          f"{'e2e last':>8} "
           f"{'ratio':>6} {'vs eager':>8} {'wait':>6} {'1st wait':>8} {'shapes':>6} {'compile':>8} {'graphs':>6}")
     for backbone, size, config, r in rows:
         base = eager.get((backbone, size))
         versus = f"{r['e2e_last'] / base:8.2f}" if base else f"{'-':>8}"
         compile_time = f"{r['compile_seconds']:7.1f}s" if r["compile_seconds"] is not None else f"{'-':>8}"
-        print(f"{backbone:9} {size:>4} {config:7} {r['model_first']:9.1f} {r['model_second']:9.1f} {r['e2e']:7.1f} "
-              f"{r['e2e_last']:8.1f} {r['e2e_last'] / r['model_second']:6.2f} {versus} {r['wait_after_first']:6.1%} "
+        print(f"{backbone:9} {size:>4} {config:7} {r['model_first']:9.1f} {r['model_second']:9.1f} "
+              f"{r['model_window']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} {r['e2e_last'] / r['model_window']:6.2f} "
+              f"{versus} {r['wait_after_first']:6.1%} "
               f"{r['first_wait']:7.2f}s {r['shapes']:6d} {compile_time} {r['graphs'] if r['graphs'] else '-':>6}")
-    print("config: trainer --shape-buckets:--compile; vs eager: e2e last / the off:off model-only second pass")
+    print("config: trainer --shape-buckets:--compile; model win: the warm step over the end to end's last window's "
+          "episodes; ratio: e2e last / model win; vs eager: e2e last / the off:off model win")
     results = {(backbone, size, config): r for backbone, size, config, r in rows}
     for (backbone, size, config), r in results.items():
         off = results.get((backbone, size, "off:off"))

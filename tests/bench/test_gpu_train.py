@@ -95,21 +95,26 @@ def test_a_value_read_in_each_inner_step_is_counted_and_named(monkeypatch):
 
 def test_repeats_take_each_rate_median_and_keep_the_pairs_in_turn():
     def measured(model: float, e2e: float) -> dict:
-        return {"model_first": model - 1, "model_second": model, "model_fed": model - 2, "e2e": e2e - 1,
+        return {"model_first": model - 1, "model_second": model + 1, "model_window": model, "model_fed": model - 2,
+                "model_used": model - 3, "model_loop": model - 4, "e2e": e2e - 1,
                 "e2e_last": e2e, "syncs_per_step": 1}
 
     merged = bench.alternated([measured(40.0, 37.0), measured(45.0, 45.0), measured(42.0, 38.0)])
-    assert merged["model_second"] == 42.0 and merged["e2e_last"] == 38.0 and merged["model_first"] == 41.0
-    assert merged["model_fed"] == 40.0
+    assert merged["model_window"] == 42.0 and merged["e2e_last"] == 38.0 and merged["model_first"] == 41.0
+    assert merged["model_second"] == 43.0
+    assert merged["model_fed"] == 40.0 and merged["model_used"] == 39.0 and merged["model_loop"] == 38.0
     assert merged["pairs"] == [(40.0, 37.0), (45.0, 45.0), (42.0, 38.0)] and merged["syncs_per_step"] == 1
+    without = bench.alternated([{key: value for key, value in measured(40.0, 37.0).items()
+                                 if key not in bench.LOCATING}])
+    assert "model_fed" not in without and bench.located_text(without) == ""
     assert bench.parse(["--learners", "baseline", "--repeats", "3"]).repeats == 3
     with pytest.raises(SystemExit):
         bench.parse(["--learners", "baseline", "--repeats", "0"])
 
 
-def test_vs_eager_divides_each_rows_end_to_end_by_its_learners_unpadded_model_rate():
+def test_vs_eager_divides_each_rows_end_to_end_by_its_learners_unpadded_model_rate_on_the_same_window():
     def row(learner: str, config: str, model: float, e2e: float) -> tuple:
-        return learner, "conv4", 84, config, {"model_second": model, "e2e_last": e2e}
+        return learner, "conv4", 84, config, {"model_second": 2 * model, "model_window": model, "e2e_last": e2e}
 
     rows = [row("protonet", "on:off", 50.0, 48.0), row("protonet", "off:off", 60.0, 30.0),
             row("baseline", "on:off", 150.0, 140.0), row("maml", "on:off", 12.0, 11.0),
@@ -143,3 +148,31 @@ def test_the_fed_pass_takes_one_fresh_item_per_step_and_closes_its_feed():
     run = type("Run", (), {"feed": lambda self, start: Feed()})()
     rate = bench.fed_pass(run, Framework(), ["a", "b", "c"], lambda: None)
     assert events == ["take", "take", "step a", "take", "step b", "step c", "close"] and rate > 0
+
+
+def test_the_used_pass_steps_on_each_item_its_feed_gives():
+    """``fed_pass(use_fed=True)``: the step runs on the feed's items in their order, each taken
+    before the step on the one before it is launched."""
+    events: list[str] = []
+    fresh = iter(["x", "y", "z"])
+
+    class Feed:
+        def __next__(self):
+            item = next(fresh)
+            events.append(f"take {item}")
+            return 0, item, 1
+
+        def close(self):
+            events.append("close")
+
+    class Framework:
+        def train_step(self, item):
+            events.append(f"step {item}")
+            return 0.0, 0.0
+
+        def to_floats(self, values):
+            return [float(v) for v in values]
+
+    run = type("Run", (), {"feed": lambda self, start: Feed()})()
+    rate = bench.fed_pass(run, Framework(), ["a", "b", "c"], lambda: None, use_fed=True)
+    assert events == ["take x", "take y", "step x", "take z", "step y", "step z", "close"] and rate > 0
