@@ -93,6 +93,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from proc_tree import tree_cpu_seconds  # noqa: E402
 
+from clients.buckets import DEFAULT_RATIO  # noqa: E402  (framework-free)
 from clients.md_learners import ADAPTING, MODELS, episodic  # noqa: E402  (framework-free)
 
 STORE = "bench_raw{size}"
@@ -151,8 +152,8 @@ def start_server(data: Path, workers: int, lookahead_mb: int, replicas: int = 1)
     return process, line.split()[2]
 
 
-def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: int, device: str,
-                 log_every: int, batch_norm: str, learner: str = "protonet") -> list[str]:
+def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: int, device: str, log_every: int,
+                 batch_norm: str, learner: str = "protonet", bucket_ratio: float = DEFAULT_RATIO) -> list[str]:
     """The trainer's arguments: ``episodes`` training episodes, or as many batches (``--train-steps``)
     for a learner trained on plain batches (baseline, knn, finetune)."""
     buckets, compiled = config.split(":")
@@ -163,7 +164,7 @@ def trainer_argv(address: str, backbone: str, size: int, config: str, episodes: 
             "--model", learner, "--sources", STORE.format(size=size),
             "--image-size", str(size), "--backbone", backbone, *length,
             "--eval-episodes", "0", "--shape-buckets", buckets, "--compile", compiled, "--device", device,
-            "--log-every", str(log_every), "--batch-norm", batch_norm]
+            "--log-every", str(log_every), "--batch-norm", batch_norm, "--bucket-ratio", repr(bucket_ratio)]
 
 
 # ---- children: one measurement each, in a fresh process -----------------------------------
@@ -181,7 +182,7 @@ def child_model(args: argparse.Namespace) -> dict:
 
     framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config,
                                                                 args.episodes, args.device, args.episodes,
-                                                                args.batch_norm, args.learner)))
+                                                                args.batch_norm, args.learner, args.bucket_ratio)))
     run = Run(framework, lambda line: None)
     run.check_names()  # a batch learner's classes: its head's size
     feed = run.feed(0)
@@ -292,7 +293,7 @@ def child_warm(args: argparse.Namespace) -> dict:
     from clients.trainer_args import MD_IMAGE_SIZE, parse_args
 
     trainer = parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config, 1, args.device,
-                                               1, args.batch_norm, args.learner))
+                                               1, args.batch_norm, args.learner, args.bucket_ratio))
     device = torch.device(args.device)
     apply_determinism(trainer, device)
     loaded = load_backbone(trainer, device, MD_IMAGE_SIZE, MD_BACKBONE_SEED_NAME)
@@ -300,7 +301,7 @@ def child_warm(args: argparse.Namespace) -> dict:
     del loaded
     index, count = map(int, args.warm_shard.split("/"))
     shapes: queue.Queue = queue.Queue()
-    mine = Ladder(cap=1000).sizes()[index::count]
+    mine = Ladder(ratio=args.bucket_ratio, cap=1000).sizes()[index::count]
     for rows in mine:
         shapes.put(rows)
     shapes.put(None)
@@ -320,8 +321,8 @@ def warm_compile_cache(args: argparse.Namespace, address: str, backbone: str, si
     children = [subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--child", "warm", "--address", address, "--backbone",
          backbone, "--size", str(size), "--config", config, "--device", args.device, "--batch-norm",
-         args.batch_norm, "--warm-shard", f"{k}/{processes}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=_env()) for k in range(processes)]
+         args.batch_norm, "--bucket-ratio", repr(args.bucket_ratio), "--warm-shard", f"{k}/{processes}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) for k in range(processes)]
     results = []
     for child in children:
         out, err = child.communicate()
@@ -482,7 +483,8 @@ def child_e2e(args: argparse.Namespace) -> dict:
         summary_path = Path(scratch) / "summary.json"
         argv = [sys.executable, "-m", "clients.torch",
                 *trainer_argv(args.address, args.backbone, args.size, args.config, args.episodes, args.device,
-                              args.window, args.batch_norm, args.learner), "--json-summary", str(summary_path)]
+                              args.window, args.batch_norm, args.learner, args.bucket_ratio), "--json-summary",
+                str(summary_path)]
         done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                               check=False)
         if done.returncode != 0:
@@ -512,6 +514,7 @@ def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, 
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
             backbone, "--size", str(size), "--config", config, "--episodes", str(length(args, learner)), "--device",
             args.device, "--window", str(args.window), "--batch-norm", args.batch_norm, "--learner", learner,
+            "--bucket-ratio", repr(args.bucket_ratio),
             *(["--locate"] if args.locate else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
@@ -535,7 +538,8 @@ def run_ranks(args: argparse.Namespace, data: Path, backbone: str, size: int, gp
             summary_path = Path(scratch) / "summary.json"
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                     "-m", "clients.torch", *trainer_argv(address, backbone, size, args.configs[0], args.episodes,
-                                                         args.device, args.window, args.batch_norm),
+                                                         args.device, args.window, args.batch_norm,
+                                                         bucket_ratio=args.bucket_ratio),
                     "--json-summary", str(summary_path)]
             cpu_before, started = tree_cpu_seconds(process.pid), time.perf_counter()
             done = subprocess.run(argv, capture_output=True, text=True, env=_env(), check=False)
@@ -609,6 +613,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lookahead-mb", type=int, default=128, metavar="MB",
                         help="serve --lookahead-mb: room for episodes prepared ahead (126-px MD episodes are "
                              "14-27 MB; the serve default, 16, holds one); per replica with --gpus")
+    parser.add_argument("--bucket-ratio", type=float, default=DEFAULT_RATIO, metavar="R",
+                        help="the trainer's --bucket-ratio (its shape buckets' grid)")
     parser.add_argument("--locate", action="store_true",
                         help="also time the passes that locate what the end to end loses (beside the feed, on its "
                              "items, in the trainer's loop)")

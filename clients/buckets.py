@@ -46,6 +46,10 @@ from clients.backbone_contract import NAMED_BACKBONES
 from clients.errors import UsageError
 from sampler_common.wire.gen.sampler.v1 import sampler_pb2 as pb
 
+DEFAULT_RATIO = 1.125
+"""The grid's ratio unless a trainer's ``--bucket-ratio`` says otherwise: a finer grid pads
+less and meets more shapes (each new one costs its first step's plans or traces)."""
+
 SHAPE_BUCKETS = ("auto", "on", "off")
 """``--shape-buckets``: auto = on where the trainer runs on a GPU, off on CPU."""
 
@@ -118,7 +122,7 @@ class EpisodeBounds:
 class Ladder:
     """Bucket sizes: ``size(n)`` is the smallest size >= n (see the module docstring)."""
 
-    ratio: float = 1.125
+    ratio: float = DEFAULT_RATIO
     multiple: int = 8
     cap: int | None = None
 
@@ -166,9 +170,9 @@ class Ladder:
         return self._grid
 
     @classmethod
-    def for_bounds(cls, bounds: EpisodeBounds) -> "Ladder":
+    def for_bounds(cls, bounds: EpisodeBounds, ratio: float = DEFAULT_RATIO) -> "Ladder":
         """The ladder of a request's episodes: capped at the most images they can hold."""
-        return cls(cap=bounds.max_images)
+        return cls(ratio=ratio, cap=bounds.max_images)
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from clients import md_presets
+from clients.buckets import DEFAULT_RATIO
 from clients.client import SamplerClient
 from clients.errors import SamplerClientError
 from clients.feed import Feed
@@ -309,7 +310,10 @@ class Framework(abc.ABC):
 
     def step_settings(self) -> str:
         """What the training step runs with, for the run's first line."""
-        return f"{self.precision}, shape buckets {'on' if getattr(self, 'buckets', False) else 'off'}"
+        if not getattr(self, "buckets", False):
+            return f"{self.precision}, shape buckets off"
+        ratio = self.args.bucket_ratio
+        return f"{self.precision}, shape buckets on" + (f" (grid ratio {ratio:g})" if ratio != DEFAULT_RATIO else "")
 
     @abc.abstractmethod
     def parameter_count(self) -> int:

@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 from clients import cog_protocol, md_presets, vtab_transfer_protocols
 from clients.backbone_contract import NAMED_BACKBONES, backbone_group, check_backbone_group
 from clients.batch_norm import BATCH_NORMS
-from clients.buckets import SHAPE_BUCKETS
+from clients.buckets import DEFAULT_RATIO, SHAPE_BUCKETS
 from clients.determinism import reproducibility_group
 from clients.feature_cache import default_cache_dir
 from clients.flag_types import float_in, int_at_least, positive_float, seed_flag, split_flag, split_metavar
@@ -275,6 +275,9 @@ def train_groups(framework: str) -> tuple[OptionGroup, ...]:
             option("--shape-buckets", choices=SHAPE_BUCKETS, default="auto", **_RESULT,
                    help="pad episodes to a few batch sizes (masked: what is learned does not change) so the GPU "
                         "meets few shapes; auto: on with a GPU, off on CPU"),
+            option("--bucket-ratio", type=float_in(1.0, 2.0, low_open=True), default=DEFAULT_RATIO, metavar="R",
+                   **_RESULT, help="the buckets' geometric grid above 64 rows: each size R times the last, rounded "
+                                   "up to a multiple of 8; a finer grid pads less and meets more shapes"),
             option("--receive", choices=RECEIVE_SETTINGS, default="auto", **_OPERATIONAL,
                    help="where the training items are received: process (a child process, which takes nothing "
                         "from the training thread's share of the interpreter) or thread (in this process); auto: "

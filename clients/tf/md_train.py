@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from clients.backbone_contract import NAMED_BACKBONES, LoadedBackbone, Preprocessing
 from clients.batch_norm import EPISODE_MOMENTS
-from clients.buckets import EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
+from clients.buckets import DEFAULT_RATIO, EpisodeBounds, Ladder, PackedEpisode, pack_episode, resolve_buckets_for
 from clients.determinism import weights_sha256
 from clients.init_weights import neutral_head, neutral_relation
 from clients.md_learners import (Finetuning, InnerLoop, adapted_query_logits, classifier_of, eval_head,
@@ -228,7 +228,7 @@ class TFFramework(Framework):
         self._evaluator = (self._finetuned_evaluator(eval_finetuning) if eval_finetuning is not None else
                            self._adapted_evaluator(self.eval_loop) if self.eval_loop is not None else
                            Evaluator(self.backbone, self.preprocessing, self.buckets, args.batch_norm,
-                                     self.eval_head, self._episode_head(self.eval_head)))
+                                     self.eval_head, self._episode_head(self.eval_head), args.bucket_ratio))
 
     def _init_backbone(self, given: str) -> None:
         """The backbone's variables from the tf trainer checkpoint ``given`` (a directory holding
@@ -479,8 +479,8 @@ class TFFramework(Framework):
             return None
         key = episode.request.SerializeToString() if episode.request is not None else b""
         if key not in self._ladders:
-            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(episode.request))
-                                  if episode.request is not None else Ladder())
+            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(episode.request), self.args.bucket_ratio)
+                                  if episode.request is not None else Ladder(ratio=self.args.bucket_ratio))
         return self._ladders[key]
 
     def stage(self, item: Any) -> Any:
@@ -587,15 +587,15 @@ class Evaluator:
     changes no valid row."""
 
     def __init__(self, backbone: keras.Model, preprocessing: Preprocessing, buckets: bool = False,
-                 batch_norm: str = "md", head: str = "protonet", head_fn: Callable[..., tf.Tensor] | None = None
-                 ) -> None:
+                 batch_norm: str = "md", head: str = "protonet", head_fn: Callable[..., tf.Tensor] | None = None,
+                 ratio: float = DEFAULT_RATIO) -> None:
         classify = head_fn if head_fn is not None else models.EPISODE_HEADS[head]
         images = tf.TensorSpec((None, preprocessing.size, preprocessing.size, 3), tf.uint8)
         features = tf.TensorSpec((None, None), tf.float32)
         labels = tf.TensorSpec((None,), tf.int64)
         count = tf.TensorSpec((), tf.int32)
         self.episodic = batch_norm in EPISODE_MOMENTS
-        self.ladder = (Ladder() if self.episodic else Ladder(cap=EVAL_CHUNK)) if buckets else None
+        self.ladder = Ladder(ratio=ratio, cap=None if self.episodic else EVAL_CHUNK) if buckets else None
 
         @tf.function(input_signature=[images])
         def embed(batch: tf.Tensor) -> tf.Tensor:

@@ -85,8 +85,6 @@ from clients.torch.staging import StagedEpisode, Stager
 from clients.errors import UsageError
 from clients.trainer_args import MD_IMAGE_SIZE
 
-SUPPORT_LADDER = Ladder()
-"""The support passes' buckets (capped by the staged episode's rows, ``TorchAdaptation``)."""
 
 CHECKPOINT = "checkpoint.pt"
 BEST = "best.pt"  # the backbone of the best validation (``clients.validation``)
@@ -192,8 +190,10 @@ class TorchFramework(Framework):
         self.path = Path(args.checkpoint_dir) / CHECKPOINT if args.checkpoint_dir else None
         self._state: dict[str, Any] | None = None
         self._best: dict[str, Any] | None = None  # ``keep_best``
-        self._feed_stager = Stager(self.torch_device, self.buckets)    # the feed's thread only
-        self._inline_stager = Stager(self.torch_device, self.buckets)  # the training thread only
+        self._feed_stager = Stager(self.torch_device, self.buckets, args.bucket_ratio)    # the feed's thread only
+        self._inline_stager = Stager(self.torch_device, self.buckets, args.bucket_ratio)  # the training thread only
+        # the inner loop's support passes: their own buckets, capped by the staged episode's rows
+        self._support_ladder = Ladder(ratio=args.bucket_ratio)
         self._in_flight: collections.deque = collections.deque()
         self._draw_index = self.rank  # the training index of this rank's next step: its draws' seed
 
@@ -463,7 +463,7 @@ class TorchFramework(Framework):
     def _support_rows(self, staged: StagedEpisode) -> int | None:
         """The rows a support pass of the inner loop embeds: with shape buckets the support's
         bucket, so its passes meet the ladder's few shapes (``TorchAdaptation``)."""
-        return SUPPORT_LADDER.size(staged.support) if self.buckets else None
+        return self._support_ladder.size(staged.support) if self.buckets else None
 
     def _adapted(self, staged: StagedEpisode, loop: InnerLoop, training: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """(query logits, query labels) of the MAML family's episode (``md_learners.adapted_query_logits``)."""

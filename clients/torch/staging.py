@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clients.buckets import EpisodeBounds, Ladder, pack_episode
+from clients.buckets import DEFAULT_RATIO, EpisodeBounds, Ladder, pack_episode
 
 RING = 3  # pinned buffers: one being filled, up to two copies in flight
 
@@ -73,11 +73,13 @@ class _Slot:
 
 
 class Stager:
-    """Packs episodes to their bucket (``buckets`` True) on ``device`` (see the module docstring)."""
+    """Packs episodes to their bucket (``buckets`` True; the grid's ``ratio``) on ``device``
+    (see the module docstring)."""
 
-    def __init__(self, device: torch.device, buckets: bool) -> None:
+    def __init__(self, device: torch.device, buckets: bool, ratio: float = DEFAULT_RATIO) -> None:
         self.device = device
         self.buckets = buckets
+        self.ratio = ratio
         self.cuda = device.type == "cuda"
         self._ladders: dict[bytes, Ladder] = {}
         self._slots: list[_Slot | None] = [None] * RING
@@ -91,8 +93,8 @@ class Stager:
         request = getattr(episode, "request", None)
         key = request.SerializeToString() if request is not None else b""
         if key not in self._ladders:
-            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(request)) if request is not None
-                                  else Ladder())
+            self._ladders[key] = (Ladder.for_bounds(EpisodeBounds.of_request(request), self.ratio)
+                                  if request is not None else Ladder(ratio=self.ratio))
         return self._ladders[key]
 
     def stage(self, episode: Any) -> StagedEpisode:

@@ -63,6 +63,17 @@ def test_md_default_ladder_is_small_and_tight():
     assert len({Ladder().size(n) for n in range(1, 5001)}) <= _ladder_limit(Ladder(), 5000)
 
 
+def test_a_finer_ratio_pads_less_with_more_sizes():
+    bounds = EpisodeBounds.of_request(EpisodeSpec(sources=("x",)).to_request())
+    default, fine = Ladder.for_bounds(bounds), Ladder.for_bounds(bounds, 1.0625)
+    assert fine.ratio == 1.0625 and fine.cap == default.cap == 1000
+    assert len(default.sizes()) < len(fine.sizes()) <= _ladder_limit(fine, 1000)
+    for n in range(1, 1001):
+        assert n <= fine.size(n) <= max(n * fine.ratio + fine.multiple, 8 * fine.multiple), n
+    # the grids are not nested (153 rows: 168 on the finer, 160 on the default), but on the whole the finer pads less
+    assert sum(fine.size(n) for n in range(65, 1001)) < sum(default.size(n) for n in range(65, 1001))
+
+
 def test_bounds_of_fixed_and_all_class_requests():
     fixed = EpisodeBounds.of_request(EpisodeSpec(sources=("x",), ways=5, shots=3, query=7).to_request())
     assert (fixed.max_support, fixed.max_query, fixed.max_ways, fixed.max_images) == (15, 35, 5, 50)

@@ -81,11 +81,13 @@ def test_padded_step_equals_unpadded_step(backbone: str):
     assert any(not np.allclose(a, c, rtol=1e-3) for a, c in zip(_moving(reference), _moving(control), strict=True))
 
 
-def test_evaluation_predicts_the_same_with_buckets(served):
+@pytest.mark.parametrize("ratio", [1.125, 1.0625])
+def test_evaluation_predicts_the_same_with_buckets(served, ratio: float):
     tf.keras.utils.set_random_seed(0)
     backbone = models.build_backbone("conv4", 32)
-    on, off = (Evaluator(backbone, named_preprocessing(32), buckets=True),
+    on, off = (Evaluator(backbone, named_preprocessing(32), buckets=True, ratio=ratio),
                Evaluator(backbone, named_preprocessing(32), buckets=False))
+    assert on.ladder.ratio == ratio
     with SamplerClient(served.address) as client:
         episodes = list(client.episodes(EpisodeSpec(sources=("folder",), split="test", image_size=32), 0, 4))
     assert any(on.ladder.size(len(e.support_images)) != len(e.support_images) for e in episodes)  # padding happens

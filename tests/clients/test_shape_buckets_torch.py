@@ -181,6 +181,35 @@ def test_stager_layout_on_cpu(served):
     assert not plain.padded and plain.images.shape[0] == staged.rows
 
 
+def test_bucket_ratio_sets_the_trainers_episode_and_support_grids(capfd):
+    """``--bucket-ratio``: the feed's and the inline stager's episode sizes and the inner loop's
+    support sizes come from the finer grid; the first line names it; 1 (no grid) is refused."""
+    from types import SimpleNamespace
+
+    fine, default = Ladder(ratio=1.0625), Ladder()
+    rows = next(n for n in range(65, 1000) if fine.size(n) < default.size(n))
+    rng = np.random.RandomState(0)
+    images = rng.randint(0, 256, (rows, 8, 8, 3)).astype(np.uint8)
+    labels = np.arange(rows) % 5
+    episode = SimpleNamespace(support_images=images[:rows - 10], query_images=images[rows - 10:],
+                              support_labels=labels[:rows - 10], query_labels=labels[rows - 10:], ways=5, index=0,
+                              request=None)
+    argv = ["--server", "127.0.0.1:1", "--run", "r", "--sources", "folder", "--model", "maml", "--device", "cpu",
+            "--shape-buckets", "on"]
+    framework = TorchFramework(parse_args("torch", [*argv, "--bucket-ratio", "1.0625"]))
+    for stager in (framework._feed_stager, framework._inline_stager):
+        staged = stager.stage(episode)
+        assert staged.images.shape[0] == fine.size(rows) < default.size(rows)
+        assert np.array_equal(staged.images.numpy(), pack_episode(episode, fine).images)
+    assert framework._support_rows(staged) == fine.size(rows - 10)
+    assert "shape buckets on (grid ratio 1.0625)" in framework.step_settings()
+    plain = TorchFramework(parse_args("torch", argv))
+    assert plain._feed_stager.stage(episode).images.shape[0] == default.size(rows)
+    assert "shape buckets on," in plain.step_settings() + ","
+    assert main([*argv, "--bucket-ratio", "1"]) == 2
+    assert "argument --bucket-ratio: got '1', expected a number in (1, 2]" in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("device", _DEVICES)
 def test_stager_stages_a_batch_learners_batch_as_its_rows(device: str):
     """A batch (baseline, knn, finetune) goes through the stager as all-support rows, unpadded;
