@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from clients.buckets import EpisodeBounds, Ladder, pack_episode
+from clients.buckets import DEFAULT_RATIO, EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
 from clients.adapter_options import check_image_dtype, connection_options, images_as, vtab_shuffles
 from clients.protocols.md import EpisodeSpec, batch_request
@@ -152,17 +152,19 @@ class _Source:
 class EpisodeSource(_Source):
     """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request;
     ``dataset()`` makes the ``tf.data.Dataset`` of this shard from the next index;
-    ``shape_buckets``: elements in the bucketed layout (see the module docstring)."""
+    ``shape_buckets``: elements in the bucketed layout (see the module docstring), on the grid
+    of ``bucket_ratio`` (the trainers' ``--bucket-ratio``)."""
 
     kind = "episodes"
 
     def __init__(self, address: str, spec: EpisodeSpec, *, start: int = 0, count: int = 0, shard: int = 0,
                  num_shards: int = 1, prefetch: int = 2, client_options: Mapping[str, Any] | None = None,
-                 shape_buckets: bool = False, dtype: str = "uint8") -> None:
+                 shape_buckets: bool = False, dtype: str = "uint8", bucket_ratio: float = DEFAULT_RATIO) -> None:
         self.spec = spec
         self.prefetch = prefetch
         self.dtype = check_image_dtype(dtype)
-        self.ladder = Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request())) if shape_buckets else None
+        self.ladder = (Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request()), bucket_ratio) if shape_buckets
+                       else None)
         super().__init__(address, spec.to_request(), start, count, shard, num_shards, client_options)
 
     def dataset(self) -> tf.data.Dataset:
@@ -242,12 +244,13 @@ def _pixels(images: np.ndarray, dtype: str) -> np.ndarray:
 
 def episode_dataset(address: str, spec: EpisodeSpec, *, start: int = 0, count: int = 0, shard: int = 0,
                     num_shards: int = 1, prefetch: int = 2, client_options: Mapping[str, Any] | None = None,
-                    shape_buckets: bool = False, dtype: str = "uint8") -> tf.data.Dataset:
+                    shape_buckets: bool = False, dtype: str = "uint8", bucket_ratio: float = DEFAULT_RATIO
+                    ) -> tf.data.Dataset:
     """Episodes start .. start + count - 1 (count 0 = unbounded) of this shard
     (``EpisodeSource(...).dataset()``; use ``EpisodeSource`` to resume)."""
     return EpisodeSource(address, spec, start=start, count=count, shard=shard, num_shards=num_shards,
                          prefetch=prefetch, client_options=client_options, shape_buckets=shape_buckets,
-                         dtype=dtype).dataset()
+                         dtype=dtype, bucket_ratio=bucket_ratio).dataset()
 
 
 def batch_dataset(address: str, source: str, split: str, batch_size: int, *, seed: int = 0, start: int = 0,

@@ -50,7 +50,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from clients.buckets import EpisodeBounds, Ladder, pack_episode
+from clients.buckets import DEFAULT_RATIO, EpisodeBounds, Ladder, pack_episode
 from clients.client import SamplerClient
 from clients.adapter_options import check_image_dtype, connection_options, images_as, vtab_shuffles
 from clients.protocols.md import BatchArrays, EpisodeArrays, EpisodeSpec, batch_request
@@ -170,7 +170,8 @@ class _Resumable(IterableDataset):
 
 class EpisodeDataset(_Resumable):
     """Episodes ``start .. start + count - 1`` (count 0 = unbounded) of one request;
-    ``shape_buckets``: also in the bucketed layout (see the module docstring)."""
+    ``shape_buckets``: also in the bucketed layout (see the module docstring), on the grid of
+    ``bucket_ratio`` (the trainers' ``--bucket-ratio``)."""
 
     kind = "episodes"
 
@@ -187,11 +188,13 @@ class EpisodeDataset(_Resumable):
         client_options: dict[str, Any] | None = None,
         shape_buckets: bool = False,
         dtype: str = "uint8",
+        bucket_ratio: float = DEFAULT_RATIO,
     ) -> None:
         self.spec = spec
         self.prefetch = prefetch
         self.dtype = check_image_dtype(dtype)
-        self.ladder = Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request())) if shape_buckets else None
+        self.ladder = (Ladder.for_bounds(EpisodeBounds.of_request(spec.to_request()), bucket_ratio) if shape_buckets
+                       else None)
         super().__init__(address, spec.to_request(), start, count, rank, world_size, client_options)
 
     def _client(self) -> SamplerClient:

@@ -140,3 +140,4 @@ def test_adapter_yields_the_bucketed_layout(served):
         assert not bucketed["images"][ns + nq:].any()
         report = episode_report("r", bucketed, bucketed["query_labels"])
         assert report.metrics["accuracy"] == 1.0 and report.index == item["index"]
+    assert EpisodeSource(served.address, spec, shape_buckets=True, bucket_ratio=1.0625).ladder == Ladder(1.0625, 8, 1000)

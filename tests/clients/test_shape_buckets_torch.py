@@ -273,3 +273,4 @@ def test_adapter_yields_the_bucketed_layout(served):
         assert bucketed["query_images"].data_ptr() == bucketed["images"][bucketed["support"]:].data_ptr()  # a view
         report = episode_report("r", bucketed, bucketed["query_labels"].numpy())
         assert report.metrics["accuracy"] == 1.0 and report.fingerprint == item["fingerprint"]
+    assert EpisodeDataset(served.address, spec, shape_buckets=True, bucket_ratio=1.0625).ladder == Ladder(1.0625, 8, 1000)
