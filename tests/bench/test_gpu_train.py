@@ -124,41 +124,14 @@ def test_vs_eager_divides_each_rows_end_to_end_by_its_learners_unpadded_model_ra
     assert versus[3] == pytest.approx(11.0 / 16.0) and versus[4] == pytest.approx(0.5)
 
 
-def test_the_fed_pass_takes_one_fresh_item_per_step_and_closes_its_feed():
-    """``fed_pass``: the step over the held items, the trainer's feed taken once before and
-    once per step after the first (its waits left out), closed at the end."""
-    events: list[str] = []
+def _recording_run(fresh: list[str], events: list[str]) -> tuple[object, object]:
+    """A run whose feed gives ``fresh`` in turn and a framework whose step records its item,
+    both writing what happens to ``events``."""
+    given = iter(fresh)
 
     class Feed:
         def __next__(self):
-            events.append("take")
-            return 0, None, 1
-
-        def close(self):
-            events.append("close")
-
-    class Framework:
-        def train_step(self, item):
-            events.append(f"step {item}")
-            return 0.0, 0.0
-
-        def to_floats(self, values):
-            return [float(v) for v in values]
-
-    run = type("Run", (), {"feed": lambda self, start: Feed()})()
-    rate = bench.fed_pass(run, Framework(), ["a", "b", "c"], lambda: None)
-    assert events == ["take", "take", "step a", "take", "step b", "step c", "close"] and rate > 0
-
-
-def test_the_used_pass_steps_on_each_item_its_feed_gives():
-    """``fed_pass(use_fed=True)``: the step runs on the feed's items in their order, each taken
-    before the step on the one before it is launched."""
-    events: list[str] = []
-    fresh = iter(["x", "y", "z"])
-
-    class Feed:
-        def __next__(self):
-            item = next(fresh)
+            item = next(given)
             events.append(f"take {item}")
             return 0, item, 1
 
@@ -173,6 +146,41 @@ def test_the_used_pass_steps_on_each_item_its_feed_gives():
         def to_floats(self, values):
             return [float(v) for v in values]
 
-    run = type("Run", (), {"feed": lambda self, start: Feed()})()
-    rate = bench.fed_pass(run, Framework(), ["a", "b", "c"], lambda: None, use_fed=True)
+    return type("Run", (), {"feed": lambda self, start: Feed()})(), Framework()
+
+
+def test_the_fed_pass_takes_one_fresh_item_per_step_and_closes_its_feed():
+    """``fed_pass``: the step over the held items, the trainer's feed taken once before and
+    once per step after the first (its waits left out), closed at the end."""
+    events: list[str] = []
+    run, framework = _recording_run(["x", "y", "z"], events)
+    rate = bench.fed_pass(run, framework, ["a", "b", "c"], lambda: None)
+    assert events == ["take x", "take y", "step a", "take z", "step b", "step c", "close"] and rate > 0
+
+
+def test_the_used_pass_steps_on_each_item_its_feed_gives():
+    """``fed_pass(use_fed=True)``: the step runs on the feed's items in their order, each taken
+    before the step on the one before it is launched."""
+    events: list[str] = []
+    run, framework = _recording_run(["x", "y", "z"], events)
+    rate = bench.fed_pass(run, framework, ["a", "b", "c"], lambda: None, use_fed=True)
     assert events == ["take x", "take y", "step x", "take z", "step y", "step z", "close"] and rate > 0
+
+
+def test_the_loop_pass_is_the_trainers_own_rate_without_its_first_wait():
+    """``loop_pass``: ``Run.train`` over a fresh feed from item 0, its steps over its seconds
+    less the first item's wait."""
+    from types import SimpleNamespace
+
+    starts: list[int] = []
+
+    class Run:
+        def feed(self, start):
+            starts.append(start)
+            return "feed"
+
+        def train(self, feed):
+            assert feed == "feed"
+            return SimpleNamespace(steps=4, seconds=3.0, first_wait_seconds=1.0)
+
+    assert bench.loop_pass(Run(), lambda: None) == 2.0 and starts == [0]
