@@ -48,6 +48,11 @@ tensor, boolean masks, copies to the CPU, synchronize calls, and on CUDA what
 one inner step against ``--maml-steps``; target: 0).
 ``--repeats K`` measures model-only and end to end K times in turn and reports each rate's
 median (a host-bound step runs at the CPU's pace, which drifts between measurements).
+``--bucket-ratio R [R ...]`` passes the trainer's ``--bucket-ratio`` (its shape buckets' grid);
+with several, each bucketed configuration is measured at each ratio, its rows labelled
+CONFIG@R, against the one unbucketed row. A finer grid meets more sizes, each costing its
+first step: a window is only steady once all were met (600 MD episodes at 1.0625 met their
+last new size at episode 443).
 
 Several GPUs (``--gpus 1 2 4``): per N, one ``sampler-server serve --replicas N``
 (``--workers`` in all) and ``torchrun --nproc_per_node N`` of the trainer in the first
@@ -182,7 +187,7 @@ def child_model(args: argparse.Namespace) -> dict:
 
     framework = TorchFramework(parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config,
                                                                 args.episodes, args.device, args.episodes,
-                                                                args.batch_norm, args.learner, args.bucket_ratio)))
+                                                                args.batch_norm, args.learner, args.ratio)))
     run = Run(framework, lambda line: None)
     run.check_names()  # a batch learner's classes: its head's size
     feed = run.feed(0)
@@ -293,7 +298,7 @@ def child_warm(args: argparse.Namespace) -> dict:
     from clients.trainer_args import MD_IMAGE_SIZE, parse_args
 
     trainer = parse_args("torch", trainer_argv(args.address, args.backbone, args.size, args.config, 1, args.device,
-                                               1, args.batch_norm, args.learner, args.bucket_ratio))
+                                               1, args.batch_norm, args.learner, args.ratio))
     device = torch.device(args.device)
     apply_determinism(trainer, device)
     loaded = load_backbone(trainer, device, MD_IMAGE_SIZE, MD_BACKBONE_SEED_NAME)
@@ -301,7 +306,7 @@ def child_warm(args: argparse.Namespace) -> dict:
     del loaded
     index, count = map(int, args.warm_shard.split("/"))
     shapes: queue.Queue = queue.Queue()
-    mine = Ladder(ratio=args.bucket_ratio, cap=1000).sizes()[index::count]
+    mine = Ladder(ratio=args.ratio, cap=1000).sizes()[index::count]
     for rows in mine:
         shapes.put(rows)
     shapes.put(None)
@@ -313,7 +318,8 @@ def child_warm(args: argparse.Namespace) -> dict:
     return {"shapes": len(mine), "cached": len(CompileCache(cache).cached_rows(key))}
 
 
-def warm_compile_cache(args: argparse.Namespace, address: str, backbone: str, size: int, config: str) -> None:
+def warm_compile_cache(args: argparse.Namespace, address: str, backbone: str, size: int, config: str,
+                       ratio: float) -> None:
     """``--warm-compile-cache P``: every ladder size compiled into the compile cache by P
     processes at once before the measurements, so a compiled configuration runs warm."""
     started = time.perf_counter()
@@ -321,7 +327,7 @@ def warm_compile_cache(args: argparse.Namespace, address: str, backbone: str, si
     children = [subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), "--child", "warm", "--address", address, "--backbone",
          backbone, "--size", str(size), "--config", config, "--device", args.device, "--batch-norm",
-         args.batch_norm, "--bucket-ratio", repr(args.bucket_ratio), "--warm-shard", f"{k}/{processes}"],
+         args.batch_norm, "--ratio", repr(ratio), "--warm-shard", f"{k}/{processes}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) for k in range(processes)]
     results = []
     for child in children:
@@ -483,7 +489,7 @@ def child_e2e(args: argparse.Namespace) -> dict:
         summary_path = Path(scratch) / "summary.json"
         argv = [sys.executable, "-m", "clients.torch",
                 *trainer_argv(args.address, args.backbone, args.size, args.config, args.episodes, args.device,
-                              args.window, args.batch_norm, args.learner, args.bucket_ratio), "--json-summary",
+                              args.window, args.batch_norm, args.learner, args.ratio), "--json-summary",
                 str(summary_path)]
         done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                               check=False)
@@ -504,18 +510,27 @@ def child_e2e(args: argparse.Namespace) -> dict:
 # ---- the parent: store, server, children, table ---------------------------------------------
 
 
+def measurements(args: argparse.Namespace) -> list[tuple[str, str, float]]:
+    """(row label, BUCKETS:COMPILE, bucket ratio) of each configuration: a bucketed one once per
+    ``--bucket-ratio`` (labelled CONFIG@R when there are several), an unbucketed one once."""
+    rows = []
+    for config in args.configs:
+        ratios = args.bucket_ratio if config.startswith("on:") else args.bucket_ratio[:1]
+        rows.extend((config if len(ratios) == 1 else f"{config}@{ratio:g}", config, ratio) for ratio in ratios)
+    return rows
+
+
 def length(args: argparse.Namespace, learner: str) -> int:
     """Training items per measurement: ``--episodes``, or ``--steps`` batches for a batch learner."""
     return args.episodes if episodic(learner) or args.steps is None else args.steps
 
 
 def run_child(kind: str, args: argparse.Namespace, address: str, backbone: str, size: int, config: str,
-              learner: str = "protonet") -> dict:
+              learner: str = "protonet", ratio: float = DEFAULT_RATIO) -> dict:
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--address", address, "--backbone",
             backbone, "--size", str(size), "--config", config, "--episodes", str(length(args, learner)), "--device",
             args.device, "--window", str(args.window), "--batch-norm", args.batch_norm, "--learner", learner,
-            "--bucket-ratio", repr(args.bucket_ratio),
-            *(["--locate"] if args.locate else [])]
+            "--ratio", repr(ratio), *(["--locate"] if args.locate else [])]
     done = subprocess.run(argv, capture_output=True, text=True, env=_env(),
                           check=False)
     if done.returncode != 0:
@@ -539,7 +554,7 @@ def run_ranks(args: argparse.Namespace, data: Path, backbone: str, size: int, gp
             argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus),
                     "-m", "clients.torch", *trainer_argv(address, backbone, size, args.configs[0], args.episodes,
                                                          args.device, args.window, args.batch_norm,
-                                                         bucket_ratio=args.bucket_ratio),
+                                                         bucket_ratio=args.bucket_ratio[0]),
                     "--json-summary", str(summary_path)]
             cpu_before, started = tree_cpu_seconds(process.pid), time.perf_counter()
             done = subprocess.run(argv, capture_output=True, text=True, env=_env(), check=False)
@@ -613,8 +628,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lookahead-mb", type=int, default=128, metavar="MB",
                         help="serve --lookahead-mb: room for episodes prepared ahead (126-px MD episodes are "
                              "14-27 MB; the serve default, 16, holds one); per replica with --gpus")
-    parser.add_argument("--bucket-ratio", type=float, default=DEFAULT_RATIO, metavar="R",
-                        help="the trainer's --bucket-ratio (its shape buckets' grid)")
+    parser.add_argument("--bucket-ratio", nargs="+", type=float, default=[DEFAULT_RATIO], metavar="R",
+                        help="the trainer's --bucket-ratio (its shape buckets' grid); several: each bucketed "
+                             "configuration measured at each, its rows labelled CONFIG@R")
     parser.add_argument("--locate", action="store_true",
                         help="also time the passes that locate what the end to end loses (beside the feed, on its "
                              "items, in the trainer's loop)")
@@ -626,6 +642,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="before a configuration with compile on: compile the step for every size of MD's ladder "
                              "into the trainer's compile cache with P processes at once (0: the cache as it is)")
     parser.add_argument("--child", choices=["model", "e2e", "warm"], help=argparse.SUPPRESS)
+    parser.add_argument("--ratio", type=float, default=DEFAULT_RATIO, help=argparse.SUPPRESS)
     parser.add_argument("--warm-shard", default="0/1", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--backbone", help=argparse.SUPPRESS)
@@ -657,6 +674,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for config in args.configs:
         if config.count(":") != 1 or not set(config.split(":")) <= {"on", "off"}:
             parser.error(f"--configs: got {config!r}, expected BUCKETS:COMPILE, each on or off (e.g. on:on)")
+    if not all(1.0 < ratio <= 2.0 for ratio in args.bucket_ratio):
+        parser.error(f"--bucket-ratio: got {args.bucket_ratio}, expected numbers in (1, 2]")
     if args.gpus and min(args.gpus) < 1:
         parser.error(f"--gpus: got {args.gpus}, expected rank counts of at least 1")
     return args
@@ -699,12 +718,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for model in args.models:
                 backbone, _, size = model.partition(":")
-                for config in args.configs:
+                for label, config, ratio in measurements(args):
                     if args.warm_compile_cache and config.endswith(":on"):
-                        warm_compile_cache(args, address, backbone, int(size), config)
-                    result = {**run_child("model", args, address, backbone, int(size), config),
-                              **run_child("e2e", args, address, backbone, int(size), config)}
-                    rows.append((backbone, int(size), config, result))
+                        warm_compile_cache(args, address, backbone, int(size), config, ratio)
+                    result = {**run_child("model", args, address, backbone, int(size), config, ratio=ratio),
+                              **run_child("e2e", args, address, backbone, int(size), config, ratio=ratio)}
+                    rows.append((backbone, int(size), label, result))
                     compiled = (f"; compiled: first step {result['compile_seconds']:.1f} s, "
                                 f"{result['graphs']} graph(s)") if result["compile_seconds"] is not None else ""
                     if result.get("compile_cache"):
@@ -713,10 +732,11 @@ def main(argv: list[str] | None = None) -> int:
                                      f"start, {cache['hits']} graphs loaded, {cache['misses']} compiled in the "
                                      f"trainer, {cache['eager_steps']} steps eager while compiling, "
                                      f"{cache.get('preload_seconds', 0):.1f} s loading them at the first step")
-                    print(f"{backbone} {size}px buckets:compile {config} on {result['device']}: model-only "
+                    print(f"{backbone} {size}px buckets:compile {label} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} episodes/s "
                           f"(first / second pass), {result['model_window']:.1f} over the last window's episodes, "
-                          f"{located_text(result)}end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} last window; ratio "
+                          f"{located_text(result)}end to end {result['e2e']:.1f} overall, {result['e2e_last']:.1f} "
+                          f"last window; ratio "
                           f"{result['e2e_last'] / result['model_window']:.2f}; data wait after the first episode "
                           f"{result['wait_after_first']:.1%}; first episode waited {result['first_wait']:.2f} s; "
                           f"{result['shapes']} distinct shapes ({result['mean_images']:.0f} images per episode, "
@@ -741,26 +761,27 @@ def main_learners(args: argparse.Namespace, data: Path) -> list[str]:
         for model in args.models:
             backbone, _, size = model.partition(":")
             for learner in args.learners:
-                for config in args.configs:
+                for label, config, ratio in measurements(args):
                     if learner in ADAPTING and config.endswith(":on"):
-                        print(f"{learner} {backbone} {size}px {config}: skipped (the inner loop runs eager; the "
+                        print(f"{learner} {backbone} {size}px {label}: skipped (the inner loop runs eager; the "
                               "trainer refuses --compile on)", flush=True)
                         continue
                     try:
                         result = alternated([{**run_child("model", args, address, backbone, int(size), config,
-                                                          learner),
-                                              **run_child("e2e", args, address, backbone, int(size), config, learner)}
+                                                          learner, ratio),
+                                              **run_child("e2e", args, address, backbone, int(size), config, learner,
+                                                          ratio)}
                                              for _ in range(args.repeats)])
                     except RuntimeError as error:  # the other learners' rows still come
-                        print(f"{learner} {backbone} {size}px {config}: FAILED: {error}", flush=True)
-                        failed.append(f"{learner} {backbone} {size}px {config}")
+                        print(f"{learner} {backbone} {size}px {label}: FAILED: {error}", flush=True)
+                        failed.append(f"{learner} {backbone} {size}px {label}")
                         continue
-                    rows.append((learner, backbone, int(size), config, result))
+                    rows.append((learner, backbone, int(size), label, result))
                     unit = "episodes" if episodic(learner) else "batches"
                     inner = (f", {result['syncs_per_inner_step']:g} per inner step"
                              + (f" ({', '.join(result['inner_sync_names'])})" if result["inner_sync_names"] else "")
                              if result["syncs_per_inner_step"] is not None else "")
-                    print(f"{learner} {backbone} {size}px {config} on {result['device']}: model-only "
+                    print(f"{learner} {backbone} {size}px {label} on {result['device']}: model-only "
                           f"{result['model_first']:.1f} / {result['model_second']:.1f} {unit}/s (first / second "
                           f"pass), {result['model_window']:.1f} over the last window's items, "
                           f"{located_text(result)}end to end {result['e2e']:.1f} "
@@ -813,15 +834,17 @@ def versus_eager(rows: list[tuple[str, str, int, str, dict]]) -> list[float | No
 
 def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
     print()
-    print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} "
+    width = max([7, *(len(row[3]) for row in rows)])
+    print(f"{'learner':11} {'unit':8} {'backbone':9} {'px':>4} {'config':{width}} {'model 1st':>9} {'model 2nd':>9} "
           f"{'model win':>9} {'e2e':>7} {'e2e last':>8} {'ratio':>6} {'vs eager':>8} {'wait':>6} {'syncs':>5} "
           f"{'/inner':>6}")
     for (learner, backbone, size, config, r), versus in zip(rows, versus_eager(rows), strict=True):
         inner = f"{r['syncs_per_inner_step']:6g}" if r["syncs_per_inner_step"] is not None else f"{'-':>6}"
         eager = f"{versus:8.2f}" if versus is not None else f"{'-':>8}"
-        print(f"{learner:11} {'episodes' if episodic(learner) else 'batches':8} {backbone:9} {size:>4} {config:7} "
-              f"{r['model_first']:9.1f} {r['model_second']:9.1f} {r['model_window']:9.1f} {r['e2e']:7.1f} "
-              f"{r['e2e_last']:8.1f} {r['e2e_last'] / r['model_window']:6.2f} {eager} {r['wait_after_first']:6.1%} "
+        unit = "episodes" if episodic(learner) else "batches"
+        print(f"{learner:11} {unit:8} {backbone:9} {size:>4} {config:{width}} {r['model_first']:9.1f} "
+              f"{r['model_second']:9.1f} {r['model_window']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} "
+              f"{r['e2e_last'] / r['model_window']:6.2f} {eager} {r['wait_after_first']:6.1%} "
               f"{r['syncs_per_step']:5d} {inner}")
     print("rates: items/s (episodes, or a batch learner's batches), each the median of --repeats alternated "
           "measurements; model win: the warm step over the end to end's last window's items; ratio: e2e last / "
@@ -837,14 +860,15 @@ def print_learners(rows: list[tuple[str, str, int, str, dict]]) -> None:
 def print_table(rows: list[tuple[str, int, str, dict]], window: int) -> None:
     eager = {(backbone, size): r["model_window"] for backbone, size, config, r in rows if config == "off:off"}
     print()
-    print(f"{'backbone':9} {'px':>4} {'config':7} {'model 1st':>9} {'model 2nd':>9} {'model win':>9} {'e2e':>7} "
+    width = max([7, *(len(row[2]) for row in rows)])
+    print(f"{'backbone':9} {'px':>4} {'config':{width}} {'model 1st':>9} {'model 2nd':>9} {'model win':>9} {'e2e':>7} "
           f"{'e2e last':>8} "
           f"{'ratio':>6} {'vs eager':>8} {'wait':>6} {'1st wait':>8} {'shapes':>6} {'compile':>8} {'graphs':>6}")
     for backbone, size, config, r in rows:
         base = eager.get((backbone, size))
         versus = f"{r['e2e_last'] / base:8.2f}" if base else f"{'-':>8}"
         compile_time = f"{r['compile_seconds']:7.1f}s" if r["compile_seconds"] is not None else f"{'-':>8}"
-        print(f"{backbone:9} {size:>4} {config:7} {r['model_first']:9.1f} {r['model_second']:9.1f} "
+        print(f"{backbone:9} {size:>4} {config:{width}} {r['model_first']:9.1f} {r['model_second']:9.1f} "
               f"{r['model_window']:9.1f} {r['e2e']:7.1f} {r['e2e_last']:8.1f} {r['e2e_last'] / r['model_window']:6.2f} "
               f"{versus} {r['wait_after_first']:6.1%} "
               f"{r['first_wait']:7.2f}s {r['shapes']:6d} {compile_time} {r['graphs'] if r['graphs'] else '-':>6}")

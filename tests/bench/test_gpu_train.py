@@ -184,3 +184,14 @@ def test_the_loop_pass_is_the_trainers_own_rate_without_its_first_wait():
             return SimpleNamespace(steps=4, seconds=3.0, first_wait_seconds=1.0)
 
     assert bench.loop_pass(Run(), lambda: None) == 2.0 and starts == [0]
+
+
+def test_each_bucketed_configuration_is_measured_at_each_ratio_and_the_unbucketed_once():
+    one = bench.parse(["--configs", "on:off", "off:off"])
+    assert bench.measurements(one) == [("on:off", "on:off", 1.125), ("off:off", "off:off", 1.125)]
+    two = bench.parse(["--configs", "on:off", "off:off", "on:on", "--bucket-ratio", "1.125", "1.0625"])
+    assert bench.measurements(two) == [("on:off@1.125", "on:off", 1.125), ("on:off@1.0625", "on:off", 1.0625),
+                                       ("off:off", "off:off", 1.125), ("on:on@1.125", "on:on", 1.125),
+                                       ("on:on@1.0625", "on:on", 1.0625)]
+    with pytest.raises(SystemExit):
+        bench.parse(["--bucket-ratio", "1"])
