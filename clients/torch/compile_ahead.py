@@ -19,6 +19,7 @@ import contextlib
 import functools
 import multiprocessing
 import queue as queue_module
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +130,12 @@ class CompileAhead:
         if self.process.is_alive():
             self.process.terminate()
             self.process.join(CLOSE_SECONDS)
+            left = sorted(self.asked - self.cache.cached_rows(self.key))
+            if left:  # said, so that a next run that compiles them again is no mystery
+                shown = ", ".join(map(str, left))
+                print(f"compile ahead: stopped after {CLOSE_SECONDS:g} s with {len(left)} bucket shape(s) "
+                      f"not yet compiled (rows {shown}); the next run with this --compile-cache compiles them",
+                      file=sys.stderr, flush=True)
         self._queue.close()
 
 

@@ -50,6 +50,29 @@ def test_the_first_line_counts_the_shapes():
     assert describe_cache(21, Path("/c")) == "21 bucket shapes compiled before, in /c, loaded at the first step"
 
 
+def test_a_background_compiler_stopped_at_the_runs_end_names_the_shapes_it_left(tmp_path, monkeypatch, capfd):
+    """A child still compiling when the run ends is waited for ``CLOSE_SECONDS``, then
+    terminated; the shapes asked for but not in the cache are named, so that the next run
+    compiling them again is no mystery (a busy host's CI once met this)."""
+    import multiprocessing
+    import time
+
+    from clients.torch import compile_ahead
+
+    cache = CompileCache(tmp_path / "cache")
+    cache.prepare()
+    cache.record(KEY, 304)
+    ahead = compile_ahead.CompileAhead(None, cache, KEY)  # type: ignore[arg-type]  # the child below stands in
+    ahead.process = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,), daemon=True)
+    ahead.process.start()
+    ahead.asked = {304, 608, 416}
+    monkeypatch.setattr(compile_ahead, "CLOSE_SECONDS", 0.2)
+    ahead.close()
+    assert not ahead.process.is_alive()
+    assert capfd.readouterr().err == ("compile ahead: stopped after 0.2 s with 2 bucket shape(s) not yet compiled "
+                                      "(rows 416, 608); the next run with this --compile-cache compiles them\n")
+
+
 _CHILD = """
 import json, sys
 import torch
