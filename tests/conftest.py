@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -164,6 +165,29 @@ def torch_one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_core() -> Iterator[None]:
+    """One core for this test's process and the processes it starts, for code run as a reader
+    runs it (no ``--threads``): the trainers' default thread count is the cores a process may
+    use, and under ``make test`` the other worker has the other core, where a second thread
+    would only spin (the quickstart's run took a quarter less CPU pinned). What an in-process
+    trainer set for torch (its thread count, deterministic algorithms) is put back afterwards."""
+    cores = os.sched_getaffinity(0)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    torch = sys.modules.get("torch")
+    saved = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()) if torch else None
+    os.sched_setaffinity(0, {sorted(cores)[worker % len(cores)]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            threads, deterministic = saved or (len(cores), False)
+            torch.set_num_threads(threads)
+            torch.use_deterministic_algorithms(deterministic)
 
 
 @pytest.fixture(scope="session")

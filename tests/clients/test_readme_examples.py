@@ -20,7 +20,7 @@ def _block(framework: str) -> str:
 
 
 @pytest.mark.parametrize("framework", sorted(RUNS))
-def test_use_your_own_model_example_runs_and_reruns_against_the_demo_stores(demo_data, framework):
+def test_use_your_own_model_example_runs_and_reruns_against_the_demo_stores(demo_data, framework, one_core):
     code = with_constants(_block(framework), SERVER=demo_data.address)
     run = RUNS[framework]
     metrics = demo_data.server.metrics

@@ -63,29 +63,9 @@ def _as_printed(line: str, address: str, data: Path) -> str:
     return shlex.join(str(data) if token in DATA_DIRECTORIES else token for token in tokens)
 
 
-@pytest.fixture
-def process_state():
-    """One core for this test's thread, which the trainers' default ``--threads`` (a thread per
-    core this process may use) then reads: under make test the other worker has the other core,
-    where a second thread would only spin. What an in-process trainer sets for its process
-    (torch's thread count, deterministic algorithms) is put back afterwards."""
-    import os
-
-    import torch
-
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    cores = os.sched_getaffinity(0)
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    os.sched_setaffinity(0, {sorted(cores)[worker % len(cores)]})
-    yield
-    os.sched_setaffinity(0, cores)
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(deterministic)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("where", [block.where for block in RUNNABLE])
-def test_the_documented_block_runs_on_the_demo_stores(where, demo_data, tmp_path, process_state):
+def test_the_documented_block_runs_on_the_demo_stores(where, demo_data, tmp_path, one_core):
     (block,) = [block for block in RUNNABLE if block.where == where]
     lines = list(_logical_lines(block.code))
     assert lines, where

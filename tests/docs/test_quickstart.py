@@ -68,7 +68,7 @@ def test_the_quickstart_is_the_first_code_after_the_two_commands():
 
 
 @pytest.mark.slow
-def test_the_quickstart_runs_on_the_demo_stores(demo_data):
+def test_the_quickstart_runs_on_the_demo_stores(demo_data, one_core):
     quickstart = _quickstart()
     serve = _commands(quickstart[0])
     assert len(serve) == 1 and "--port 50051" in serve[0], serve
