@@ -68,6 +68,7 @@ def test_a_background_compiler_stopped_at_the_runs_end_names_the_shapes_it_left(
     ahead.asked = {304, 608, 416}
     monkeypatch.setattr(compile_ahead, "CLOSE_SECONDS", 0.2)
     ahead.close()
+    ahead.process.join(30)  # the terminated child, reaped however busy the host
     assert not ahead.process.is_alive()
     said = ("compile ahead: stopped after 0.2 s with 2 bucket shape(s) not yet compiled (rows 416, 608); "
             "the next run with this --compile-cache compiles them")
